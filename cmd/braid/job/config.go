@@ -1,0 +1,206 @@
+package job
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/braidlabs/braid/connectors/kafka"
+	"github.com/braidlabs/braid/connectors/otlp"
+	"github.com/braidlabs/braid/operators/fuse"
+)
+
+// Config is the whole configuration of a braid job. Every field can be set
+// in the YAML file; the environment variables named in README.md override
+// the file, and flags override both.
+type Config struct {
+	Kafka kafka.Config `yaml:"kafka"`
+	// Group is the consumer group of the job. Default "braid".
+	Group string `yaml:"group"`
+	// InstanceID is stable per instance (the pod name in a StatefulSet);
+	// it makes the transactional id. Default: the host name.
+	InstanceID string `yaml:"instance_id"`
+
+	Inputs struct {
+		Spans   InputConfig `yaml:"spans"`
+		Logs    InputConfig `yaml:"logs"`
+		Metrics InputConfig `yaml:"metrics"`
+	} `yaml:"inputs"`
+
+	Outputs struct {
+		// Fused, Late, DLQ topic names. Defaults braid.fused, braid.late,
+		// braid.dlq.
+		Fused string `yaml:"fused"`
+		Late  string `yaml:"late"`
+		DLQ   string `yaml:"dlq"`
+		// Format of fused records: "proto" (default) or "json".
+		Format string `yaml:"format"`
+		// Partitions of the output topics braid creates. Default: the
+		// input partition count.
+		Partitions int32 `yaml:"partitions"`
+	} `yaml:"outputs"`
+
+	State struct {
+		// Dir holds one Pebble keyspace per task. Default ./braid-state.
+		Dir string `yaml:"dir"`
+		// MemoryBudget for caches and Pebble, bytes. Default 256 MiB.
+		MemoryBudget int64 `yaml:"memory_budget"`
+	} `yaml:"state"`
+
+	// CheckpointInterval, default 5s, 1s–60s.
+	CheckpointInterval time.Duration `yaml:"checkpoint_interval"`
+
+	EventTime struct {
+		// OutOfOrderness: bounded disorder within a partition. Default 10s.
+		OutOfOrderness time.Duration `yaml:"out_of_orderness"`
+		// Idleness: a silent partition stops holding the watermark back
+		// after this long. Default 30s.
+		Idleness time.Duration `yaml:"idleness"`
+		// IdleGap: a trace closes when the watermark passes its last event
+		// plus this gap. Default 5s.
+		IdleGap time.Duration `yaml:"idle_gap"`
+		// AllowedLateness: later data revises a trace (revision+1) up to
+		// this far behind the watermark, beyond it goes to the late topic.
+		// Default 60s.
+		AllowedLateness time.Duration `yaml:"allowed_lateness"`
+	} `yaml:"event_time"`
+
+	Caps struct {
+		// Per trace: spans, logs, points (default 10000 each) and bytes
+		// (default 8 MiB).
+		Spans  int `yaml:"spans"`
+		Logs   int `yaml:"logs"`
+		Points int `yaml:"points"`
+		Bytes  int `yaml:"bytes"`
+	} `yaml:"caps"`
+}
+
+// InputConfig is one OTLP input topic.
+type InputConfig struct {
+	Topic string `yaml:"topic"`
+	// Encoding as the Collector's Kafka exporter names it: otlp_proto
+	// (default) or otlp_json.
+	Encoding string `yaml:"encoding"`
+}
+
+// LoadConfig reads path (if not empty), then the environment.
+func LoadConfig(path string) (*Config, error) {
+	c := &Config{}
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		dec := yaml.NewDecoder(strings.NewReader(string(b)))
+		dec.KnownFields(true)
+		if err := dec.Decode(c); err != nil {
+			return nil, fmt.Errorf("config %s: %w", path, err)
+		}
+	}
+	c.applyEnv(os.Getenv)
+	c.EnsureDefaults()
+	return c, c.Validate()
+}
+
+func (c *Config) applyEnv(get func(string) string) {
+	if v := get("BRAID_KAFKA_BROKERS"); v != "" {
+		c.Kafka.Brokers = strings.Split(v, ",")
+	}
+	if v := get("BRAID_GROUP"); v != "" {
+		c.Group = v
+	}
+	if v := get("BRAID_INSTANCE_ID"); v != "" {
+		c.InstanceID = v
+	}
+	if v := get("BRAID_STATE_DIR"); v != "" {
+		c.State.Dir = v
+	}
+}
+
+// EnsureDefaults fills unset fields.
+func (c *Config) EnsureDefaults() {
+	c.Kafka.EnsureDefaults()
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&c.Group, "braid")
+	if c.InstanceID == "" {
+		h, _ := os.Hostname()
+		c.InstanceID = h
+	}
+	def(&c.Inputs.Spans.Topic, "otlp_spans")
+	def(&c.Inputs.Logs.Topic, "otlp_logs")
+	def(&c.Inputs.Metrics.Topic, "otlp_metrics")
+	for _, in := range []*InputConfig{&c.Inputs.Spans, &c.Inputs.Logs, &c.Inputs.Metrics} {
+		def(&in.Encoding, "otlp_proto")
+	}
+	def(&c.Outputs.Fused, "braid.fused")
+	def(&c.Outputs.Late, "braid.late")
+	def(&c.Outputs.DLQ, "braid.dlq")
+	def(&c.Outputs.Format, "proto")
+	def(&c.State.Dir, "braid-state")
+	if c.State.MemoryBudget == 0 {
+		c.State.MemoryBudget = 256 << 20
+	}
+	if c.CheckpointInterval == 0 {
+		c.CheckpointInterval = 5 * time.Second
+	}
+}
+
+// Validate reports every problem at once, naming the offending field.
+func (c *Config) Validate() error {
+	var errs []error
+	errs = append(errs, c.Kafka.Validate())
+	for name, in := range map[string]InputConfig{"inputs.spans": c.Inputs.Spans, "inputs.logs": c.Inputs.Logs, "inputs.metrics": c.Inputs.Metrics} {
+		if _, err := otlp.ParseEncoding(in.Encoding); err != nil {
+			errs = append(errs, fmt.Errorf("config: %s.encoding: %w", name, err))
+		}
+	}
+	if c.Outputs.Format != "proto" && c.Outputs.Format != "json" {
+		errs = append(errs, fmt.Errorf("config: outputs.format %q is neither proto nor json", c.Outputs.Format))
+	}
+	if c.CheckpointInterval < time.Second || c.CheckpointInterval > time.Minute {
+		errs = append(errs, fmt.Errorf("config: checkpoint_interval %v is outside 1s–60s", c.CheckpointInterval))
+	}
+	if c.InstanceID == "" {
+		errs = append(errs, errors.New("config: instance_id is empty and the host name is unknown"))
+	}
+	return errors.Join(errs...)
+}
+
+// fuseConfig maps c onto the fuse stage for partitions input partitions.
+func (c *Config) fuseConfig(partitions int32) fuse.Config {
+	src := func(in InputConfig, sig otlp.Signal) fuse.Source {
+		enc, _ := otlp.ParseEncoding(in.Encoding)
+		return fuse.Source{Topic: in.Topic, Signal: sig, Encoding: enc}
+	}
+	out := c.Outputs.Partitions
+	return fuse.Config{
+		Sources: []fuse.Source{
+			src(c.Inputs.Spans, otlp.SignalSpans),
+			src(c.Inputs.Logs, otlp.SignalLogs),
+			src(c.Inputs.Metrics, otlp.SignalMetrics),
+		},
+		Partitions:       partitions,
+		RepartitionTopic: c.Group + ".fuse-repartition",
+		FusedTopic:       c.Outputs.Fused,
+		LateTopic:        c.Outputs.Late,
+		DLQTopic:         c.Outputs.DLQ,
+		FusedPartitions:  out,
+		LatePartitions:   out,
+		DLQPartitions:    out,
+		IdleGap:          c.EventTime.IdleGap,
+		AllowedLateness:  c.EventTime.AllowedLateness,
+		MaxSpans:         c.Caps.Spans,
+		MaxLogs:          c.Caps.Logs,
+		MaxPoints:        c.Caps.Points,
+		MaxBytes:         c.Caps.Bytes,
+		JSON:             c.Outputs.Format == "json",
+	}
+}

@@ -1,0 +1,123 @@
+package job
+
+import (
+	"context"
+	"crypto/rand"
+	"hash/fnv"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	logspb "go.opentelemetry.io/proto/otlp/logs/v1"
+	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/braidlabs/braid/connectors/otlp"
+	"github.com/braidlabs/braid/operators/braidpb"
+)
+
+func TestKfakeSmoke(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "otlp_spans", "otlp_logs", "otlp_metrics"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	brokers := c.ListenAddrs()
+
+	prod, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(kgo.SaramaCompatHasher(func(b []byte) uint32 { h := fnv.New32a(); h.Write(b); return h.Sum32() }))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	base := time.Now().Add(-time.Minute).UnixNano()
+	want := map[string]bool{}
+	res := &resourcepb.Resource{Attributes: []*commonpb.KeyValue{{Key: "service.name", Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: "vllm"}}}}}
+	for i := 0; i < 20; i++ {
+		var tid [16]byte
+		rand.Read(tid[:])
+		hex := string(otlp.AppendTraceIDHex(nil, tid))
+		want[hex] = true
+		var spans []*tracepb.Span
+		root := make([]byte, 8)
+		rand.Read(root)
+		for s := 0; s < 3; s++ {
+			sid := make([]byte, 8)
+			rand.Read(sid)
+			sp := &tracepb.Span{TraceId: tid[:], SpanId: sid, Name: "llm_request", StartTimeUnixNano: uint64(base + int64(i)*1e6), EndTimeUnixNano: uint64(base + int64(i)*1e6 + int64(s)*1000)}
+			if s == 0 {
+				sp.SpanId = root
+			} else {
+				sp.ParentSpanId = root
+			}
+			spans = append(spans, sp)
+		}
+		td := &tracepb.TracesData{ResourceSpans: []*tracepb.ResourceSpans{{Resource: res, ScopeSpans: []*tracepb.ScopeSpans{{Spans: spans}}}}}
+		v, _ := proto.Marshal(td)
+		ld := &logspb.LogsData{ResourceLogs: []*logspb.ResourceLogs{{Resource: res, ScopeLogs: []*logspb.ScopeLogs{{LogRecords: []*logspb.LogRecord{{TimeUnixNano: uint64(base + int64(i)*1e6), TraceId: tid[:], Body: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: "hello"}}}}}}}}}
+		lv, _ := proto.Marshal(ld)
+		key := []byte(hex)
+		if i%2 == 1 {
+			key = nil // unkeyed: goes through the repartition topic
+		}
+		if err := prod.ProduceSync(ctx, &kgo.Record{Topic: "otlp_spans", Key: key, Value: v}, &kgo.Record{Topic: "otlp_logs", Key: key, Value: lv}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prod.ProduceSync(ctx, &kgo.Record{Topic: "otlp_spans", Value: []byte{0xff, 0x01}})
+
+	cfg := &Config{}
+	cfg.Kafka.Brokers = brokers
+	cfg.State.Dir = t.TempDir()
+	cfg.InstanceID = "test"
+	cfg.CheckpointInterval = time.Second
+	cfg.EventTime.OutOfOrderness = time.Second
+	cfg.EventTime.Idleness = time.Second
+	cfg.EventTime.IdleGap = time.Second
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	j, err := Prepare(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jctx, jcancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- j.Run(jctx) }()
+
+	cons, _ := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("braid.fused"), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	defer cons.Close()
+	got := map[string]*braidpb.FusedTrace{}
+	for len(got) < len(want) && ctx.Err() == nil {
+		fs := cons.PollFetches(ctx)
+		fs.EachRecord(func(r *kgo.Record) {
+			var ft braidpb.FusedTrace
+			if err := proto.Unmarshal(r.Value, &ft); err != nil {
+				t.Errorf("unmarshal: %v", err)
+				return
+			}
+			got[string(r.Key)] = &ft
+		})
+	}
+	jcancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	for k := range want {
+		ft := got[k]
+		if ft == nil {
+			t.Errorf("trace %s not fused", k)
+			continue
+		}
+		if len(ft.Spans) != 3 || len(ft.Logs) != 1 {
+			t.Errorf("trace %s: %d spans %d logs", k, len(ft.Spans), len(ft.Logs))
+		}
+	}
+	t.Logf("counters: local=%d repart=%d dlq=%d fused=%d", j.Counters().Local.Load(), j.Counters().Repartitioned.Load(), j.Counters().DLQ.Load(), j.Counters().Fused.Load())
+}

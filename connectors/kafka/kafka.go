@@ -1,0 +1,150 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Config is how braid reaches Kafka.
+type Config struct {
+	// Brokers is the bootstrap list, host:port. Required.
+	Brokers []string `yaml:"brokers"`
+	// ClientID names braid's clients in broker logs and quotas. Default
+	// "braid".
+	ClientID string `yaml:"client_id"`
+	// Replication of topics braid creates. Default 1.
+	Replication int16 `yaml:"replication"`
+}
+
+// EnsureDefaults fills unset fields.
+func (c *Config) EnsureDefaults() {
+	if c.ClientID == "" {
+		c.ClientID = "braid"
+	}
+	if c.Replication == 0 {
+		c.Replication = 1
+	}
+}
+
+// Validate reports every problem at once.
+func (c *Config) Validate() error {
+	var errs []error
+	if len(c.Brokers) == 0 {
+		errs = append(errs, errors.New("kafka: brokers is empty"))
+	}
+	for _, b := range c.Brokers {
+		if !strings.Contains(b, ":") {
+			errs = append(errs, fmt.Errorf("kafka: broker %q is not host:port", b))
+		}
+	}
+	if c.Replication < 1 {
+		errs = append(errs, fmt.Errorf("kafka: replication %d must be ≥ 1", c.Replication))
+	}
+	return errors.Join(errs...)
+}
+
+// Opts returns the client options common to every braid client.
+func (c *Config) Opts() []kgo.Opt {
+	return []kgo.Opt{kgo.SeedBrokers(c.Brokers...), kgo.ClientID(c.ClientID)}
+}
+
+// Topic is a topic braid needs.
+type Topic struct {
+	Name       string
+	Partitions int32
+	// Compacted topics keep the last value per key.
+	Compacted bool
+}
+
+// EnsureTopics creates the topics that do not exist and checks that the
+// ones that do have the partition count asked for.
+func EnsureTopics(ctx context.Context, adm *kadm.Client, replication int16, topics ...Topic) error {
+	names := make([]string, len(topics))
+	for i, t := range topics {
+		names[i] = t.Name
+	}
+	have, err := PartitionCounts(ctx, adm, names...)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, t := range topics {
+		if n, ok := have[t.Name]; ok {
+			if n != t.Partitions {
+				errs = append(errs, fmt.Errorf("kafka: topic %s has %d partitions, want %d", t.Name, n, t.Partitions))
+			}
+			continue
+		}
+		cfg := map[string]*string{}
+		if t.Compacted {
+			v := "compact"
+			cfg["cleanup.policy"] = &v
+		}
+		resp, err := adm.CreateTopic(ctx, t.Partitions, replication, cfg, t.Name)
+		if err != nil {
+			return fmt.Errorf("kafka: create topic %s: %w", t.Name, err)
+		}
+		if resp.Err != nil && !errors.Is(resp.Err, kerr.TopicAlreadyExists) {
+			errs = append(errs, fmt.Errorf("kafka: create topic %s: %w", t.Name, resp.Err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// PartitionCounts returns the partition count of each existing topic among
+// names; missing topics are absent from the map.
+func PartitionCounts(ctx context.Context, adm *kadm.Client, names ...string) (map[string]int32, error) {
+	td, err := adm.ListTopics(ctx, names...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: list topics: %w", err)
+	}
+	out := map[string]int32{}
+	for _, d := range td.Sorted() {
+		if d.Err != nil {
+			if errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
+				continue
+			}
+			return nil, fmt.Errorf("kafka: describe topic %s: %w", d.Topic, d.Err)
+		}
+		out[d.Topic] = int32(len(d.Partitions))
+	}
+	return out, nil
+}
+
+// CoPartitioned checks that every topic in names exists with the same
+// partition count and returns it. The error names every offender.
+func CoPartitioned(ctx context.Context, adm *kadm.Client, names ...string) (int32, error) {
+	counts, err := PartitionCounts(ctx, adm, names...)
+	if err != nil {
+		return 0, err
+	}
+	var missing []string
+	for _, n := range names {
+		if _, ok := counts[n]; !ok {
+			missing = append(missing, n)
+		}
+	}
+	if len(missing) > 0 {
+		return 0, fmt.Errorf("kafka: input topics do not exist: %s", strings.Join(missing, ", "))
+	}
+	byCount := map[int32][]string{}
+	for _, n := range names {
+		byCount[counts[n]] = append(byCount[counts[n]], n)
+	}
+	if len(byCount) > 1 {
+		var parts []string
+		for c, ts := range byCount {
+			parts = append(parts, fmt.Sprintf("%s: %d", strings.Join(ts, ", "), c))
+		}
+		sort.Strings(parts)
+		return 0, fmt.Errorf("kafka: co-partitioned input topics differ in partition count (%s)", strings.Join(parts, "; "))
+	}
+	return counts[names[0]], nil
+}

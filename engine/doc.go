@@ -1,0 +1,37 @@
+// Package engine is braid's runtime: it runs a Topology of co-partitioned
+// Kafka inputs as one task per partition number, each task on its own
+// goroutine with its own state, watermarks and timers, and makes progress
+// durable at checkpoints in Kafka transactions.
+//
+// # Tasks
+//
+// Task p reads partition p of every input topic. The group assignment hands
+// out partitions; a task exists while any of its partitions is assigned.
+// Records reach a task through a bounded channel, so a slow task slows
+// polling instead of growing memory.
+//
+// # Checkpoints
+//
+// Every CheckpointInterval the poll loop stops dispatching and sends a
+// barrier to every task. Each task drains its queue, lets its processor write
+// in-memory state into its keyspace batch (Checkpointer), and sends its
+// watermark to every partition of the internal topics as a marker record.
+// Then the loop ends the Kafka transaction: outputs, markers and input
+// offsets commit together, or abort together. After a commit each task
+// checkpoints its keyspace with the offsets; after an abort each task rolls
+// its keyspace back and its processor reloads (Restorer), and the consumer
+// rewinds to the committed offsets.
+//
+// # Watermarks
+//
+// A task's watermark is the minimum over its source partitions (largest event
+// time minus the out-of-orderness bound) and over the upstream tasks whose
+// markers it reads on internal topics; idle inputs do not hold it back (see
+// windows.Watermarks). Markers are records with a null key, an empty value
+// and the header braid.wm.
+//
+// # Lock order
+//
+// The engine has one mutex, Engine.mu, guarding the task table; it is never
+// held while a task runs or while waiting on a task.
+package engine

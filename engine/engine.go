@@ -1,0 +1,469 @@
+package engine
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/braidlabs/braid/state"
+)
+
+// Input is one topic a topology reads. Task p reads partition p of it.
+type Input struct {
+	Topic string
+	// Internal marks a topic written by the tasks of this job (a
+	// repartition topic). Every task sends its watermark to every partition
+	// of every internal input at each checkpoint.
+	Internal bool
+}
+
+// Topology is what the engine runs: co-partitioned inputs and the processor
+// of a task.
+type Topology struct {
+	// Name prefixes keyspaces and transactional ids.
+	Name string
+	// Inputs are read co-partitioned: every input must have Partitions
+	// partitions.
+	Inputs []Input
+	// Partitions is the number of tasks.
+	Partitions int32
+	// NewProcessor builds the processor of task t. t.State is open.
+	NewProcessor func(t *Task) (Processor, error)
+}
+
+// Config configures an Engine.
+type Config struct {
+	// ClientOpts carry brokers, client id and security. Required.
+	ClientOpts []kgo.Opt
+	// Group is the consumer group id. Required.
+	Group string
+	// TransactionalID is stable per instance so that a restarted instance
+	// fences its predecessor. Required.
+	TransactionalID string
+	// CheckpointInterval, default 5s; 1s–60s.
+	CheckpointInterval time.Duration
+	// OutOfOrderness bounds event-time disorder within a partition.
+	// Default 10s.
+	OutOfOrderness time.Duration
+	// Idleness: an input silent for longer stops holding the watermark
+	// back. Default 30s.
+	Idleness time.Duration
+	// TickInterval is how often an idle task re-evaluates its watermark.
+	// Default 200ms.
+	TickInterval time.Duration
+	// TransactionTimeout, default 60s; must exceed CheckpointInterval by
+	// a margin of at least 10s.
+	TransactionTimeout time.Duration
+	// Store holds the keyspaces of the tasks. Required.
+	Store *state.Store
+	// Logger, default slog.Default().
+	Logger *slog.Logger
+	// Now is the processing-time clock, default time.Now.
+	Now func() time.Time
+	// MaxPollRecords bounds one poll. Default 10000.
+	MaxPollRecords int
+	// QueueDepth is the number of polled batches a task may have queued.
+	// Default 8.
+	QueueDepth int
+}
+
+// EnsureDefaults fills unset fields with their defaults.
+func (c *Config) EnsureDefaults() {
+	if c.CheckpointInterval == 0 {
+		c.CheckpointInterval = 5 * time.Second
+	}
+	if c.OutOfOrderness == 0 {
+		c.OutOfOrderness = 10 * time.Second
+	}
+	if c.Idleness == 0 {
+		c.Idleness = 30 * time.Second
+	}
+	if c.TickInterval == 0 {
+		c.TickInterval = 200 * time.Millisecond
+	}
+	if c.TransactionTimeout == 0 {
+		c.TransactionTimeout = 60 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.MaxPollRecords == 0 {
+		c.MaxPollRecords = 10000
+	}
+	if c.QueueDepth == 0 {
+		c.QueueDepth = 8
+	}
+}
+
+// Validate reports every problem at once.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Group == "" {
+		errs = append(errs, errors.New("engine: Config.Group is required"))
+	}
+	if c.TransactionalID == "" {
+		errs = append(errs, errors.New("engine: Config.TransactionalID is required"))
+	}
+	if c.Store == nil {
+		errs = append(errs, errors.New("engine: Config.Store is required"))
+	}
+	if c.CheckpointInterval < time.Second || c.CheckpointInterval > time.Minute {
+		errs = append(errs, fmt.Errorf("engine: Config.CheckpointInterval %v is outside 1s–60s", c.CheckpointInterval))
+	}
+	if c.TransactionTimeout < c.CheckpointInterval+10*time.Second {
+		errs = append(errs, fmt.Errorf("engine: Config.TransactionTimeout %v must exceed CheckpointInterval %v by at least 10s", c.TransactionTimeout, c.CheckpointInterval))
+	}
+	if c.OutOfOrderness < 0 || c.Idleness < 0 {
+		errs = append(errs, errors.New("engine: Config.OutOfOrderness and Config.Idleness must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// Engine runs a Topology. Create with New, run with Run.
+type Engine struct {
+	cfg  Config
+	topo Topology
+	log  *slog.Logger
+
+	sess *kgo.GroupTransactSession
+
+	mu struct {
+		sync.Mutex
+		// assigned: partition → topics of that partition currently assigned.
+		assigned map[int32]map[string]bool
+	}
+	// tasks is touched only by the Run goroutine.
+	tasks map[int32]*Task
+
+	inputIndex map[string]int
+	srcIndex   []int // input index → source index (-1 for internal)
+	sources    int // inputs that are not internal
+	internal   []string
+
+	produceErr atomic.Pointer[error]
+	stats      Stats
+}
+
+// Stats are the engine's counters. Safe for concurrent reads.
+type Stats struct {
+	RecordsIn        atomic.Int64
+	RecordsOut       atomic.Int64
+	Checkpoints      atomic.Int64
+	Aborts           atomic.Int64
+	LastPauseNanos   atomic.Int64
+	LastCommitNanos  atomic.Int64
+	MinWatermarkNano atomic.Int64
+}
+
+// New validates cfg and topo.
+func New(cfg Config, topo Topology) (*Engine, error) {
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if topo.Name == "" || len(topo.Inputs) == 0 || topo.Partitions <= 0 || topo.NewProcessor == nil {
+		return nil, errors.New("engine: Topology needs Name, Inputs, Partitions > 0 and NewProcessor")
+	}
+	e := &Engine{cfg: cfg, topo: topo, log: cfg.Logger, tasks: map[int32]*Task{}, inputIndex: map[string]int{}}
+	e.mu.assigned = map[int32]map[string]bool{}
+	for i, in := range topo.Inputs {
+		if _, dup := e.inputIndex[in.Topic]; dup {
+			return nil, fmt.Errorf("engine: input topic %s listed twice", in.Topic)
+		}
+		e.inputIndex[in.Topic] = i
+		if in.Internal {
+			e.internal = append(e.internal, in.Topic)
+			e.srcIndex = append(e.srcIndex, -1)
+		} else {
+			e.srcIndex = append(e.srcIndex, e.sources)
+			e.sources++
+		}
+	}
+	return e, nil
+}
+
+// Stats returns the engine's live counters.
+func (e *Engine) Stats() *Stats { return &e.stats }
+
+// Run consumes until ctx is done, then makes a final checkpoint (bounded by
+// the transaction timeout) and leaves the group.
+func (e *Engine) Run(ctx context.Context) (err error) {
+	topics := make([]string, len(e.topo.Inputs))
+	for i, in := range e.topo.Inputs {
+		topics[i] = in.Topic
+	}
+	opts := append([]kgo.Opt{}, e.cfg.ClientOpts...)
+	opts = append(opts,
+		kgo.ConsumerGroup(e.cfg.Group),
+		kgo.ConsumeTopics(topics...),
+		kgo.TransactionalID(e.cfg.TransactionalID),
+		kgo.TransactionTimeout(e.cfg.TransactionTimeout),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.OnPartitionsAssigned(e.onAssigned),
+		kgo.OnPartitionsRevoked(e.onRevoked),
+		kgo.OnPartitionsLost(e.onRevoked),
+		kgo.ProducerBatchMaxBytes(4<<20),
+		kgo.MaxBufferedRecords(1<<20),
+	)
+	sess, err := kgo.NewGroupTransactSession(opts...)
+	if err != nil {
+		return fmt.Errorf("engine: create client: %w", err)
+	}
+	e.sess = sess
+	defer func() {
+		e.closeTasks()
+		sess.Close()
+	}()
+
+	if err := sess.Begin(); err != nil {
+		return fmt.Errorf("engine: begin transaction: %w", err)
+	}
+	next := e.cfg.Now().Add(e.cfg.CheckpointInterval)
+	for {
+		pollCtx, cancel := context.WithDeadline(ctx, next)
+		fetches := sess.PollRecords(pollCtx, e.cfg.MaxPollRecords)
+		cancel()
+		if ctx.Err() != nil {
+			fctx, fcancel := context.WithTimeout(context.Background(), e.cfg.TransactionTimeout)
+			defer fcancel()
+			if err := e.checkpoint(fctx, false); err != nil {
+				return fmt.Errorf("engine: final checkpoint: %w", err)
+			}
+			return nil
+		}
+		var fatal error
+		fetches.EachError(func(topic string, p int32, err error) {
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+				return
+			}
+			if errors.Is(err, kgo.ErrClientClosed) {
+				fatal = err
+				return
+			}
+			e.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
+		})
+		if fatal != nil {
+			return fmt.Errorf("engine: poll: %w", fatal)
+		}
+		if err := e.applyAssignment(); err != nil {
+			return err
+		}
+		fetches.EachPartition(func(ftp kgo.FetchTopicPartition) {
+			if len(ftp.Records) == 0 {
+				return
+			}
+			t := e.tasks[ftp.Partition]
+			if t == nil {
+				return // revoked meanwhile; the transaction aborts
+			}
+			e.stats.RecordsIn.Add(int64(len(ftp.Records)))
+			t.in <- taskMsg{kind: msgRecords, input: e.inputIndex[ftp.Topic], recs: ftp.Records}
+		})
+		if err := e.taskErr(); err != nil {
+			return err
+		}
+		if now := e.cfg.Now(); !now.Before(next) {
+			// A checkpoint runs to its end even when ctx is cancelled
+			// meanwhile: the final checkpoint follows it.
+			cctx, ccancel := context.WithTimeout(context.Background(), e.cfg.TransactionTimeout)
+			err := e.checkpoint(cctx, true)
+			ccancel()
+			if err != nil {
+				return err
+			}
+			next = e.cfg.Now().Add(e.cfg.CheckpointInterval)
+		}
+	}
+}
+
+func (e *Engine) taskErr() error {
+	for _, t := range e.tasks {
+		select {
+		case err := <-t.errc:
+			return fmt.Errorf("engine: task %d: %w", t.Partition, err)
+		default:
+		}
+	}
+	return nil
+}
+
+// checkpoint runs one checkpoint: barrier, prepare, end the transaction,
+// apply the outcome in every task, and begin the next transaction.
+func (e *Engine) checkpoint(ctx context.Context, begin bool) error {
+	start := time.Now()
+	if err := e.applyAssignment(); err != nil {
+		return err
+	}
+	replies := make(chan error, len(e.tasks))
+	for _, t := range e.tasks {
+		t.in <- taskMsg{kind: msgBarrier, reply: replies}
+	}
+	var prepErr error
+	for range e.tasks {
+		if err := <-replies; err != nil && prepErr == nil {
+			prepErr = err
+		}
+	}
+	try := kgo.TryCommit
+	if prepErr != nil || e.produceErr.Load() != nil {
+		try = kgo.TryAbort
+	}
+	committed, endErr := e.sess.End(ctx, try)
+	e.stats.LastCommitNanos.Store(int64(time.Since(start)))
+	if perr := e.produceErr.Swap(nil); perr != nil {
+		e.log.Error("produce failed; transaction aborted", "err", *perr)
+		if prepErr == nil {
+			prepErr = *perr
+		}
+	}
+	if endErr != nil {
+		e.log.Warn("end transaction", "err", endErr)
+	}
+	if begin {
+		if err := e.sess.Begin(); err != nil {
+			return fmt.Errorf("engine: begin transaction: %w", err)
+		}
+	}
+	outcome := msgCommit
+	if !committed {
+		outcome = msgAbort
+		e.stats.Aborts.Add(1)
+	} else {
+		e.stats.Checkpoints.Add(1)
+	}
+	for _, t := range e.tasks {
+		t.in <- taskMsg{kind: outcome, reply: replies}
+	}
+	var applyErr error
+	for range e.tasks {
+		if err := <-replies; err != nil && applyErr == nil {
+			applyErr = err
+		}
+	}
+	e.stats.LastPauseNanos.Store(int64(time.Since(start)))
+	if applyErr != nil {
+		return fmt.Errorf("engine: apply checkpoint: %w", applyErr)
+	}
+	if prepErr != nil {
+		return fmt.Errorf("engine: checkpoint: %w", prepErr)
+	}
+	if endErr != nil && ctx.Err() != nil {
+		return fmt.Errorf("engine: end transaction: %w", endErr)
+	}
+	if !committed && !begin && prepErr == nil {
+		return fmt.Errorf("engine: final checkpoint aborted: %v", endErr)
+	}
+	return nil
+}
+
+func (e *Engine) onAssigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for topic, ps := range m {
+		for _, p := range ps {
+			if e.mu.assigned[p] == nil {
+				e.mu.assigned[p] = map[string]bool{}
+			}
+			e.mu.assigned[p][topic] = true
+		}
+	}
+}
+
+func (e *Engine) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for topic, ps := range m {
+		for _, p := range ps {
+			delete(e.mu.assigned[p], topic)
+			if len(e.mu.assigned[p]) == 0 {
+				delete(e.mu.assigned, p)
+			}
+		}
+	}
+}
+
+// applyAssignment starts tasks for newly assigned partitions and closes the
+// tasks of revoked ones. Called from the Run goroutine only.
+func (e *Engine) applyAssignment() error {
+	e.mu.Lock()
+	want := make(map[int32]bool, len(e.mu.assigned))
+	for p := range e.mu.assigned {
+		want[p] = true
+	}
+	e.mu.Unlock()
+	for p, t := range e.tasks {
+		if !want[p] {
+			t.close()
+			delete(e.tasks, p)
+		}
+	}
+	for p := range want {
+		if e.tasks[p] != nil {
+			continue
+		}
+		t, err := e.openTask(p)
+		if err != nil {
+			return err
+		}
+		e.tasks[p] = t
+	}
+	return nil
+}
+
+func (e *Engine) closeTasks() {
+	for p, t := range e.tasks {
+		t.close()
+		delete(e.tasks, p)
+	}
+}
+
+func (e *Engine) produce(r *kgo.Record) {
+	e.stats.RecordsOut.Add(1)
+	e.sess.Produce(context.Background(), r, e.promise)
+}
+
+func (e *Engine) promise(r *kgo.Record, err error) {
+	if err != nil {
+		err = fmt.Errorf("produce to %s[%d]: %w", r.Topic, r.Partition, err)
+		e.produceErr.CompareAndSwap(nil, &err)
+	}
+}
+
+// Marker header: the watermark an upstream task sends to internal topics.
+const markerHeader = "braid.wm"
+
+func encodeMarker(task int32, wm int64, idle bool) []byte {
+	b := make([]byte, 0, 16)
+	b = binary.AppendVarint(b, int64(task))
+	b = binary.BigEndian.AppendUint64(b, uint64(wm))
+	if idle {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
+	return b
+}
+
+func decodeMarker(b []byte) (task int32, wm int64, idle bool, ok bool) {
+	t, n := binary.Varint(b)
+	if n <= 0 || len(b) != n+9 {
+		return 0, 0, false, false
+	}
+	return int32(t), int64(binary.BigEndian.Uint64(b[n:])), b[n+8] == 1, true
+}
+
+func keyspaceName(topo string, p int32) string { return topo + "-" + strconv.Itoa(int(p)) }

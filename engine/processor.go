@@ -1,0 +1,38 @@
+package engine
+
+import "github.com/twmb/franz-go/pkg/kgo"
+
+// Processor is the logic of one task. The engine calls it from the task's
+// goroutine only, so it needs no locks. Process returns an error only for
+// something the task cannot go on from (state I/O); a bad record is the
+// processor's to route (dead-letter) and is not an error.
+type Processor interface {
+	// Process handles one record read from input (an index into
+	// Topology.Inputs). rec and its slices stay valid only during the call
+	// unless the processor copies them.
+	Process(t *Task, rec *kgo.Record, input int) error
+}
+
+// WatermarkHandler is implemented by processors with event-time timers. It
+// is called whenever the task's watermark advances; it may emit.
+type WatermarkHandler interface {
+	OnWatermark(t *Task, wm int64) error
+}
+
+// Checkpointer is implemented by processors that hold state in memory: at a
+// checkpoint they write it into t.State before the transaction commits.
+type Checkpointer interface {
+	PrepareCheckpoint(t *Task) error
+}
+
+// Restorer is implemented by processors that cache state in memory. Restore
+// is called when the task opens and after every aborted checkpoint, when
+// t.State is back at the last committed checkpoint.
+type Restorer interface {
+	Restore(t *Task) error
+}
+
+// Closer is implemented by processors that hold resources.
+type Closer interface {
+	Close() error
+}

@@ -1,0 +1,307 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/braidlabs/braid/state"
+	"github.com/braidlabs/braid/windows"
+)
+
+type msgKind uint8
+
+const (
+	msgRecords msgKind = iota
+	msgBarrier
+	msgCommit
+	msgAbort
+	msgClose
+)
+
+type taskMsg struct {
+	kind  msgKind
+	input int
+	recs  []*kgo.Record
+	reply chan error
+}
+
+// Task is one partition of the topology: its state, watermarks and
+// processor. Its methods are for the processor and are called on the task's
+// goroutine only.
+type Task struct {
+	// Partition is the task's partition number.
+	Partition int32
+	// State is the task's keyspace.
+	State *state.Keyspace
+	// Log is tagged with the topology and partition.
+	Log *slog.Logger
+
+	e    *Engine
+	proc Processor
+	wmh  WatermarkHandler
+
+	in   chan taskMsg
+	errc chan error
+	done chan struct{}
+
+	// src covers the source inputs only: the watermark sent downstream.
+	src *windows.Watermarks
+	// all covers source inputs and every upstream task of every internal
+	// input: the watermark that fires timers.
+	all *windows.Watermarks
+
+	offsets   map[string]int64 // input topic → next offset
+	lastWM    int64
+	restoreWM int64
+	now       time.Time
+	failed    bool
+}
+
+var wmKey = []byte("\x00\x01watermark")
+
+func (e *Engine) openTask(p int32) (*Task, error) {
+	ks, err := e.cfg.Store.Keyspace(keyspaceName(e.topo.Name, p))
+	if err != nil {
+		return nil, fmt.Errorf("engine: open state for partition %d: %w", p, err)
+	}
+	now := e.cfg.Now()
+	t := &Task{
+		Partition: p,
+		State:     ks,
+		Log:       e.log.With("stage", e.topo.Name, "partition", p),
+		e:         e,
+		in:        make(chan taskMsg, e.cfg.QueueDepth),
+		errc:      make(chan error, 1),
+		done:      make(chan struct{}),
+		offsets:   map[string]int64{},
+		now:       now,
+	}
+	t.src = windows.NewWatermarks(e.sources, e.cfg.OutOfOrderness, e.cfg.Idleness, now)
+	ups := len(e.internal) * int(e.topo.Partitions)
+	t.all = windows.NewWatermarks(e.sources+ups, e.cfg.OutOfOrderness, e.cfg.Idleness, now)
+	for i := e.sources; i < e.sources+ups; i++ {
+		t.all.MarkUpstream(i)
+	}
+	if err := t.loadCommitted(); err != nil {
+		ks.Close()
+		return nil, err
+	}
+	proc, err := e.topo.NewProcessor(t)
+	if err != nil {
+		ks.Close()
+		return nil, fmt.Errorf("engine: processor for partition %d: %w", p, err)
+	}
+	t.proc = proc
+	t.wmh, _ = proc.(WatermarkHandler)
+	if r, ok := proc.(Restorer); ok {
+		if err := r.Restore(t); err != nil {
+			ks.Close()
+			return nil, fmt.Errorf("engine: restore partition %d: %w", p, err)
+		}
+	}
+	go t.run()
+	return t, nil
+}
+
+// loadCommitted reads the watermark and offsets of the last checkpoint.
+func (t *Task) loadCommitted() error {
+	v, ok, err := t.State.Get(nil, wmKey)
+	if err != nil {
+		return err
+	}
+	t.restoreWM = windows.MinTime
+	if ok && len(v) == 8 {
+		t.restoreWM = int64(binary.BigEndian.Uint64(v))
+	}
+	t.lastWM = t.restoreWM
+	t.all.Advance(t.restoreWM)
+	offs, err := t.State.Offsets()
+	if err != nil {
+		return err
+	}
+	t.offsets = map[string]int64{}
+	for topic, ps := range offs {
+		if o, ok := ps[t.Partition]; ok {
+			t.offsets[topic] = o
+		}
+	}
+	return nil
+}
+
+func (t *Task) run() {
+	defer close(t.done)
+	tick := time.NewTicker(t.e.cfg.TickInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case m := <-t.in:
+			if t.handle(m) {
+				return
+			}
+		case <-tick.C:
+			if !t.failed {
+				t.fail(t.advance())
+			}
+		}
+	}
+}
+
+// handle processes one message; it reports whether the task is finished.
+func (t *Task) handle(m taskMsg) bool {
+	switch m.kind {
+	case msgRecords:
+		if t.failed {
+			return false
+		}
+		t.now = t.e.cfg.Now()
+		for _, r := range m.recs {
+			if err := t.processRecord(r, m.input); err != nil {
+				t.fail(err)
+				return false
+			}
+		}
+		t.fail(t.advance())
+	case msgBarrier:
+		m.reply <- t.prepare()
+	case msgCommit:
+		m.reply <- t.commit()
+	case msgAbort:
+		m.reply <- t.rollback()
+	case msgClose:
+		if c, ok := t.proc.(Closer); ok {
+			c.Close()
+		}
+		t.State.Close()
+		return true
+	}
+	return false
+}
+
+func (t *Task) fail(err error) {
+	if err == nil || t.failed {
+		return
+	}
+	t.failed = true
+	t.errc <- err
+}
+
+func (t *Task) processRecord(r *kgo.Record, input int) error {
+	t.offsets[r.Topic] = r.Offset + 1
+	if t.e.topo.Inputs[input].Internal && r.Value == nil && len(r.Headers) == 1 && r.Headers[0].Key == markerHeader {
+		up, wm, idle, ok := decodeMarker(r.Headers[0].Value)
+		if !ok || up < 0 || up >= t.e.topo.Partitions {
+			t.Log.Warn("ignoring malformed watermark marker", "topic", r.Topic, "offset", r.Offset)
+			return nil
+		}
+		k := 0
+		for i, name := range t.e.internal {
+			if name == r.Topic {
+				k = i
+			}
+		}
+		t.all.Report(t.e.sources+k*int(t.e.topo.Partitions)+int(up), wm, idle, t.now)
+		return nil
+	}
+	return t.proc.Process(t, r, input)
+}
+
+// advance recomputes the watermark and hands it to the processor if it moved.
+func (t *Task) advance() error {
+	t.now = t.e.cfg.Now()
+	wm := t.all.Current(t.now)
+	if wm <= t.lastWM {
+		return nil
+	}
+	t.lastWM = wm
+	if t.wmh != nil {
+		return t.wmh.OnWatermark(t, wm)
+	}
+	return nil
+}
+
+func (t *Task) prepare() error {
+	if t.failed {
+		return errors.New("task failed")
+	}
+	if err := t.advance(); err != nil {
+		return err
+	}
+	if c, ok := t.proc.(Checkpointer); ok {
+		if err := c.PrepareCheckpoint(t); err != nil {
+			return err
+		}
+	}
+	if err := t.State.Set(wmKey, binary.BigEndian.AppendUint64(nil, uint64(t.lastWM))); err != nil {
+		return err
+	}
+	wm, idle := t.src.Current(t.now), t.src.Idle(t.now)
+	marker := encodeMarker(t.Partition, wm, idle)
+	for _, topic := range t.e.internal {
+		for q := int32(0); q < t.e.topo.Partitions; q++ {
+			t.e.produce(&kgo.Record{Topic: topic, Partition: q, Headers: []kgo.RecordHeader{{Key: markerHeader, Value: marker}}})
+		}
+	}
+	return nil
+}
+
+func (t *Task) commit() error {
+	offs := state.Offsets{}
+	for topic, o := range t.offsets {
+		offs[topic] = map[int32]int64{t.Partition: o}
+	}
+	return t.State.Checkpoint(offs)
+}
+
+func (t *Task) rollback() error {
+	t.State.Rollback()
+	if err := t.loadCommitted(); err != nil {
+		return err
+	}
+	if r, ok := t.proc.(Restorer); ok {
+		return r.Restore(t)
+	}
+	return nil
+}
+
+func (t *Task) close() {
+	t.in <- taskMsg{kind: msgClose}
+	<-t.done
+}
+
+// Emit produces r in the current transaction. r.Partition must be set.
+func (t *Task) Emit(r *kgo.Record) { t.e.produce(r) }
+
+// Observe records an event at event time ts on input (a Topology.Inputs
+// index) for the watermark. Internal inputs carry their watermark in
+// markers; observations on them are ignored.
+func (t *Task) Observe(input int, ts int64) {
+	if t.e.topo.Inputs[input].Internal {
+		return
+	}
+	i := t.sourceIndex(input)
+	t.src.Observe(i, ts, t.now)
+	t.all.Observe(i, ts, t.now)
+}
+
+// Touch records activity without an event time on input.
+func (t *Task) Touch(input int) {
+	if t.e.topo.Inputs[input].Internal {
+		return
+	}
+	i := t.sourceIndex(input)
+	t.src.Touch(i, t.now)
+	t.all.Touch(i, t.now)
+}
+
+func (t *Task) sourceIndex(input int) int { return t.e.srcIndex[input] }
+
+// Watermark is the task's current watermark.
+func (t *Task) Watermark() int64 { return t.lastWM }
+
+// Now is the processing time of the record being processed.
+func (t *Task) Now() time.Time { return t.now }

@@ -1,0 +1,120 @@
+package fuse
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/braidlabs/braid/connectors/otlp"
+)
+
+// Source is one input topic and the encoding the Collector writes to it.
+type Source struct {
+	Topic    string
+	Signal   otlp.Signal
+	Encoding otlp.Encoding
+}
+
+// Config configures the fuse stage.
+type Config struct {
+	// Sources are the OTLP input topics. Default: otlp_spans, otlp_logs,
+	// otlp_metrics, all otlp_proto.
+	Sources []Source
+	// Partitions of the input topics, the repartition topic and so the
+	// number of tasks. Required.
+	Partitions int32
+	// RepartitionTopic carries trace groups to the task that owns their
+	// trace id. Default braid.fuse-repartition.
+	RepartitionTopic string
+	// FusedTopic, LateTopic, DLQTopic: outputs. Defaults braid.fused,
+	// braid.late, braid.dlq.
+	FusedTopic, LateTopic, DLQTopic string
+	// FusedPartitions, LatePartitions, DLQPartitions: partition counts of
+	// the outputs. Default Partitions.
+	FusedPartitions, LatePartitions, DLQPartitions int32
+	// IdleGap: a trace is emitted once the watermark passes its last event
+	// time plus IdleGap. Default 5s.
+	IdleGap time.Duration
+	// AllowedLateness: members up to this far behind the watermark still
+	// revise their trace; later ones go to LateTopic. Default 60s.
+	AllowedLateness time.Duration
+	// Caps per trace; what is cut is counted and the trace flagged.
+	// Defaults 10000 spans, 10000 logs, 10000 points, 8 MiB.
+	MaxSpans, MaxLogs, MaxPoints int
+	MaxBytes                     int
+	// JSON writes fused records as protojson instead of protobuf.
+	JSON bool
+}
+
+// EnsureDefaults fills unset fields.
+func (c *Config) EnsureDefaults() {
+	if len(c.Sources) == 0 {
+		c.Sources = []Source{
+			{Topic: "otlp_spans", Signal: otlp.SignalSpans, Encoding: otlp.EncodingProto},
+			{Topic: "otlp_logs", Signal: otlp.SignalLogs, Encoding: otlp.EncodingProto},
+			{Topic: "otlp_metrics", Signal: otlp.SignalMetrics, Encoding: otlp.EncodingProto},
+		}
+	}
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&c.RepartitionTopic, "braid.fuse-repartition")
+	def(&c.FusedTopic, "braid.fused")
+	def(&c.LateTopic, "braid.late")
+	def(&c.DLQTopic, "braid.dlq")
+	for _, p := range []*int32{&c.FusedPartitions, &c.LatePartitions, &c.DLQPartitions} {
+		if *p == 0 {
+			*p = c.Partitions
+		}
+	}
+	if c.IdleGap == 0 {
+		c.IdleGap = 5 * time.Second
+	}
+	if c.AllowedLateness == 0 {
+		c.AllowedLateness = 60 * time.Second
+	}
+	for _, p := range []*int{&c.MaxSpans, &c.MaxLogs, &c.MaxPoints} {
+		if *p == 0 {
+			*p = 10000
+		}
+	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = 8 << 20
+	}
+}
+
+// Validate reports every problem at once.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Partitions <= 0 {
+		errs = append(errs, fmt.Errorf("fuse: Partitions %d must be positive", c.Partitions))
+	}
+	seen := map[string]bool{}
+	for i, s := range c.Sources {
+		if s.Topic == "" {
+			errs = append(errs, fmt.Errorf("fuse: Sources[%d].Topic is empty", i))
+		}
+		if seen[s.Topic] {
+			errs = append(errs, fmt.Errorf("fuse: Sources[%d].Topic %s is listed twice", i, s.Topic))
+		}
+		seen[s.Topic] = true
+		if s.Signal < otlp.SignalSpans || s.Signal > otlp.SignalMetrics {
+			errs = append(errs, fmt.Errorf("fuse: Sources[%d].Signal is not set", i))
+		}
+		if s.Encoding != otlp.EncodingProto && s.Encoding != otlp.EncodingJSON {
+			errs = append(errs, fmt.Errorf("fuse: Sources[%d].Encoding is not set", i))
+		}
+	}
+	if seen[c.RepartitionTopic] {
+		errs = append(errs, fmt.Errorf("fuse: RepartitionTopic %s is also a source", c.RepartitionTopic))
+	}
+	if c.IdleGap < 0 || c.AllowedLateness < 0 {
+		errs = append(errs, errors.New("fuse: IdleGap and AllowedLateness must not be negative"))
+	}
+	if c.MaxSpans < 1 || c.MaxLogs < 1 || c.MaxPoints < 1 || c.MaxBytes < 1024 {
+		errs = append(errs, errors.New("fuse: MaxSpans, MaxLogs, MaxPoints must be ≥ 1 and MaxBytes ≥ 1024"))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,29 @@
+// Package fuse is braid's first stage: ingest and trace-keyed fusion in one
+// task per partition.
+//
+// Ingest decodes each OTLP message of otlp_spans / otlp_logs / otlp_metrics,
+// cuts it into members (spans, log records, exemplar metric points) and groups
+// them by trace id. A group whose trace id hashes (the Collector's
+// partitioner, over the hex key) to the task's own partition is fused in
+// place: the fast path, which the Collector's partition_traces_by_id and
+// partition_logs_by_trace_id settings make the common case. Any other group
+// goes to the repartition topic keyed by trace id and is fused by the task
+// that owns it.
+//
+// Fuse keeps each open trace in the task's keyspace: a small in-memory
+// record per trace (times, counts, revision) and its members in chunks, one
+// per trace per checkpoint, under "d"+trace id+chunk number. A trace is
+// emitted to braid.fused when the watermark passes its last event time plus
+// the idle gap. A member that arrives later but within allowed lateness adds
+// to the trace and causes it to be emitted again with revision+1. A member
+// whose event time is more than allowed lateness behind the watermark goes to
+// braid.late, re-encoded as a one-item OTLP message. When the watermark
+// passes last event time + idle gap + allowed lateness, the trace is purged
+// with one range delete.
+//
+// Members without a trace id (logs that carry only a request id, metric
+// points without exemplars) are counted as unjoined: they belong to the
+// resolve and resources stages. Undecodable messages go unchanged to
+// braid.dlq with braid.reason, braid.topic, braid.partition and braid.offset
+// headers.
+package fuse

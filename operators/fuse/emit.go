@@ -1,0 +1,433 @@
+package fuse
+
+import (
+	"bytes"
+	"slices"
+	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/braidlabs/braid/connectors/otlp"
+	"github.com/braidlabs/braid/engine"
+	"github.com/braidlabs/braid/operators/braidpb"
+)
+
+// FusedTrace field numbers (operators/braidpb/braid/v1/braid.proto).
+const (
+	fTraceID   = 1
+	fRevision  = 2
+	fStart     = 3
+	fEnd       = 4
+	fResources = 5
+	fSpans     = 6
+	fLogs      = 7
+	fPoints    = 8
+	fSummary   = 9
+	fFlags     = 10
+	fWatermark = 11
+)
+
+// emitter holds the buffers of one emission, reused across emissions.
+type emitter struct {
+	chunks  []byte
+	members []emitMember
+	resIdx  map[string]uint32
+	res     [][]byte
+	out     []byte
+}
+
+type emitMember struct {
+	kind     kind
+	time     int64
+	sortKey  []byte // span: start time + span id; else the payload
+	resource []byte
+	body     []byte
+}
+
+// emit writes the FusedTrace of tr with its current revision.
+func (p *processor) emit(t *engine.Task, tr *trace, wm int64) error {
+	e := &p.emitter
+	e.chunks = e.chunks[:0]
+	e.members = e.members[:0]
+	if tr.chunks > 0 {
+		lo := dataKey(nil, tr.id, 0)
+		hi := dataKey(nil, tr.id, tr.chunks)
+		it, err := t.State.Iter(lo, hi)
+		if err != nil {
+			return err
+		}
+		for it.First(); it.Valid(); it.Next() {
+			e.chunks = append(e.chunks, it.Value()...)
+		}
+		if err := it.Close(); err != nil {
+			return err
+		}
+	}
+	e.chunks = append(e.chunks, tr.pending...)
+	err := readMembers(e.chunks, func(m *member) error {
+		_, payload, _ := memberParts(m.body)
+		em := emitMember{kind: m.kind, time: m.time, resource: m.resource, body: m.body, sortKey: payload}
+		e.members = append(e.members, em)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	// Canonical order: by kind, event time, then content, so that the same
+	// members give the same bytes whatever order they arrived in.
+	slices.SortStableFunc(e.members, func(a, b emitMember) int {
+		if a.kind != b.kind {
+			return int(a.kind) - int(b.kind)
+		}
+		if a.time != b.time {
+			if a.time < b.time {
+				return -1
+			}
+			return 1
+		}
+		return bytes.Compare(a.sortKey, b.sortKey)
+	})
+	if e.resIdx == nil {
+		e.resIdx = map[string]uint32{}
+	}
+	clear(e.resIdx)
+	e.res = e.res[:0]
+	var sum summary
+	for i := range e.members {
+		m := &e.members[i]
+		if _, ok := e.resIdx[string(m.resource)]; !ok {
+			e.resIdx[string(m.resource)] = uint32(len(e.res))
+			e.res = append(e.res, m.resource)
+		}
+		if m.kind == kindSpan {
+			sum.addSpan(m.sortKey, m.resource)
+		}
+	}
+
+	b := e.out[:0]
+	b = protowire.AppendTag(b, fTraceID, protowire.BytesType)
+	b = protowire.AppendBytes(b, tr.id[:])
+	if tr.revision > 0 {
+		b = protowire.AppendTag(b, fRevision, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(tr.revision))
+	}
+	b = protowire.AppendTag(b, fStart, protowire.Fixed64Type)
+	b = protowire.AppendFixed64(b, uint64(tr.first))
+	b = protowire.AppendTag(b, fEnd, protowire.Fixed64Type)
+	b = protowire.AppendFixed64(b, uint64(tr.last))
+	for _, r := range e.res {
+		b = protowire.AppendTag(b, fResources, protowire.BytesType)
+		b = protowire.AppendBytes(b, r)
+	}
+	for i := range e.members {
+		m := &e.members[i]
+		field := protowire.Number(fSpans)
+		switch m.kind {
+		case kindLog:
+			field = fLogs
+		case kindPoint:
+			field = fPoints
+		}
+		idx := e.resIdx[string(m.resource)]
+		size := len(m.body)
+		if idx != 0 {
+			size += protowire.SizeTag(1) + protowire.SizeVarint(uint64(idx))
+		}
+		b = protowire.AppendTag(b, field, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(size))
+		if idx != 0 {
+			b = protowire.AppendTag(b, 1, protowire.VarintType)
+			b = protowire.AppendVarint(b, uint64(idx))
+		}
+		b = append(b, m.body...)
+	}
+	sum.spans, sum.logs, sum.points = tr.spans, tr.logs, tr.points
+	sum.dropped = tr.dropped
+	if !sum.haveRoot {
+		sum.duration = uint64(tr.last - tr.first)
+	}
+	b = sum.append(b)
+	var flags []uint64
+	if !sum.haveRoot && tr.spans > 0 || tr.spans == 0 {
+		flags = append(flags, uint64(braidpb.Flag_FLAG_NO_ROOT_SPAN))
+	}
+	if sum.errors > 0 {
+		flags = append(flags, uint64(braidpb.Flag_FLAG_ERROR))
+	}
+	if tr.dropped != [3]uint32{} {
+		flags = append(flags, uint64(braidpb.Flag_FLAG_TRUNCATED))
+	}
+	if tr.revision > 0 {
+		flags = append(flags, uint64(braidpb.Flag_FLAG_REVISED))
+	}
+	if len(flags) > 0 {
+		n := 0
+		for _, f := range flags {
+			n += protowire.SizeVarint(f)
+		}
+		b = protowire.AppendTag(b, fFlags, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(n))
+		for _, f := range flags {
+			b = protowire.AppendVarint(b, f)
+		}
+	}
+	b = protowire.AppendTag(b, fWatermark, protowire.Fixed64Type)
+	b = protowire.AppendFixed64(b, uint64(wm))
+	e.out = b
+
+	value := append([]byte(nil), b...)
+	if p.cfg.JSON {
+		var ft braidpb.FusedTrace
+		if err := proto.Unmarshal(value, &ft); err != nil {
+			return err
+		}
+		value, err = protojson.Marshal(&ft)
+		if err != nil {
+			return err
+		}
+	}
+	key := otlp.AppendTraceIDHex(make([]byte, 0, 32), tr.id)
+	t.Emit(&kgo.Record{
+		Topic:     p.cfg.FusedTopic,
+		Partition: otlp.HashPartition(key, p.cfg.FusedPartitions),
+		Key:       key,
+		Value:     value,
+		Headers:   []kgo.RecordHeader{{Key: "braid.revision", Value: strconv.AppendUint(nil, uint64(tr.revision), 10)}},
+	})
+	p.s.counters.Fused.Add(1)
+	if tr.revision > 0 {
+		p.s.counters.Revisions.Add(1)
+	}
+	tr.emitted = true
+	tr.revision++
+	return nil
+}
+
+// summary derives the Summary message from the spans.
+type summary struct {
+	spans, logs, points uint32
+	dropped             [3]uint32
+	haveRoot            bool
+	rootName            []byte
+	rootService         []byte
+	duration            uint64
+	errors              uint32
+}
+
+func (s *summary) addSpan(span, resource []byte) {
+	var parent, name []byte
+	var start, end uint64
+	var status int32
+	for len(span) > 0 {
+		num, typ, n := protowire.ConsumeTag(span)
+		if n < 0 {
+			return
+		}
+		span = span[n:]
+		switch {
+		case num == 4 && typ == protowire.BytesType:
+			parent, n = protowire.ConsumeBytes(span)
+		case num == 5 && typ == protowire.BytesType:
+			name, n = protowire.ConsumeBytes(span)
+		case num == 7 && typ == protowire.Fixed64Type:
+			start, n = protowire.ConsumeFixed64(span)
+		case num == 8 && typ == protowire.Fixed64Type:
+			end, n = protowire.ConsumeFixed64(span)
+		case num == 15 && typ == protowire.BytesType:
+			var st []byte
+			st, n = protowire.ConsumeBytes(span)
+			status = statusCode(st)
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, span)
+		}
+		if n < 0 {
+			return
+		}
+		span = span[n:]
+	}
+	if status == 2 {
+		s.errors++
+	}
+	if len(parent) == 0 && !s.haveRoot {
+		s.haveRoot = true
+		s.rootName = name
+		s.rootService = serviceName(resource)
+		if end > start {
+			s.duration = end - start
+		}
+	}
+}
+
+func statusCode(b []byte) int32 {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return 0
+		}
+		b = b[n:]
+		if num == 3 && typ == protowire.VarintType {
+			v, _ := protowire.ConsumeVarint(b)
+			return int32(v)
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return 0
+		}
+		b = b[n:]
+	}
+	return 0
+}
+
+// serviceName returns the service.name string attribute of a Resource.
+func serviceName(res []byte) []byte {
+	for len(res) > 0 {
+		num, typ, n := protowire.ConsumeTag(res)
+		if n < 0 {
+			return nil
+		}
+		res = res[n:]
+		if num == 1 && typ == protowire.BytesType {
+			kv, n := protowire.ConsumeBytes(res)
+			if n < 0 {
+				return nil
+			}
+			res = res[n:]
+			if v, ok := stringAttr(kv, "service.name"); ok {
+				return v
+			}
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, res)
+		if n < 0 {
+			return nil
+		}
+		res = res[n:]
+	}
+	return nil
+}
+
+// stringAttr returns the string value of KeyValue kv if its key is key.
+func stringAttr(kv []byte, key string) ([]byte, bool) {
+	var k, v []byte
+	for len(kv) > 0 {
+		num, typ, n := protowire.ConsumeTag(kv)
+		if n < 0 || typ != protowire.BytesType {
+			return nil, false
+		}
+		kv = kv[n:]
+		b, n := protowire.ConsumeBytes(kv)
+		if n < 0 {
+			return nil, false
+		}
+		kv = kv[n:]
+		switch num {
+		case 1:
+			k = b
+		case 2:
+			v = b
+		}
+	}
+	if string(k) != key {
+		return nil, false
+	}
+	// AnyValue{string_value = 1}
+	for len(v) > 0 {
+		num, typ, n := protowire.ConsumeTag(v)
+		if n < 0 {
+			return nil, false
+		}
+		v = v[n:]
+		if num == 1 && typ == protowire.BytesType {
+			s, _ := protowire.ConsumeBytes(v)
+			return s, true
+		}
+		n = protowire.ConsumeFieldValue(num, typ, v)
+		if n < 0 {
+			return nil, false
+		}
+		v = v[n:]
+	}
+	return nil, false
+}
+
+func (s *summary) append(b []byte) []byte {
+	var m []byte
+	u := func(num protowire.Number, v uint32) {
+		if v != 0 {
+			m = protowire.AppendTag(m, num, protowire.VarintType)
+			m = protowire.AppendVarint(m, uint64(v))
+		}
+	}
+	u(1, s.spans)
+	u(2, s.logs)
+	u(3, s.points)
+	if len(s.rootName) > 0 {
+		m = protowire.AppendTag(m, 4, protowire.BytesType)
+		m = protowire.AppendBytes(m, s.rootName)
+	}
+	if len(s.rootService) > 0 {
+		m = protowire.AppendTag(m, 5, protowire.BytesType)
+		m = protowire.AppendBytes(m, s.rootService)
+	}
+	if s.duration != 0 {
+		m = protowire.AppendTag(m, 6, protowire.Fixed64Type)
+		m = protowire.AppendFixed64(m, s.duration)
+	}
+	u(7, s.errors)
+	u(8, s.dropped[0])
+	u(9, s.dropped[1])
+	u(10, s.dropped[2])
+	b = protowire.AppendTag(b, fSummary, protowire.BytesType)
+	return protowire.AppendBytes(b, m)
+}
+
+// late sends m to the late topic as a one-item OTLP message of its signal:
+// TracesData / LogsData / MetricsData share the field numbers
+// (resource_x=1 { resource=1, scope_x=2 { scope=1, items=2 } }).
+func (p *processor) late(t *engine.Task, id [16]byte, m *member) {
+	scope, payload, origin := memberParts(m.body)
+	var inner []byte
+	if len(scope) > 0 {
+		inner = protowire.AppendTag(inner, 1, protowire.BytesType)
+		inner = protowire.AppendBytes(inner, scope)
+	}
+	inner = protowire.AppendTag(inner, 2, protowire.BytesType)
+	inner = protowire.AppendBytes(inner, payload)
+	var rs []byte
+	if len(m.resource) > 0 {
+		rs = protowire.AppendTag(rs, 1, protowire.BytesType)
+		rs = protowire.AppendBytes(rs, m.resource)
+	}
+	rs = protowire.AppendTag(rs, 2, protowire.BytesType)
+	rs = protowire.AppendBytes(rs, inner)
+	var msg []byte
+	msg = protowire.AppendTag(msg, 1, protowire.BytesType)
+	msg = protowire.AppendBytes(msg, rs)
+
+	topic, part, off := parseOrigin(origin)
+	signal := "spans"
+	switch m.kind {
+	case kindLog:
+		signal = "logs"
+	case kindPoint:
+		signal = "metrics"
+	}
+	key := otlp.AppendTraceIDHex(make([]byte, 0, 32), id)
+	p.s.counters.Late.Add(1)
+	t.Emit(&kgo.Record{
+		Topic:     p.cfg.LateTopic,
+		Partition: otlp.HashPartition(key, p.cfg.LatePartitions),
+		Key:       key,
+		Value:     msg,
+		Headers: []kgo.RecordHeader{
+			{Key: "braid.reason", Value: []byte("event time " + strconv.FormatInt(m.time, 10) + " is beyond allowed lateness at watermark " + strconv.FormatInt(t.Watermark(), 10))},
+			{Key: "braid.signal", Value: []byte(signal)},
+			{Key: "braid.topic", Value: []byte(topic)},
+			{Key: "braid.partition", Value: strconv.AppendInt(nil, int64(part), 10)},
+			{Key: "braid.offset", Value: strconv.AppendInt(nil, off, 10)},
+		},
+	})
+}

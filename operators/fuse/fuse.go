@@ -1,0 +1,467 @@
+package fuse
+
+import (
+	"container/heap"
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/braidlabs/braid/connectors/otlp"
+	"github.com/braidlabs/braid/engine"
+	"github.com/braidlabs/braid/windows"
+)
+
+// Counters are the stage's record accounting, summed over its tasks. Every
+// member read ends in exactly one of Fused (via a trace), Late, Unjoined or
+// Truncated; every undecodable message in DLQ.
+type Counters struct {
+	Messages      atomic.Int64 // input messages read from sources
+	Members       atomic.Int64 // members cut from decoded messages
+	Local         atomic.Int64 // trace groups fused in place (fast path)
+	Repartitioned atomic.Int64 // trace groups sent to the repartition topic
+	Fused         atomic.Int64 // FusedTrace records emitted (all revisions)
+	Revisions     atomic.Int64 // of which revision > 0
+	Late          atomic.Int64 // members sent to the late topic
+	DLQ           atomic.Int64 // messages sent to the dead-letter topic
+	UnjoinedLogs  atomic.Int64 // log records without a trace id
+	UnjoinedPoint atomic.Int64 // metric points without an exemplar trace id
+	Truncated     atomic.Int64 // members cut by a per-trace cap
+	OpenTraces    atomic.Int64 // traces in state
+}
+
+// Stage is the fuse stage: its topology for the engine and its counters.
+type Stage struct {
+	cfg      Config
+	counters Counters
+}
+
+// New validates cfg and returns the stage.
+func New(cfg Config) (*Stage, error) {
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Stage{cfg: cfg}, nil
+}
+
+// Config returns the stage's configuration with defaults filled in.
+func (s *Stage) Config() Config { return s.cfg }
+
+// Counters returns the live counters.
+func (s *Stage) Counters() *Counters { return &s.counters }
+
+// Topology returns what the engine runs.
+func (s *Stage) Topology() engine.Topology {
+	inputs := make([]engine.Input, 0, len(s.cfg.Sources)+1)
+	for _, src := range s.cfg.Sources {
+		inputs = append(inputs, engine.Input{Topic: src.Topic})
+	}
+	inputs = append(inputs, engine.Input{Topic: s.cfg.RepartitionTopic, Internal: true})
+	return engine.Topology{
+		Name:       "fuse",
+		Inputs:     inputs,
+		Partitions: s.cfg.Partitions,
+		NewProcessor: func(t *engine.Task) (engine.Processor, error) {
+			return newProcessor(s, t.Partition), nil
+		},
+	}
+}
+
+// trace is the in-memory record of one open trace (≈150 bytes with its map
+// entry and timer). Its members live in the keyspace and in pending.
+type trace struct {
+	id          [16]byte
+	first, last int64
+	revision    uint32 // revision of the next emission
+	emitted     bool   // emitted at least once
+	dirty       bool   // changed since the last emission
+	changed     bool   // in processor.changed
+	spans, logs uint32
+	points      uint32
+	dropped     [3]uint32 // spans, logs, points cut by caps
+	bytes       uint32
+	chunks      uint32 // chunks in the keyspace
+	pending     []byte // members since the last checkpoint (a chunk)
+	lastRes     []byte // resource of pending's last member
+	timerAt     int64  // scheduled timer, 0 if none
+}
+
+type processor struct {
+	s         *Stage
+	cfg       *Config
+	partition int32
+	dec       *otlp.Decoder
+	traces    map[[16]byte]*trace
+	timers    timerHeap
+	changed   []*trace
+	groups    map[[16]byte]int
+	writers   []chunkWriter
+	ids       [][16]byte
+	key       []byte
+	scratch   []byte
+	emitter   emitter
+}
+
+func newProcessor(s *Stage, p int32) *processor {
+	return &processor{
+		s:         s,
+		cfg:       &s.cfg,
+		partition: p,
+		dec:       otlp.NewDecoder(),
+		traces:    map[[16]byte]*trace{},
+		groups:    map[[16]byte]int{},
+	}
+}
+
+// Process implements engine.Processor.
+func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
+	if input == len(p.cfg.Sources) {
+		return p.processRepartitioned(t, rec)
+	}
+	src := &p.cfg.Sources[input]
+	p.s.counters.Messages.Add(1)
+	items, err := p.dec.Decode(src.Signal, src.Encoding, rec.Value)
+	if err != nil {
+		t.Touch(input)
+		p.deadLetter(t, rec, err.Error())
+		return nil
+	}
+	p.s.counters.Members.Add(int64(len(items)))
+	clear(p.groups)
+	p.ids = p.ids[:0]
+	for i := range items {
+		it := &items[i]
+		t.Observe(input, it.Time)
+		if it.TraceID == ([16]byte{}) {
+			if src.Signal == otlp.SignalLogs {
+				p.s.counters.UnjoinedLogs.Add(1)
+			} else {
+				p.s.counters.UnjoinedPoint.Add(1)
+			}
+			continue
+		}
+		g, ok := p.groups[it.TraceID]
+		if !ok {
+			g = len(p.ids)
+			p.groups[it.TraceID] = g
+			p.ids = append(p.ids, it.TraceID)
+			if g == len(p.writers) {
+				p.writers = append(p.writers, chunkWriter{})
+			}
+			p.writers[g].reset(p.writers[g].buf[:0])
+		}
+		p.writers[g].appendItem(it, src.Signal, rec.Topic, rec.Partition, rec.Offset)
+	}
+	for g, id := range p.ids {
+		p.key = otlp.AppendTraceIDHex(p.key[:0], id)
+		q := otlp.HashPartition(p.key, p.cfg.Partitions)
+		if q == p.partition {
+			p.s.counters.Local.Add(1)
+			if err := p.add(t, id, p.writers[g].buf); err != nil {
+				return err
+			}
+			continue
+		}
+		p.s.counters.Repartitioned.Add(1)
+		t.Emit(&kgo.Record{
+			Topic:     p.cfg.RepartitionTopic,
+			Partition: q,
+			Key:       append([]byte(nil), p.key...),
+			Value:     append([]byte(nil), p.writers[g].buf...),
+		})
+	}
+	return nil
+}
+
+func (p *processor) processRepartitioned(t *engine.Task, rec *kgo.Record) error {
+	id, ok := otlp.ParseTraceIDHex(rec.Key)
+	if !ok {
+		p.deadLetter(t, rec, "repartition record without a trace id key")
+		return nil
+	}
+	return p.add(t, id, rec.Value)
+}
+
+func (p *processor) deadLetter(t *engine.Task, rec *kgo.Record, reason string) {
+	p.s.counters.DLQ.Add(1)
+	t.Emit(&kgo.Record{
+		Topic:     p.cfg.DLQTopic,
+		Partition: rec.Partition % p.cfg.DLQPartitions,
+		Key:       rec.Key,
+		Value:     rec.Value,
+		Headers: []kgo.RecordHeader{
+			{Key: "braid.reason", Value: []byte(reason)},
+			{Key: "braid.topic", Value: []byte(rec.Topic)},
+			{Key: "braid.partition", Value: strconv.AppendInt(nil, int64(rec.Partition), 10)},
+			{Key: "braid.offset", Value: strconv.AppendInt(nil, rec.Offset, 10)},
+		},
+	})
+}
+
+// add fuses a chunk of members of trace id.
+func (p *processor) add(t *engine.Task, id [16]byte, chunk []byte) error {
+	wm := t.Watermark()
+	tr := p.traces[id]
+	return readMembers(chunk, func(m *member) error {
+		if windows.IsLate(m.time, wm, p.cfg.AllowedLateness) {
+			p.late(t, id, m)
+			return nil
+		}
+		if tr == nil {
+			tr = &trace{id: id, first: m.time, last: m.time}
+			p.traces[id] = tr
+			p.s.counters.OpenTraces.Add(1)
+		}
+		if p.capped(tr, m) {
+			p.s.counters.Truncated.Add(1)
+			tr.dropped[m.kind-1]++
+		} else {
+			w := chunkWriter{buf: tr.pending, lastRes: tr.lastRes}
+			if len(tr.pending) > 0 {
+				w.n = 1
+			}
+			w.appendMember(m)
+			tr.pending, tr.lastRes = w.buf, w.lastRes
+			tr.bytes += uint32(len(m.body) + len(m.resource))
+			switch m.kind {
+			case kindSpan:
+				tr.spans++
+			case kindLog:
+				tr.logs++
+			default:
+				tr.points++
+			}
+		}
+		tr.first = min(tr.first, m.time)
+		tr.last = max(tr.last, m.time)
+		tr.dirty = true
+		p.markChanged(tr)
+		p.schedule(tr)
+		return nil
+	})
+}
+
+func (p *processor) capped(tr *trace, m *member) bool {
+	if int(tr.bytes)+len(m.body)+len(m.resource) > p.cfg.MaxBytes {
+		return true
+	}
+	switch m.kind {
+	case kindSpan:
+		return int(tr.spans) >= p.cfg.MaxSpans
+	case kindLog:
+		return int(tr.logs) >= p.cfg.MaxLogs
+	default:
+		return int(tr.points) >= p.cfg.MaxPoints
+	}
+}
+
+func (p *processor) markChanged(tr *trace) {
+	if !tr.changed {
+		tr.changed = true
+		p.changed = append(p.changed, tr)
+	}
+}
+
+// schedule makes sure tr has a timer at or before its next action.
+func (p *processor) schedule(tr *trace) {
+	at := p.nextAction(tr)
+	if tr.timerAt != 0 && tr.timerAt <= at {
+		return // the pending timer fires first and reschedules
+	}
+	tr.timerAt = at
+	heap.Push(&p.timers, timer{at: at, tr: tr})
+}
+
+// nextAction is the event time at which tr is emitted (dirty) or purged.
+func (p *processor) nextAction(tr *trace) int64 {
+	if tr.dirty {
+		return tr.last + int64(p.cfg.IdleGap)
+	}
+	return tr.last + int64(p.cfg.IdleGap) + int64(p.cfg.AllowedLateness)
+}
+
+// OnWatermark implements engine.WatermarkHandler: fires due timers in order.
+func (p *processor) OnWatermark(t *engine.Task, wm int64) error {
+	for len(p.timers) > 0 && p.timers[0].at <= wm {
+		tm := heap.Pop(&p.timers).(timer)
+		tr := tm.tr
+		if p.traces[tr.id] != tr || tr.timerAt != tm.at {
+			continue // purged, or superseded by an earlier timer
+		}
+		tr.timerAt = 0
+		at := p.nextAction(tr)
+		if at > wm {
+			p.schedule(tr)
+			continue
+		}
+		if tr.dirty {
+			if err := p.emit(t, tr, wm); err != nil {
+				return err
+			}
+			tr.dirty = false
+			p.markChanged(tr)
+			p.schedule(tr)
+			continue
+		}
+		if err := p.purge(t, tr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var (
+	prefixMeta = byte('m')
+	prefixData = byte('d')
+)
+
+func metaKey(dst []byte, id [16]byte) []byte { return append(append(dst, prefixMeta), id[:]...) }
+
+func dataKey(dst []byte, id [16]byte, chunk uint32) []byte {
+	dst = append(append(dst, prefixData), id[:]...)
+	return binary.BigEndian.AppendUint32(dst, chunk)
+}
+
+func (p *processor) purge(t *engine.Task, tr *trace) error {
+	start := dataKey(p.key[:0], tr.id, 0)
+	end := append(append([]byte{prefixData}, tr.id[:]...), 0xff, 0xff, 0xff, 0xff, 0xff)
+	if err := t.State.DeleteRange(start, end); err != nil {
+		return err
+	}
+	if err := t.State.Delete(metaKey(p.key[:0], tr.id)); err != nil {
+		return err
+	}
+	delete(p.traces, tr.id)
+	tr.pending = nil
+	p.s.counters.OpenTraces.Add(-1)
+	return nil
+}
+
+// PrepareCheckpoint implements engine.Checkpointer: pending members become
+// a chunk, and every changed trace's record is written.
+func (p *processor) PrepareCheckpoint(t *engine.Task) error {
+	for _, tr := range p.changed {
+		tr.changed = false
+		if p.traces[tr.id] != tr {
+			continue // purged
+		}
+		if len(tr.pending) > 0 {
+			if err := t.State.Set(dataKey(p.key[:0], tr.id, tr.chunks), tr.pending); err != nil {
+				return fmt.Errorf("fuse: write chunk: %w", err)
+			}
+			tr.chunks++
+			tr.pending, tr.lastRes = nil, nil
+		}
+		p.scratch = encodeMeta(p.scratch[:0], tr)
+		if err := t.State.Set(metaKey(p.key[:0], tr.id), p.scratch); err != nil {
+			return fmt.Errorf("fuse: write trace record: %w", err)
+		}
+	}
+	clear(p.changed)
+	p.changed = p.changed[:0]
+	return nil
+}
+
+// Restore implements engine.Restorer: reloads every open trace's record.
+func (p *processor) Restore(t *engine.Task) error {
+	p.s.counters.OpenTraces.Add(-int64(len(p.traces)))
+	clear(p.traces)
+	p.timers = p.timers[:0]
+	p.changed = p.changed[:0]
+	it, err := t.State.Iter([]byte{prefixMeta}, []byte{prefixMeta + 1})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		k := it.Key()
+		if len(k) != 17 {
+			continue
+		}
+		tr := &trace{}
+		copy(tr.id[:], k[1:])
+		if err := decodeMeta(it.Value(), tr); err != nil {
+			return fmt.Errorf("fuse: trace %x: %w", tr.id, err)
+		}
+		p.traces[tr.id] = tr
+		p.schedule(tr)
+	}
+	p.s.counters.OpenTraces.Add(int64(len(p.traces)))
+	return it.Error()
+}
+
+func encodeMeta(b []byte, tr *trace) []byte {
+	b = append(b, 1) // version
+	b = binary.AppendVarint(b, tr.first)
+	b = binary.AppendVarint(b, tr.last)
+	flags := byte(0)
+	if tr.emitted {
+		flags |= 1
+	}
+	if tr.dirty {
+		flags |= 2
+	}
+	b = append(b, flags)
+	for _, v := range []uint32{tr.revision, tr.spans, tr.logs, tr.points, tr.dropped[0], tr.dropped[1], tr.dropped[2], tr.bytes, tr.chunks} {
+		b = binary.AppendUvarint(b, uint64(v))
+	}
+	return b
+}
+
+func decodeMeta(b []byte, tr *trace) error {
+	if len(b) < 1 || b[0] != 1 {
+		return fmt.Errorf("fuse: unknown trace record version")
+	}
+	b = b[1:]
+	var n int
+	tr.first, n = binary.Varint(b)
+	if n <= 0 {
+		return errCorruptChunk
+	}
+	b = b[n:]
+	tr.last, n = binary.Varint(b)
+	if n <= 0 || len(b) < n+1 {
+		return errCorruptChunk
+	}
+	b = b[n:]
+	tr.emitted, tr.dirty = b[0]&1 != 0, b[0]&2 != 0
+	b = b[1:]
+	for _, v := range []*uint32{&tr.revision, &tr.spans, &tr.logs, &tr.points, &tr.dropped[0], &tr.dropped[1], &tr.dropped[2], &tr.bytes, &tr.chunks} {
+		x, n := binary.Uvarint(b)
+		if n <= 0 {
+			return errCorruptChunk
+		}
+		*v = uint32(x)
+		b = b[n:]
+	}
+	return nil
+}
+
+type timer struct {
+	at int64
+	tr *trace
+}
+
+// timerHeap orders timers by time, then trace id, so that firing order —
+// and with it the output — is deterministic.
+type timerHeap []timer
+
+func (h timerHeap) Len() int { return len(h) }
+func (h timerHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return string(h[i].tr.id[:]) < string(h[j].tr.id[:])
+}
+func (h timerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *timerHeap) Push(x any)   { *h = append(*h, x.(timer)) }
+func (h *timerHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	old[len(old)-1] = timer{}
+	*h = old[:len(old)-1]
+	return x
+}

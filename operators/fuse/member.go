@@ -1,0 +1,299 @@
+package fuse
+
+import (
+	"encoding/binary"
+	"errors"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/braidlabs/braid/connectors/otlp"
+)
+
+// A chunk is a sequence of members of one trace, the unit of state and of
+// repartition records:
+//
+//	member = kind:byte time:varint resource body:bytes
+//	resource = uvarint(len+1) bytes, or uvarint(0): same as the previous member
+//
+// body holds fields 2 (scope), 3 (span / log / metric) and 4 (origin) of
+// FusedSpan / FusedLog / FusedPoint, ready to be framed into a FusedTrace.
+type kind uint8
+
+const (
+	kindSpan  kind = 1
+	kindLog   kind = 2
+	kindPoint kind = 3
+)
+
+var errCorruptChunk = errors.New("fuse: corrupt member chunk")
+
+type member struct {
+	kind     kind
+	time     int64
+	resource []byte
+	body     []byte
+}
+
+// chunkWriter appends members to a chunk.
+type chunkWriter struct {
+	buf     []byte
+	lastRes []byte
+	n       int
+}
+
+func (w *chunkWriter) reset(buf []byte) { w.buf, w.lastRes, w.n = buf, nil, 0 }
+
+// appendItem encodes it as a member with its origin.
+func (w *chunkWriter) appendItem(it *otlp.Item, sig otlp.Signal, topic string, partition int32, offset int64) {
+	var k kind
+	switch sig {
+	case otlp.SignalSpans:
+		k = kindSpan
+	case otlp.SignalLogs:
+		k = kindLog
+	default:
+		k = kindPoint
+	}
+	b := append(w.buf, byte(k))
+	b = binary.AppendVarint(b, it.Time)
+	if w.n > 0 && string(it.Resource) == string(w.lastRes) {
+		b = append(b, 0)
+	} else {
+		b = protowire.AppendVarint(b, uint64(len(it.Resource))+1)
+		b = append(b, it.Resource...)
+		w.lastRes = it.Resource
+	}
+	// body length is not known up front: reserve, then patch by shifting.
+	start := len(b)
+	if len(it.Scope) > 0 {
+		b = protowire.AppendTag(b, 2, protowire.BytesType)
+		b = protowire.AppendBytes(b, it.Scope)
+	}
+	b = protowire.AppendTag(b, 3, protowire.BytesType)
+	if k == kindPoint {
+		b = appendMetric(b, it)
+	} else {
+		b = protowire.AppendBytes(b, it.Payload)
+	}
+	b = protowire.AppendTag(b, 4, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(originSize(topic, partition, offset)))
+	b = appendOrigin(b, topic, partition, offset)
+	w.buf = prefixLen(b, start)
+	w.n++
+}
+
+// appendMember re-encodes m (from another chunk) into the writer.
+func (w *chunkWriter) appendMember(m *member) {
+	b := append(w.buf, byte(m.kind))
+	b = binary.AppendVarint(b, m.time)
+	if w.n > 0 && string(m.resource) == string(w.lastRes) {
+		b = append(b, 0)
+	} else {
+		b = protowire.AppendVarint(b, uint64(len(m.resource))+1)
+		b = append(b, m.resource...)
+		w.lastRes = m.resource
+	}
+	b = protowire.AppendBytes(b, m.body)
+	w.buf = b
+	w.n++
+}
+
+// prefixLen turns b[start:] into a length-prefixed field by shifting it.
+func prefixLen(b []byte, start int) []byte {
+	n := len(b) - start
+	sz := protowire.SizeVarint(uint64(n))
+	b = append(b, make([]byte, sz)...)
+	copy(b[start+sz:], b[start:start+n])
+	protowire.AppendVarint(b[start:start], uint64(n))
+	return b
+}
+
+func appendMetric(b []byte, it *otlp.Item) []byte {
+	// Metric{name=1, description=2, unit=3, <data>=5|7|9|10|11}
+	size := 0
+	if len(it.Name) > 0 {
+		size += protowire.SizeTag(1) + protowire.SizeBytes(len(it.Name))
+	}
+	if len(it.MetricDescription) > 0 {
+		size += protowire.SizeTag(2) + protowire.SizeBytes(len(it.MetricDescription))
+	}
+	if len(it.MetricUnit) > 0 {
+		size += protowire.SizeTag(3) + protowire.SizeBytes(len(it.MetricUnit))
+	}
+	dataSize := protowire.SizeTag(1) + protowire.SizeBytes(len(it.Payload))
+	withTemporality := it.PointType == otlp.PointSum || it.PointType == otlp.PointHistogram || it.PointType == otlp.PointExpHistogram
+	if withTemporality && it.Temporality != 0 {
+		dataSize += protowire.SizeTag(2) + protowire.SizeVarint(uint64(it.Temporality))
+	}
+	if it.PointType == otlp.PointSum && it.Monotonic {
+		dataSize += protowire.SizeTag(3) + 1
+	}
+	size += protowire.SizeTag(protowire.Number(it.PointType)) + protowire.SizeBytes(dataSize)
+	b = protowire.AppendVarint(b, uint64(size))
+	if len(it.Name) > 0 {
+		b = protowire.AppendTag(b, 1, protowire.BytesType)
+		b = protowire.AppendBytes(b, it.Name)
+	}
+	if len(it.MetricDescription) > 0 {
+		b = protowire.AppendTag(b, 2, protowire.BytesType)
+		b = protowire.AppendBytes(b, it.MetricDescription)
+	}
+	if len(it.MetricUnit) > 0 {
+		b = protowire.AppendTag(b, 3, protowire.BytesType)
+		b = protowire.AppendBytes(b, it.MetricUnit)
+	}
+	b = protowire.AppendTag(b, protowire.Number(it.PointType), protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(dataSize))
+	b = protowire.AppendTag(b, 1, protowire.BytesType)
+	b = protowire.AppendBytes(b, it.Payload)
+	if withTemporality && it.Temporality != 0 {
+		b = protowire.AppendTag(b, 2, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(it.Temporality))
+	}
+	if it.PointType == otlp.PointSum && it.Monotonic {
+		b = protowire.AppendTag(b, 3, protowire.VarintType)
+		b = protowire.AppendVarint(b, 1)
+	}
+	return b
+}
+
+func originSize(topic string, partition int32, offset int64) int {
+	n := protowire.SizeTag(1) + protowire.SizeBytes(len(topic))
+	if partition != 0 {
+		n += protowire.SizeTag(2) + protowire.SizeVarint(uint64(partition))
+	}
+	if offset != 0 {
+		n += protowire.SizeTag(3) + protowire.SizeVarint(uint64(offset))
+	}
+	return n
+}
+
+func appendOrigin(b []byte, topic string, partition int32, offset int64) []byte {
+	b = protowire.AppendTag(b, 1, protowire.BytesType)
+	b = protowire.AppendString(b, topic)
+	if partition != 0 {
+		b = protowire.AppendTag(b, 2, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(partition))
+	}
+	if offset != 0 {
+		b = protowire.AppendTag(b, 3, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(offset))
+	}
+	return b
+}
+
+// readMembers calls fn for every member of chunk. Slices alias chunk.
+func readMembers(chunk []byte, fn func(*member) error) error {
+	var m member
+	var lastRes []byte
+	for len(chunk) > 0 {
+		m.kind = kind(chunk[0])
+		if m.kind < kindSpan || m.kind > kindPoint {
+			return errCorruptChunk
+		}
+		chunk = chunk[1:]
+		t, n := binary.Varint(chunk)
+		if n <= 0 {
+			return errCorruptChunk
+		}
+		m.time = t
+		chunk = chunk[n:]
+		rl, n := protowire.ConsumeVarint(chunk)
+		if n < 0 {
+			return errCorruptChunk
+		}
+		chunk = chunk[n:]
+		if rl == 0 {
+			m.resource = lastRes
+		} else {
+			rl--
+			if rl > uint64(len(chunk)) {
+				return errCorruptChunk
+			}
+			m.resource = chunk[:rl:rl]
+			lastRes = m.resource
+			chunk = chunk[rl:]
+		}
+		body, n := protowire.ConsumeBytes(chunk)
+		if n < 0 {
+			return errCorruptChunk
+		}
+		m.body = body
+		chunk = chunk[n:]
+		if err := fn(&m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// memberParts splits a member body into scope, payload (span / log / metric)
+// and origin.
+func memberParts(body []byte) (scope, payload, origin []byte) {
+	for len(body) > 0 {
+		num, typ, n := protowire.ConsumeTag(body)
+		if n < 0 {
+			return
+		}
+		body = body[n:]
+		if typ != protowire.BytesType {
+			n = protowire.ConsumeFieldValue(num, typ, body)
+			if n < 0 {
+				return
+			}
+			body = body[n:]
+			continue
+		}
+		v, n := protowire.ConsumeBytes(body)
+		if n < 0 {
+			return
+		}
+		body = body[n:]
+		switch num {
+		case 2:
+			scope = v
+		case 3:
+			payload = v
+		case 4:
+			origin = v
+		}
+	}
+	return
+}
+
+// parseOrigin decodes an Origin message.
+func parseOrigin(b []byte) (topic string, partition int32, offset int64) {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return
+		}
+		b = b[n:]
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return
+			}
+			topic, b = string(v), b[n:]
+		case typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return
+			}
+			b = b[n:]
+			if num == 2 {
+				partition = int32(v)
+			} else if num == 3 {
+				offset = int64(v)
+			}
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return
+			}
+			b = b[n:]
+		}
+	}
+	return
+}

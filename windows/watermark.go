@@ -1,0 +1,197 @@
+package windows
+
+import (
+	"math"
+	"time"
+)
+
+// MinTime is the watermark before anything is known; MaxTime is the watermark
+// at the end of a bounded input (replay): every timer fires.
+const (
+	MinTime int64 = math.MinInt64
+	MaxTime int64 = math.MaxInt64
+)
+
+// Watermarks tracks the event-time watermark of one task over a fixed set of
+// inputs. An input is either a source partition, whose watermark is its
+// largest event time minus the bounded out-of-orderness, or an upstream task
+// whose watermark arrives ready-made in markers on an internal topic.
+//
+// The task's watermark is the minimum over its active inputs. An input that
+// has shown no activity for longer than the idleness timeout stops holding the
+// watermark back. When every input is idle the watermark advances with
+// processing time from the moment the last input went idle, so that open
+// traces still close when traffic stops; Frozen disables that advance for
+// deterministic replay.
+//
+// The watermark never goes back. Watermarks is not safe for concurrent use.
+type Watermarks struct {
+	bound   int64 // out-of-orderness, ns
+	idle    int64 // idleness timeout, ns; 0 disables idleness
+	frozen  bool
+	inputs  []input
+	current int64
+	// allIdleSince is the processing time at which every input had gone
+	// idle, or 0 while some input is active.
+	allIdleSince int64
+	wmAtIdle     int64
+}
+
+type input struct {
+	max      int64 // largest event time (source) or watermark (upstream)
+	seen     bool
+	upstream bool
+	idleFlag bool  // upstream says it is idle
+	activity int64 // processing time of the last activity, ns
+}
+
+// NewWatermarks returns a tracker for inputs inputs, all created at processing
+// time now: an input that never shows up is idle after the idleness timeout.
+func NewWatermarks(inputs int, outOfOrderness, idleness time.Duration, now time.Time) *Watermarks {
+	w := &Watermarks{
+		bound:   int64(outOfOrderness),
+		idle:    int64(idleness),
+		inputs:  make([]input, inputs),
+		current: MinTime,
+	}
+	n := now.UnixNano()
+	for i := range w.inputs {
+		w.inputs[i].activity = n
+		w.inputs[i].max = MinTime
+	}
+	return w
+}
+
+// Freeze stops processing time from moving the watermark: inputs never go
+// idle and an idle task never advances. Replay uses it.
+func (w *Watermarks) Freeze() { w.frozen = true }
+
+// MarkUpstream declares input i an upstream task whose watermark is reported
+// through Report instead of being derived from event times.
+func (w *Watermarks) MarkUpstream(i int) { w.inputs[i].upstream = true }
+
+// Observe records an event at event time ts on source input i.
+func (w *Watermarks) Observe(i int, ts int64, now time.Time) {
+	in := &w.inputs[i]
+	if ts > in.max {
+		in.max = ts
+	}
+	in.seen = true
+	in.activity = now.UnixNano()
+}
+
+// Touch records activity on input i without an event time (a record that
+// could not be decoded still proves the input is alive).
+func (w *Watermarks) Touch(i int, now time.Time) { w.inputs[i].activity = now.UnixNano() }
+
+// Report records an upstream task's watermark wm on input i; idle reports
+// that the upstream task itself had no active input.
+func (w *Watermarks) Report(i int, wm int64, idle bool, now time.Time) {
+	in := &w.inputs[i]
+	if wm > in.max {
+		in.max = wm
+	}
+	in.seen = true
+	in.idleFlag = idle
+	in.activity = now.UnixNano()
+}
+
+// Current computes the watermark at processing time now.
+func (w *Watermarks) Current(now time.Time) int64 {
+	n := now.UnixNano()
+	wm := MaxTime
+	active := false
+	for i := range w.inputs {
+		in := &w.inputs[i]
+		if !w.frozen && w.isIdle(in, n) {
+			continue
+		}
+		active = true
+		v := in.max
+		if !in.upstream && v != MinTime {
+			v -= w.bound
+		}
+		if v < wm {
+			wm = v
+		}
+	}
+	if !active {
+		if w.allIdleSince == 0 {
+			w.allIdleSince = n
+			w.wmAtIdle = w.maxWatermark()
+		}
+		if w.wmAtIdle != MinTime {
+			wm = w.wmAtIdle + (n - w.allIdleSince)
+		} else {
+			wm = MinTime
+		}
+	} else {
+		w.allIdleSince = 0
+	}
+	if wm > w.current {
+		w.current = wm
+	}
+	return w.current
+}
+
+// Idle reports whether every input is idle at processing time now; a task
+// passes this on to downstream tasks with its watermark.
+func (w *Watermarks) Idle(now time.Time) bool {
+	if w.frozen {
+		return false
+	}
+	n := now.UnixNano()
+	for i := range w.inputs {
+		if !w.isIdle(&w.inputs[i], n) {
+			return false
+		}
+	}
+	return true
+}
+
+// Last returns the watermark computed by the last call of Current.
+func (w *Watermarks) Last() int64 { return w.current }
+
+// Advance moves the watermark to wm if that is later, e.g. to MaxTime at the
+// end of a bounded input.
+func (w *Watermarks) Advance(wm int64) {
+	if wm > w.current {
+		w.current = wm
+	}
+}
+
+func (w *Watermarks) isIdle(in *input, n int64) bool {
+	if in.upstream && in.idleFlag {
+		return true
+	}
+	return w.idle > 0 && n-in.activity > w.idle
+}
+
+// maxWatermark is the largest watermark any input would allow: the one an
+// all-idle task starts advancing from.
+func (w *Watermarks) maxWatermark() int64 {
+	m := w.current
+	for i := range w.inputs {
+		in := &w.inputs[i]
+		if !in.seen || in.max == MinTime {
+			continue
+		}
+		v := in.max
+		if !in.upstream {
+			v -= w.bound
+		}
+		if v > m {
+			m = v
+		}
+	}
+	return m
+}
+
+// IsLate reports whether an event at ts is beyond allowed lateness at
+// watermark wm: the data it belongs to may already have been purged.
+func IsLate(ts, wm int64, allowedLateness time.Duration) bool {
+	if wm == MinTime {
+		return false
+	}
+	return ts+int64(allowedLateness) < wm
+}
