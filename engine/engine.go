@@ -148,8 +148,11 @@ type Engine struct {
 
 	inputIndex map[string]int
 	srcIndex   []int // input index → source index (-1 for internal)
-	sources    int // inputs that are not internal
+	sources    int   // inputs that are not internal
 	internal   []string
+
+	// sink replaces the transactional producer in a Harness.
+	sink func(*kgo.Record)
 
 	produceErr atomic.Pointer[error]
 	stats      Stats
@@ -433,6 +436,10 @@ func (e *Engine) closeTasks() {
 
 func (e *Engine) produce(r *kgo.Record) {
 	e.stats.RecordsOut.Add(1)
+	if e.sink != nil {
+		e.sink(r)
+		return
+	}
 	e.sess.Produce(context.Background(), r, e.promise)
 }
 

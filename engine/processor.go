@@ -14,7 +14,8 @@ type Processor interface {
 }
 
 // WatermarkHandler is implemented by processors with event-time timers. It
-// is called whenever the task's watermark advances; it may emit.
+// is called after every batch of records and on every tick with the task's
+// watermark (which never goes back); it fires what is due and may emit.
 type WatermarkHandler interface {
 	OnWatermark(t *Task, wm int64) error
 }

@@ -65,6 +65,15 @@ type Task struct {
 var wmKey = []byte("\x00\x01watermark")
 
 func (e *Engine) openTask(p int32) (*Task, error) {
+	t, err := e.openTaskNoRun(p)
+	if err != nil {
+		return nil, err
+	}
+	go t.run()
+	return t, nil
+}
+
+func (e *Engine) openTaskNoRun(p int32) (*Task, error) {
 	ks, err := e.cfg.Store.Keyspace(keyspaceName(e.topo.Name, p))
 	if err != nil {
 		return nil, fmt.Errorf("engine: open state for partition %d: %w", p, err)
@@ -104,7 +113,6 @@ func (e *Engine) openTask(p int32) (*Task, error) {
 			return nil, fmt.Errorf("engine: restore partition %d: %w", p, err)
 		}
 	}
-	go t.run()
 	return t, nil
 }
 
@@ -210,11 +218,12 @@ func (t *Task) processRecord(r *kgo.Record, input int) error {
 	return t.proc.Process(t, r, input)
 }
 
-// advance recomputes the watermark and hands it to the processor if it moved.
+// advance recomputes the watermark and hands it to the processor: timers due
+// at it fire, including those that records processed since made due.
 func (t *Task) advance() error {
 	t.now = t.e.cfg.Now()
 	wm := t.all.Current(t.now)
-	if wm <= t.lastWM {
+	if wm < t.lastWM {
 		return nil
 	}
 	t.lastWM = wm

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/braidlabs/braid/cmd/braid/job"
+	"github.com/braidlabs/braid/connectors/simulator"
+)
+
+func cmdDemo(ctx context.Context, args []string, log *slog.Logger) error {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	addr := fs.String("addr", "127.0.0.1:19092", "loopback address of the in-process Kafka broker")
+	partitions := fs.Int("partitions", 4, "partitions of the input topics")
+	rate := fs.Int("rate", 40, "simulated requests per second")
+	encoding := fs.String("encoding", "otlp_proto", "encoding the simulated Collector writes: otlp_proto or otlp_json")
+	keyed := fs.Bool("keyed", true, "simulate partition_traces_by_id (false: whole unkeyed batches)")
+	stateDir := fs.String("state-dir", "", "state directory (default: a temporary one)")
+	quiet := fs.Bool("quiet", false, "do not print fused records, only the stats line")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	host, portStr, ok := strings.Cut(*addr, ":")
+	port, perr := strconv.Atoi(portStr)
+	if !ok || host != "127.0.0.1" || perr != nil {
+		return fmt.Errorf("demo: --addr must be 127.0.0.1:PORT, got %q", *addr)
+	}
+	if *stateDir == "" {
+		d, err := os.MkdirTemp("", "braid-demo-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		*stateDir = d
+	}
+
+	topics := []string{"otlp_spans", "otlp_logs", "otlp_metrics"}
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.SeedTopics(int32(*partitions), topics...))
+	if err != nil {
+		return fmt.Errorf("demo: start in-process Kafka on %s: %w", *addr, err)
+	}
+	defer cluster.Close()
+	fmt.Printf("braid demo: in-process Kafka listening on %s\n", *addr)
+	fmt.Printf("  read fused records with: kcat -C -b %s -t braid.fused   or   braid tail --brokers %s\n\n", *addr, *addr)
+
+	cfg := &job.Config{}
+	cfg.Kafka.Brokers = []string{*addr}
+	cfg.Group = "braid-demo"
+	cfg.InstanceID = "demo"
+	cfg.State.Dir = *stateDir
+	cfg.CheckpointInterval = time.Second
+	cfg.EventTime.OutOfOrderness = 2 * time.Second
+	cfg.EventTime.Idleness = 5 * time.Second
+	cfg.EventTime.IdleGap = 2 * time.Second
+	cfg.EventTime.AllowedLateness = 30 * time.Second
+	for _, in := range []*job.InputConfig{&cfg.Inputs.Spans, &cfg.Inputs.Logs, &cfg.Inputs.Metrics} {
+		in.Encoding = *encoding
+	}
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	j, err := job.Prepare(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 3)
+	go func() { errc <- j.Run(ctx) }()
+	go func() { errc <- simulate(ctx, *addr, *rate, *encoding, *keyed) }()
+	if !*quiet {
+		go func() { errc <- cmdTail(ctx, []string{"--brokers", *addr, "--from-beginning"}, os.Stdout) }()
+	}
+
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	c := j.Counters()
+	for {
+		select {
+		case <-ctx.Done():
+			return drain(errc)
+		case err := <-errc:
+			cancel()
+			if err != nil && !errors.Is(err, context.Canceled) {
+				return err
+			}
+			return drain(errc)
+		case <-tick.C:
+			st := j.Engine().Stats()
+			fmt.Fprintf(os.Stderr, "-- messages %d  members %d  fused %d (revisions %d)  late %d  dlq %d  unjoined logs %d points %d  open traces %d  checkpoints %d  last pause %v\n",
+				c.Messages.Load(), c.Members.Load(), c.Fused.Load(), c.Revisions.Load(), c.Late.Load(), c.DLQ.Load(),
+				c.UnjoinedLogs.Load(), c.UnjoinedPoint.Load(), c.OpenTraces.Load(), st.Checkpoints.Load(),
+				time.Duration(st.LastPauseNanos.Load()).Round(time.Microsecond))
+		}
+	}
+}
+
+func drain(errc chan error) error {
+	var first error
+	for range 2 {
+		select {
+		case err := <-errc:
+			if err != nil && !errors.Is(err, context.Canceled) && first == nil {
+				first = err
+			}
+		case <-time.After(15 * time.Second):
+			return first
+		}
+	}
+	return first
+}
+
+// simulate writes Collector-shaped telemetry at rate requests per second,
+// with event times following the wall clock.
+func simulate(ctx context.Context, addr string, rate int, encoding string, keyed bool) error {
+	scfg := simulator.Config{
+		Seed:             time.Now().UnixNano(),
+		Start:            time.Now(),
+		Encoding:         encoding,
+		RequestsPerBatch: max(1, rate/5),
+		BatchInterval:    200 * time.Millisecond,
+	}
+	if !keyed {
+		scfg.Keying = simulator.Unkeyed
+	}
+	sim, err := simulator.New(scfg)
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.RecordPartitioner(simulator.Partitioner()))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			if err := simulator.Produce(ctx, cl, sim.Next()); err != nil && ctx.Err() == nil {
+				return fmt.Errorf("simulator: %w", err)
+			}
+		}
+	}
+}

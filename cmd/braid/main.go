@@ -1,0 +1,55 @@
+// Command braid is the streaming correlation engine for LLM inference
+// telemetry. See README.md.
+//
+//	braid run --config FILE     run the job against real brokers
+//	braid demo                  in-process Kafka + simulator + job, live view
+//	braid tail                  print fused records
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `braid — streaming correlation of LLM-inference traces, logs and metrics
+
+Usage:
+  braid run  --config FILE   run the job against the brokers in FILE
+  braid demo [flags]         in-process Kafka, telemetry simulator and the job
+  braid tail [flags]         print records of braid.fused
+
+Run "braid COMMAND -h" for a command's flags.
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	var err error
+	switch os.Args[1] {
+	case "run":
+		err = cmdRun(ctx, os.Args[2:], log)
+	case "demo":
+		err = cmdDemo(ctx, os.Args[2:], log)
+	case "tail":
+		err = cmdTail(ctx, os.Args[2:], os.Stdout)
+	case "-h", "--help", "help":
+		fmt.Print(usage)
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "braid: unknown command %q\n\n%s", os.Args[1], usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "braid: %v\n", err)
+		os.Exit(1)
+	}
+}
