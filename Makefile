@@ -2,9 +2,9 @@
 # starting a real Kafka broker (deploy/local/kafka.sh) for the integration tests.
 
 GO        ?= go
-KAFKA     := deploy/local/kafka.sh
-BROKERS   := 127.0.0.1:$(or $(BRAID_KAFKA_PORT),39092)
-PKGS      := ./...
+KAFKA     := bash deploy/local/kafka.sh
+PKGS      ?= ./...
+GO_TEST_FLAGS ?= -race -count=1 -timeout 15m
 
 .PHONY: all build run test test-unit bench bench-e2e lint proto kafka-start kafka-stop clean
 
@@ -19,13 +19,13 @@ run:
 
 ## test: unit tests and integration tests against a real Kafka 4.x broker.
 test:
-	@$(KAFKA) start
-	@status=0; BRAID_KAFKA_BROKERS=$(BROKERS) $(GO) test -race -count=1 -timeout 20m $(PKGS) || status=$$?; \
-	  $(KAFKA) stop; exit $$status
+	@trap '$(KAFKA) stop' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
+	  $(KAFKA) start >/dev/null && eval "$$($(KAFKA) env)" && \
+	  $(GO) test $(GO_TEST_FLAGS) $(PKGS)
 
 ## test-unit: tests that need no broker (integration tests skip outside CI).
 test-unit:
-	$(GO) test -race -count=1 $(PKGS)
+	env -u BRAID_KAFKA_BROKERS CI= $(GO) test $(GO_TEST_FLAGS) $(PKGS)
 
 ## bench: Go micro-benchmarks, then the end-to-end benchmark on the real broker.
 bench:
@@ -33,20 +33,22 @@ bench:
 	@$(MAKE) --no-print-directory bench-e2e
 
 bench-e2e:
-	@$(KAFKA) start
-	@status=0; BRAID_KAFKA_BROKERS=$(BROKERS) $(GO) run ./benchmarks/e2e || status=$$?; \
-	  $(KAFKA) stop; exit $$status
+	@trap '$(KAFKA) stop' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
+	  $(KAFKA) start >/dev/null && eval "$$($(KAFKA) env)" && \
+	  $(GO) run ./benchmarks/e2e $(BENCH_FLAGS)
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 
-## proto: regenerate operators/braidpb/braid.pb.go with Debian's protoc and protoc-gen-go.
+## proto: regenerate operators/braidpb/braid.pb.go (protoc from Debian's protobuf-compiler;
+## protoc-gen-go built at the google.golang.org/protobuf version in go.mod).
 proto:
-	@command -v protoc >/dev/null && command -v protoc-gen-go >/dev/null || \
-	  (apt-get update -qq && apt-get install -y -qq protobuf-compiler golang-goprotobuf-dev)
-	protoc -I operators/braidpb --go_out=. --go_opt=module=github.com/braidlabs/braid \
+	@command -v protoc >/dev/null || (apt-get update -qq && apt-get install -y -qq protobuf-compiler)
+	$(GO) build -o bin/protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go
+	protoc -I operators/braidpb --plugin=protoc-gen-go=$(CURDIR)/bin/protoc-gen-go \
+	  --go_out=. --go_opt=module=github.com/braidlabs/braid \
 	  operators/braidpb/braid/v1/braid.proto
 
 kafka-start:

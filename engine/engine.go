@@ -142,6 +142,8 @@ type Engine struct {
 		sync.Mutex
 		// assigned: partition → topics of that partition currently assigned.
 		assigned map[int32]map[string]bool
+		// watermarks of the open tasks, published by each task.
+		watermarks map[int32]*atomic.Int64
 	}
 	// tasks is touched only by the Run goroutine.
 	tasks map[int32]*Task
@@ -160,13 +162,12 @@ type Engine struct {
 
 // Stats are the engine's counters. Safe for concurrent reads.
 type Stats struct {
-	RecordsIn        atomic.Int64
-	RecordsOut       atomic.Int64
-	Checkpoints      atomic.Int64
-	Aborts           atomic.Int64
-	LastPauseNanos   atomic.Int64
-	LastCommitNanos  atomic.Int64
-	MinWatermarkNano atomic.Int64
+	RecordsIn       atomic.Int64
+	RecordsOut      atomic.Int64
+	Checkpoints     atomic.Int64
+	Aborts          atomic.Int64
+	LastPauseNanos  atomic.Int64
+	LastCommitNanos atomic.Int64
 }
 
 // New validates cfg and topo.
@@ -180,6 +181,7 @@ func New(cfg Config, topo Topology) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, topo: topo, log: cfg.Logger, tasks: map[int32]*Task{}, inputIndex: map[string]int{}}
 	e.mu.assigned = map[int32]map[string]bool{}
+	e.mu.watermarks = map[int32]*atomic.Int64{}
 	for i, in := range topo.Inputs {
 		if _, dup := e.inputIndex[in.Topic]; dup {
 			return nil, fmt.Errorf("engine: input topic %s listed twice", in.Topic)
@@ -412,6 +414,9 @@ func (e *Engine) applyAssignment() error {
 		if !want[p] {
 			t.close()
 			delete(e.tasks, p)
+			e.mu.Lock()
+			delete(e.mu.watermarks, p)
+			e.mu.Unlock()
 		}
 	}
 	for p := range want {
@@ -423,6 +428,9 @@ func (e *Engine) applyAssignment() error {
 			return err
 		}
 		e.tasks[p] = t
+		e.mu.Lock()
+		e.mu.watermarks[p] = &t.published
+		e.mu.Unlock()
 	}
 	return nil
 }
@@ -432,6 +440,21 @@ func (e *Engine) closeTasks() {
 		t.close()
 		delete(e.tasks, p)
 	}
+	e.mu.Lock()
+	clear(e.mu.watermarks)
+	e.mu.Unlock()
+}
+
+// Watermarks returns the event-time watermark of every open task, unix ns
+// (windows.MinTime before any is known). Safe for concurrent use.
+func (e *Engine) Watermarks() map[int32]int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	m := make(map[int32]int64, len(e.mu.watermarks))
+	for p, w := range e.mu.watermarks {
+		m[p] = w.Load()
+	}
+	return m
 }
 
 func (e *Engine) produce(r *kgo.Record) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -60,6 +61,7 @@ type Task struct {
 	restoreWM int64
 	now       time.Time
 	failed    bool
+	published atomic.Int64 // lastWM, for Engine.Watermarks
 }
 
 var wmKey = []byte("\x00\x01watermark")
@@ -127,6 +129,7 @@ func (t *Task) loadCommitted() error {
 		t.restoreWM = int64(binary.BigEndian.Uint64(v))
 	}
 	t.lastWM = t.restoreWM
+	t.published.Store(t.restoreWM)
 	t.all.Advance(t.restoreWM)
 	offs, err := t.State.Offsets()
 	if err != nil {
@@ -176,6 +179,9 @@ func (t *Task) handle(m taskMsg) bool {
 		t.fail(t.advance())
 	case msgBarrier:
 		m.reply <- t.prepare()
+		// Nothing may be produced until the transaction has ended: wait
+		// for the outcome, the next message the engine sends.
+		return t.handle(<-t.in)
 	case msgCommit:
 		m.reply <- t.commit()
 	case msgAbort:
@@ -227,6 +233,7 @@ func (t *Task) advance() error {
 		return nil
 	}
 	t.lastWM = wm
+	t.published.Store(wm)
 	if t.wmh != nil {
 		return t.wmh.OnWatermark(t, wm)
 	}

@@ -19,10 +19,9 @@ const (
 //
 // The task's watermark is the minimum over its active inputs. An input that
 // has shown no activity for longer than the idleness timeout stops holding the
-// watermark back. When every input is idle the watermark advances with
-// processing time from the moment the last input went idle, so that open
-// traces still close when traffic stops; Frozen disables that advance for
-// deterministic replay.
+// watermark back. When every input is idle the watermark moves to the largest
+// watermark among the inputs. Freeze disables idleness for deterministic
+// replay.
 //
 // The watermark never goes back. Watermarks is not safe for concurrent use.
 type Watermarks struct {
@@ -31,10 +30,6 @@ type Watermarks struct {
 	frozen  bool
 	inputs  []input
 	current int64
-	// allIdleSince is the processing time at which every input had gone
-	// idle, or 0 while some input is active.
-	allIdleSince int64
-	wmAtIdle     int64
 }
 
 type input struct {
@@ -116,17 +111,12 @@ func (w *Watermarks) Current(now time.Time) int64 {
 		}
 	}
 	if !active {
-		if w.allIdleSince == 0 {
-			w.allIdleSince = n
-			w.wmAtIdle = w.maxWatermark()
-		}
-		if w.wmAtIdle != MinTime {
-			wm = w.wmAtIdle + (n - w.allIdleSince)
-		} else {
-			wm = MinTime
-		}
-	} else {
-		w.allIdleSince = 0
+		// Every input is idle: what the inputs have shown is all there is
+		// for now, so the watermark moves to the largest of theirs (as
+		// Flink's StatusWatermarkValve does). It never runs ahead of the
+		// data: processing-time flushes (the operators') close what is
+		// still open.
+		wm = w.maxWatermark()
 	}
 	if wm > w.current {
 		w.current = wm
@@ -167,10 +157,9 @@ func (w *Watermarks) isIdle(in *input, n int64) bool {
 	return w.idle > 0 && n-in.activity > w.idle
 }
 
-// maxWatermark is the largest watermark any input would allow: the one an
-// all-idle task starts advancing from.
+// maxWatermark is the largest watermark any input allows.
 func (w *Watermarks) maxWatermark() int64 {
-	m := w.current
+	m := MinTime
 	for i := range w.inputs {
 		in := &w.inputs[i]
 		if !in.seen || in.max == MinTime {
@@ -180,9 +169,7 @@ func (w *Watermarks) maxWatermark() int64 {
 		if !in.upstream {
 			v -= w.bound
 		}
-		if v > m {
-			m = v
-		}
+		m = max(m, v)
 	}
 	return m
 }

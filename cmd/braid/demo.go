@@ -63,6 +63,7 @@ func cmdDemo(ctx context.Context, args []string, log *slog.Logger) error {
 	cfg.EventTime.Idleness = 5 * time.Second
 	cfg.EventTime.IdleGap = 2 * time.Second
 	cfg.EventTime.AllowedLateness = 30 * time.Second
+	cfg.EventTime.FlushAfter = 5 * time.Second
 	for _, in := range []*job.InputConfig{&cfg.Inputs.Spans, &cfg.Inputs.Logs, &cfg.Inputs.Metrics} {
 		in.Encoding = *encoding
 	}

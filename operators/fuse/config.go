@@ -38,6 +38,12 @@ type Config struct {
 	// AllowedLateness: members up to this far behind the watermark still
 	// revise their trace; later ones go to LateTopic. Default 60s.
 	AllowedLateness time.Duration
+	// FlushAfter: a trace that has received nothing for this long in
+	// processing time is emitted even if the watermark has not passed it
+	// (traffic stopped, or every input went idle). Later members still
+	// revise it. Default 10s; negative disables (replay, where only event
+	// time may decide output).
+	FlushAfter time.Duration
 	// Caps per trace; what is cut is counted and the trace flagged.
 	// Defaults 10000 spans, 10000 logs, 10000 points, 8 MiB.
 	MaxSpans, MaxLogs, MaxPoints int
@@ -74,6 +80,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.AllowedLateness == 0 {
 		c.AllowedLateness = 60 * time.Second
+	}
+	if c.FlushAfter == 0 {
+		c.FlushAfter = 10 * time.Second
 	}
 	for _, p := range []*int{&c.MaxSpans, &c.MaxLogs, &c.MaxPoints} {
 		if *p == 0 {

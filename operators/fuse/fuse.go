@@ -87,6 +87,13 @@ type trace struct {
 	pending     []byte // members since the last checkpoint (a chunk)
 	lastRes     []byte // resource of pending's last member
 	timerAt     int64  // scheduled timer, 0 if none
+	touchedAt   int64  // processing time of the last member, ns
+}
+
+// touch is an entry of the processing-time flush queue.
+type touch struct {
+	at int64
+	tr *trace
 }
 
 type processor struct {
@@ -96,6 +103,8 @@ type processor struct {
 	dec       *otlp.Decoder
 	traces    map[[16]byte]*trace
 	timers    timerHeap
+	touched   []touch // in processing-time order; head at touchedHead
+	touchHead int
 	changed   []*trace
 	groups    map[[16]byte]int
 	writers   []chunkWriter
@@ -238,6 +247,10 @@ func (p *processor) add(t *engine.Task, id [16]byte, chunk []byte) error {
 		tr.first = min(tr.first, m.time)
 		tr.last = max(tr.last, m.time)
 		tr.dirty = true
+		if now := t.Now().UnixNano(); tr.touchedAt != now && p.cfg.FlushAfter > 0 {
+			tr.touchedAt = now
+			p.touched = append(p.touched, touch{at: now, tr: tr})
+		}
 		p.markChanged(tr)
 		p.schedule(tr)
 		return nil
@@ -283,8 +296,45 @@ func (p *processor) nextAction(tr *trace) int64 {
 	return tr.last + int64(p.cfg.IdleGap) + int64(p.cfg.AllowedLateness)
 }
 
-// OnWatermark implements engine.WatermarkHandler: fires due timers in order.
+// OnWatermark implements engine.WatermarkHandler: fires due timers in order,
+// then flushes traces idle in processing time.
 func (p *processor) OnWatermark(t *engine.Task, wm int64) error {
+	if err := p.fireTimers(t, wm); err != nil {
+		return err
+	}
+	return p.flushIdle(t, wm)
+}
+
+// flushIdle emits the dirty traces that received nothing for FlushAfter.
+func (p *processor) flushIdle(t *engine.Task, wm int64) error {
+	if p.cfg.FlushAfter <= 0 {
+		return nil
+	}
+	deadline := t.Now().UnixNano() - int64(p.cfg.FlushAfter)
+	for p.touchHead < len(p.touched) && p.touched[p.touchHead].at <= deadline {
+		tc := p.touched[p.touchHead]
+		p.touched[p.touchHead] = touch{}
+		p.touchHead++
+		tr := tc.tr
+		if p.traces[tr.id] != tr || tr.touchedAt != tc.at || !tr.dirty {
+			continue
+		}
+		if err := p.emit(t, tr, wm); err != nil {
+			return err
+		}
+		tr.dirty = false
+		p.markChanged(tr)
+		p.schedule(tr)
+	}
+	if p.touchHead > 1024 && p.touchHead*2 > len(p.touched) {
+		n := copy(p.touched, p.touched[p.touchHead:])
+		clear(p.touched[n:])
+		p.touched, p.touchHead = p.touched[:n], 0
+	}
+	return nil
+}
+
+func (p *processor) fireTimers(t *engine.Task, wm int64) error {
 	for len(p.timers) > 0 && p.timers[0].at <= wm {
 		tm := heap.Pop(&p.timers).(timer)
 		tr := tm.tr
@@ -370,6 +420,8 @@ func (p *processor) Restore(t *engine.Task) error {
 	p.s.counters.OpenTraces.Add(-int64(len(p.traces)))
 	clear(p.traces)
 	p.timers = p.timers[:0]
+	clear(p.touched)
+	p.touched, p.touchHead = p.touched[:0], 0
 	p.changed = p.changed[:0]
 	it, err := t.State.Iter([]byte{prefixMeta}, []byte{prefixMeta + 1})
 	if err != nil {

@@ -67,6 +67,10 @@ type Config struct {
 		// this far behind the watermark, beyond it goes to the late topic.
 		// Default 60s.
 		AllowedLateness time.Duration `yaml:"allowed_lateness"`
+		// FlushAfter: a trace that received nothing for this long in
+		// processing time is emitted even before the watermark passes it
+		// (traffic stopped). Default 10s.
+		FlushAfter time.Duration `yaml:"flush_after"`
 	} `yaml:"event_time"`
 
 	Caps struct {
@@ -197,6 +201,7 @@ func (c *Config) fuseConfig(partitions int32) fuse.Config {
 		DLQPartitions:    out,
 		IdleGap:          c.EventTime.IdleGap,
 		AllowedLateness:  c.EventTime.AllowedLateness,
+		FlushAfter:       c.EventTime.FlushAfter,
 		MaxSpans:         c.Caps.Spans,
 		MaxLogs:          c.Caps.Logs,
 		MaxPoints:        c.Caps.Points,

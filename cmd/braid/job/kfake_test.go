@@ -79,6 +79,7 @@ func TestKfakeSmoke(t *testing.T) {
 	cfg.EventTime.OutOfOrderness = time.Second
 	cfg.EventTime.Idleness = time.Second
 	cfg.EventTime.IdleGap = time.Second
+	cfg.EventTime.FlushAfter = time.Second
 	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)

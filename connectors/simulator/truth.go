@@ -1,0 +1,81 @@
+package simulator
+
+import "time"
+
+// Truth is what the simulator generated so far: the expected result of
+// decoding every message returned by Next and Flush.
+type Truth struct {
+	// Traces by trace id (32 lower-case hex characters): every request
+	// generated so far, less those dropped by Simulator.ForgetTraces.
+	Traces map[string]TraceTruth
+	// TraceIDs lists the keys of Traces in the order the requests were
+	// generated.
+	TraceIDs []string
+
+	// Spans, TraceLogs and ExemplarPoints are the totals of the fields of
+	// the same names over all traces, including those dropped by
+	// ForgetTraces.
+	Spans, TraceLogs, ExemplarPoints int
+	// PendingSpans is the number of spans of split traces held back for the
+	// next batch (Flush writes them).
+	PendingSpans int
+	// TracelessLogs is the number of log records written without a trace id.
+	TracelessLogs int
+	// ResourcePoints is the number of metric points written without an
+	// exemplar (gauges that belong to a resource, not a trace).
+	ResourcePoints int
+
+	// Messages written per topic (Config.Topics names).
+	SpanMessages, LogMessages, MetricMessages int
+	// Batches is the number of Next calls so far.
+	Batches int
+	// LastEventTime is the latest event time of any record written so far
+	// (span end, log time, point time); zero before the first record.
+	LastEventTime time.Time
+}
+
+// TraceTruth is what was generated for one request (one trace).
+type TraceTruth struct {
+	// TraceID is the trace id as 32 lower-case hex characters. SGLang
+	// requests have the upper 8 bytes zero.
+	TraceID string
+	// RequestID is the root span's gen_ai.request.id: "cmpl-<32 hex>" for
+	// vLLM, the 32-hex rid for SGLang.
+	RequestID string
+	// Service is the resource's service.name ("vllm" or "sglang"), Instance
+	// its service.instance.id.
+	Service, Instance string
+	// Batch is the index (from 0) of the batch the request finished in.
+	Batch int
+	// Arrival and Finish are the root span's start and end. Every span of
+	// the request ends at Finish; its logs and its exemplar point are at
+	// Finish too.
+	Arrival, Finish time.Time
+
+	// RootSpanID is the root span's id, 16 hex characters.
+	RootSpanID string
+	// SpanIDs are the ids (16 hex characters) of the spans written so far,
+	// in the order they were written.
+	SpanIDs []string
+	// Spans is the number of spans written so far (len(SpanIDs)).
+	Spans int
+	// PendingSpans is the number of spans still held back for the next
+	// batch: non-zero only for a split trace whose second part has not been
+	// written yet.
+	PendingSpans int
+	// Logs is the number of log records written with this trace id.
+	Logs int
+	// ExemplarPoints is the number of histogram points whose exemplar
+	// carries this trace id (0 or 1).
+	ExemplarPoints int
+	// SpanMessages is the number of span messages holding at least one span
+	// of this trace (2 for a split trace once both parts are written).
+	SpanMessages int
+	// Split is true when the trace's spans were cut across two batches.
+	Split bool
+	// Error is true when the root span has status ERROR.
+	Error bool
+	// RequestIDLogs is the number of trace-less log records whose body names
+	// RequestID (what a request-id join must attach to this trace).
+	RequestIDLogs int
+}

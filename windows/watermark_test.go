@@ -1,0 +1,104 @@
+package windows
+
+import (
+	"testing"
+	"time"
+)
+
+func TestWatermarks(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	const s = int64(time.Second)
+	type step struct {
+		op    string // observe, report, idle-report, current
+		input int
+		ts    int64
+		now   time.Duration
+		want  int64
+	}
+	tests := []struct {
+		name     string
+		inputs   int
+		upstream []int
+		steps    []step
+	}{
+		{"min over inputs minus bound", 2, nil, []step{
+			{op: "observe", input: 0, ts: 10 * s},
+			{op: "current", want: MinTime}, // input 1 unseen, not idle yet
+			{op: "observe", input: 1, ts: 20 * s},
+			{op: "current", want: 8 * s},
+			{op: "observe", input: 0, ts: 30 * s},
+			{op: "current", want: 18 * s},
+		}},
+		{"never goes back", 1, nil, []step{
+			{op: "observe", input: 0, ts: 10 * s},
+			{op: "current", want: 8 * s},
+			{op: "observe", input: 0, ts: 5 * s},
+			{op: "current", want: 8 * s},
+		}},
+		{"idle input stops holding back", 2, nil, []step{
+			{op: "observe", input: 0, ts: 10 * s, now: 0},
+			{op: "observe", input: 1, ts: 50 * s, now: 6 * time.Second},
+			{op: "current", now: 6 * time.Second, want: 48 * s},
+		}},
+		{"all idle moves to the largest input watermark", 2, nil, []step{
+			{op: "observe", input: 0, ts: 10 * s, now: 0},
+			{op: "observe", input: 1, ts: 30 * s, now: 0},
+			{op: "current", now: time.Second, want: 8 * s},
+			{op: "current", now: 10 * time.Second, want: 28 * s},
+			{op: "current", now: time.Hour, want: 28 * s}, // no wall-clock drift
+		}},
+		{"upstream reports are watermarks, idle upstreams excluded", 2, []int{1}, []step{
+			{op: "observe", input: 0, ts: 100 * s},
+			{op: "report", input: 1, ts: 40 * s},
+			{op: "current", want: 40 * s},
+			{op: "idle-report", input: 1, ts: 41 * s},
+			{op: "current", want: 98 * s},
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w := NewWatermarks(tc.inputs, 2*time.Second, 5*time.Second, t0)
+			for _, u := range tc.upstream {
+				w.MarkUpstream(u)
+			}
+			for i, st := range tc.steps {
+				switch st.op {
+				case "observe":
+					w.Observe(st.input, st.ts, at(st.now))
+				case "report":
+					w.Report(st.input, st.ts, false, at(st.now))
+				case "idle-report":
+					w.Report(st.input, st.ts, true, at(st.now))
+				case "current":
+					if got := w.Current(at(st.now)); got != st.want {
+						t.Fatalf("step %d: watermark %d, want %d", i, got, st.want)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestFreezeIgnoresIdleness(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	w := NewWatermarks(2, 0, time.Second, t0)
+	w.Freeze()
+	w.Observe(0, 100, t0)
+	if got := w.Current(t0.Add(time.Hour)); got != MinTime {
+		t.Fatalf("frozen watermark %d, want MinTime while input 1 is unseen", got)
+	}
+	w.Advance(MaxTime)
+	if w.Last() != MaxTime {
+		t.Fatalf("Advance(MaxTime) gave %d", w.Last())
+	}
+}
+
+func TestIsLate(t *testing.T) {
+	if IsLate(5, MinTime, 0) {
+		t.Error("nothing is late before a watermark")
+	}
+	if !IsLate(5, 20, 10) || IsLate(10, 20, 10) || IsLate(15, 20, 10) {
+		t.Error("late iff ts + allowed lateness < watermark")
+	}
+}
