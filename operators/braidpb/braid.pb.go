@@ -100,7 +100,8 @@ type FusedTrace struct {
 	TraceId []byte `protobuf:"bytes,1,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
 	// 0 for the first emission, +1 for every re-emission caused by late data.
 	Revision uint32 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
-	// Earliest and latest event time of any member, unix nanoseconds.
+	// Earliest span start or member event time, and latest member event time
+	// (span end, log time, point time), unix nanoseconds.
 	StartTimeUnixNano uint64 `protobuf:"fixed64,3,opt,name=start_time_unix_nano,json=startTimeUnixNano,proto3" json:"start_time_unix_nano,omitempty"`
 	EndTimeUnixNano   uint64 `protobuf:"fixed64,4,opt,name=end_time_unix_nano,json=endTimeUnixNano,proto3" json:"end_time_unix_nano,omitempty"`
 	// Distinct resources of the members; members refer to them by index.

@@ -107,6 +107,10 @@ func (p *processor) emit(t *engine.Task, tr *trace, wm int64) error {
 		}
 	}
 
+	start := tr.first
+	if sum.minStart != 0 && int64(sum.minStart) < start {
+		start = int64(sum.minStart)
+	}
 	b := e.out[:0]
 	b = protowire.AppendTag(b, fTraceID, protowire.BytesType)
 	b = protowire.AppendBytes(b, tr.id[:])
@@ -115,7 +119,7 @@ func (p *processor) emit(t *engine.Task, tr *trace, wm int64) error {
 		b = protowire.AppendVarint(b, uint64(tr.revision))
 	}
 	b = protowire.AppendTag(b, fStart, protowire.Fixed64Type)
-	b = protowire.AppendFixed64(b, uint64(tr.first))
+	b = protowire.AppendFixed64(b, uint64(start))
 	b = protowire.AppendTag(b, fEnd, protowire.Fixed64Type)
 	b = protowire.AppendFixed64(b, uint64(tr.last))
 	for _, r := range e.res {
@@ -147,11 +151,11 @@ func (p *processor) emit(t *engine.Task, tr *trace, wm int64) error {
 	sum.spans, sum.logs, sum.points = tr.spans, tr.logs, tr.points
 	sum.dropped = tr.dropped
 	if !sum.haveRoot {
-		sum.duration = uint64(tr.last - tr.first)
+		sum.duration = uint64(tr.last - start)
 	}
 	b = sum.append(b)
 	var flags []uint64
-	if !sum.haveRoot && tr.spans > 0 || tr.spans == 0 {
+	if !sum.haveRoot {
 		flags = append(flags, uint64(braidpb.Flag_FLAG_NO_ROOT_SPAN))
 	}
 	if sum.errors > 0 {
@@ -215,6 +219,7 @@ type summary struct {
 	rootService         []byte
 	duration            uint64
 	errors              uint32
+	minStart            uint64 // earliest span start, 0 if none
 }
 
 func (s *summary) addSpan(span, resource []byte) {
@@ -250,6 +255,9 @@ func (s *summary) addSpan(span, resource []byte) {
 	}
 	if status == 2 {
 		s.errors++
+	}
+	if start != 0 && (s.minStart == 0 || start < s.minStart) {
+		s.minStart = start
 	}
 	if len(parent) == 0 && !s.haveRoot {
 		s.haveRoot = true
