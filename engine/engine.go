@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -73,6 +74,21 @@ type Config struct {
 	// QueueDepth is the number of polled batches a task may have queued.
 	// Default 8.
 	QueueDepth int
+	// OnCheckpoint, if set, is called on the Run goroutine after every
+	// checkpoint (metrics). It must not block.
+	OnCheckpoint func(CheckpointInfo)
+}
+
+// CheckpointInfo describes one finished checkpoint.
+type CheckpointInfo struct {
+	// Pause is how long tasks stopped processing: barrier to resume.
+	Pause time.Duration
+	// Commit is barrier to the end of the Kafka transaction.
+	Commit time.Duration
+	// Committed is false when the transaction aborted.
+	Committed bool
+	// Tasks is the number of tasks that took part.
+	Tasks int
 }
 
 // EnsureDefaults fills unset fields with their defaults.
@@ -142,8 +158,8 @@ type Engine struct {
 		sync.Mutex
 		// assigned: partition → topics of that partition currently assigned.
 		assigned map[int32]map[string]bool
-		// watermarks of the open tasks, published by each task.
-		watermarks map[int32]*atomic.Int64
+		// published figures of the open tasks.
+		tasks map[int32]*published
 	}
 	// tasks is touched only by the Run goroutine.
 	tasks map[int32]*Task
@@ -181,7 +197,7 @@ func New(cfg Config, topo Topology) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, topo: topo, log: cfg.Logger, tasks: map[int32]*Task{}, inputIndex: map[string]int{}}
 	e.mu.assigned = map[int32]map[string]bool{}
-	e.mu.watermarks = map[int32]*atomic.Int64{}
+	e.mu.tasks = map[int32]*published{}
 	for i, in := range topo.Inputs {
 		if _, dup := e.inputIndex[in.Topic]; dup {
 			return nil, fmt.Errorf("engine: input topic %s listed twice", in.Topic)
@@ -359,7 +375,11 @@ func (e *Engine) checkpoint(ctx context.Context, begin bool) error {
 			applyErr = err
 		}
 	}
-	e.stats.LastPauseNanos.Store(int64(time.Since(start)))
+	pause := time.Since(start)
+	e.stats.LastPauseNanos.Store(int64(pause))
+	if e.cfg.OnCheckpoint != nil {
+		e.cfg.OnCheckpoint(CheckpointInfo{Pause: pause, Commit: time.Duration(e.stats.LastCommitNanos.Load()), Committed: committed, Tasks: len(e.tasks)})
+	}
 	if applyErr != nil {
 		return fmt.Errorf("engine: apply checkpoint: %w", applyErr)
 	}
@@ -415,7 +435,7 @@ func (e *Engine) applyAssignment() error {
 			t.close()
 			delete(e.tasks, p)
 			e.mu.Lock()
-			delete(e.mu.watermarks, p)
+			delete(e.mu.tasks, p)
 			e.mu.Unlock()
 		}
 	}
@@ -429,7 +449,7 @@ func (e *Engine) applyAssignment() error {
 		}
 		e.tasks[p] = t
 		e.mu.Lock()
-		e.mu.watermarks[p] = &t.published
+		e.mu.tasks[p] = &t.pub
 		e.mu.Unlock()
 	}
 	return nil
@@ -441,18 +461,48 @@ func (e *Engine) closeTasks() {
 		delete(e.tasks, p)
 	}
 	e.mu.Lock()
-	clear(e.mu.watermarks)
+	clear(e.mu.tasks)
 	e.mu.Unlock()
 }
 
-// Watermarks returns the event-time watermark of every open task, unix ns
-// (windows.MinTime before any is known). Safe for concurrent use.
-func (e *Engine) Watermarks() map[int32]int64 {
+// published holds what a task publishes for observers.
+type published struct {
+	watermark  atomic.Int64
+	stateBytes atomic.Int64
+	records    atomic.Int64
+}
+
+// TaskStat is a snapshot of one open task.
+type TaskStat struct {
+	Partition int32
+	// Watermark is the event-time watermark, unix ns (math.MinInt64
+	// before any is known).
+	Watermark int64
+	// StateBytes is the keyspace's size on disk at the last checkpoint.
+	StateBytes int64
+	// Records read by the task since it opened.
+	Records int64
+}
+
+// Tasks returns a snapshot of every open task, by partition. Safe for
+// concurrent use.
+func (e *Engine) Tasks() []TaskStat {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	m := make(map[int32]int64, len(e.mu.watermarks))
-	for p, w := range e.mu.watermarks {
-		m[p] = w.Load()
+	out := make([]TaskStat, 0, len(e.mu.tasks))
+	for p, t := range e.mu.tasks {
+		out = append(out, TaskStat{Partition: p, Watermark: t.watermark.Load(), StateBytes: t.stateBytes.Load(), Records: t.records.Load()})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Partition < out[j].Partition })
+	return out
+}
+
+// Watermarks returns the event-time watermark of every open task, unix ns.
+// Safe for concurrent use.
+func (e *Engine) Watermarks() map[int32]int64 {
+	m := map[int32]int64{}
+	for _, t := range e.Tasks() {
+		m[t.Partition] = t.Watermark
 	}
 	return m
 }

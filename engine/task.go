@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -61,7 +60,7 @@ type Task struct {
 	restoreWM int64
 	now       time.Time
 	failed    bool
-	published atomic.Int64 // lastWM, for Engine.Watermarks
+	pub       published
 }
 
 var wmKey = []byte("\x00\x01watermark")
@@ -129,7 +128,7 @@ func (t *Task) loadCommitted() error {
 		t.restoreWM = int64(binary.BigEndian.Uint64(v))
 	}
 	t.lastWM = t.restoreWM
-	t.published.Store(t.restoreWM)
+	t.pub.watermark.Store(t.restoreWM)
 	t.all.Advance(t.restoreWM)
 	offs, err := t.State.Offsets()
 	if err != nil {
@@ -170,6 +169,7 @@ func (t *Task) handle(m taskMsg) bool {
 			return false
 		}
 		t.now = t.e.cfg.Now()
+		t.pub.records.Add(int64(len(m.recs)))
 		for _, r := range m.recs {
 			if err := t.processRecord(r, m.input); err != nil {
 				t.fail(err)
@@ -233,7 +233,7 @@ func (t *Task) advance() error {
 		return nil
 	}
 	t.lastWM = wm
-	t.published.Store(wm)
+	t.pub.watermark.Store(wm)
 	if t.wmh != nil {
 		return t.wmh.OnWatermark(t, wm)
 	}
@@ -270,7 +270,11 @@ func (t *Task) commit() error {
 	for topic, o := range t.offsets {
 		offs[topic] = map[int32]int64{t.Partition: o}
 	}
-	return t.State.Checkpoint(offs)
+	if err := t.State.Checkpoint(offs); err != nil {
+		return err
+	}
+	t.pub.stateBytes.Store(int64(t.State.Size()))
+	return nil
 }
 
 func (t *Task) rollback() error {

@@ -1,0 +1,178 @@
+package fuse
+
+import (
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/braidlabs/braid/connectors/simulator"
+	"github.com/braidlabs/braid/engine"
+	"github.com/braidlabs/braid/state"
+)
+
+// Benchmark shape. One iteration is one Collector export batch of the
+// simulator (8 requests: ≈48 spans, 17 log records, 10 metric points, all
+// otlp_proto), fed to task 0 of the stage through engine.Harness, one
+// Process call per input topic as the engine does per polled batch.
+// Processing time moves by the simulator's batch interval per batch, so
+// event time and processing time advance together, as on a live feed.
+const (
+	// benchCheckpointEvery input records, the task checkpoints (prepare +
+	// Pebble commit), as the engine does every CheckpointInterval.
+	benchCheckpointEvery = 2000
+	// benchRefill batches are generated at a time, outside the timer.
+	benchRefill = 256
+)
+
+// BenchmarkFuse measures the fuse stage without Kafka: decode, cut into
+// members, fuse in state (real Pebble in a temporary directory), emit
+// FusedTrace records when traces close, checkpoint every
+// benchCheckpointEvery records, and Finish (every open trace emitted) plus a
+// last checkpoint at the end, which are timed too.
+//
+//   - keying=trace: the Collector's partition_traces_by_id; the stage has one
+//     partition, so every trace group is fused in place (the fast path).
+//   - keying=none: the exporter's default, one null-key message per signal
+//     per batch; the stage has 4 partitions and task 0 receives the whole
+//     batch, so about 3/4 of the trace groups are repartitioned (emitted to
+//     the repartition topic, not fed back) and 1/4 are fused in place.
+func BenchmarkFuse(b *testing.B) {
+	for _, bc := range []struct {
+		name       string
+		keying     simulator.Keying
+		partitions int32
+	}{
+		{"keying=trace", simulator.KeyByTraceID, 1},
+		{"keying=none", simulator.Unkeyed, 4},
+	} {
+		b.Run(bc.name, func(b *testing.B) { benchFuse(b, bc.keying, bc.partitions) })
+	}
+}
+
+// benchBatch is one simulator batch as records, grouped by input.
+type benchBatch struct {
+	inputs [3][]*kgo.Record
+	bytes  int
+	spans  int
+}
+
+func benchFuse(b *testing.B, keying simulator.Keying, partitions int32) {
+	sim, err := simulator.New(simulator.Config{Seed: 1, Keying: keying})
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := New(Config{Partitions: partitions})
+	if err != nil {
+		b.Fatal(err)
+	}
+	store, err := state.Open(state.Options{Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { store.Close() })
+	now := simulator.DefaultStart
+	// Idleness 1s: with 4 partitions the upstream tasks never send a
+	// watermark marker here, and must stop holding the watermark back.
+	h, err := engine.NewHarness(engine.Config{Store: store, Idleness: time.Second}, st.Topology(), 0, now)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(h.Close)
+
+	input := map[string]int{
+		simulator.DefaultTopics.Spans:   0,
+		simulator.DefaultTopics.Logs:    1,
+		simulator.DefaultTopics.Metrics: 2,
+	}
+	var offsets [3]int64
+	var spansBefore int
+	var pool []benchBatch
+	refill := func() {
+		pool = pool[:0]
+		sim.ForgetTraces()
+		for range benchRefill {
+			var bb benchBatch
+			for _, m := range sim.Next() {
+				i := input[m.Topic]
+				bb.inputs[i] = append(bb.inputs[i], &kgo.Record{Topic: m.Topic, Key: m.Key, Value: m.Value, Offset: offsets[i]})
+				offsets[i]++
+				bb.bytes += len(m.Key) + len(m.Value)
+			}
+			tr := sim.Truth()
+			bb.spans, spansBefore = tr.Spans-spansBefore, tr.Spans
+			pool = append(pool, bb)
+		}
+	}
+	refill()
+
+	var (
+		next                     int
+		records, sinceCheckpoint int
+		bytes, spans             int
+		out                      int
+	)
+	drain := func() {
+		out += len(h.Out)
+		clear(h.Out)
+		h.Out = h.Out[:0]
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if next == len(pool) {
+			b.StopTimer()
+			refill()
+			next = 0
+			b.StartTimer()
+		}
+		bb := &pool[next]
+		next++
+		now = now.Add(simulator.DefaultBatchInterval)
+		h.SetNow(now)
+		for i, recs := range bb.inputs {
+			if len(recs) == 0 {
+				continue
+			}
+			if err := h.Process(i, recs...); err != nil {
+				b.Fatal(err)
+			}
+			records += len(recs)
+			sinceCheckpoint += len(recs)
+		}
+		bytes += bb.bytes
+		spans += bb.spans
+		if sinceCheckpoint >= benchCheckpointEvery {
+			sinceCheckpoint = 0
+			if err := h.Checkpoint(); err != nil {
+				b.Fatal(err)
+			}
+			drain()
+		}
+	}
+	// The end of the input: every open trace is emitted and committed.
+	b.StartTimer()
+	if err := h.Finish(); err != nil {
+		b.Fatal(err)
+	}
+	if err := h.Checkpoint(); err != nil {
+		b.Fatal(err)
+	}
+	drain()
+	b.StopTimer()
+
+	c := st.Counters()
+	if c.Messages.Load() != int64(records) || c.DLQ.Load() != 0 || c.OpenTraces.Load() != 0 {
+		b.Fatalf("messages %d (fed %d), dlq %d, open traces %d after Finish",
+			c.Messages.Load(), records, c.DLQ.Load(), c.OpenTraces.Load())
+	}
+	if c.Fused.Load() == 0 {
+		b.Fatal("no trace was fused")
+	}
+	sec := b.Elapsed().Seconds()
+	b.ReportMetric(float64(c.Members.Load())/sec, "members/s")
+	b.ReportMetric(float64(spans)/sec, "spans/s")
+	b.ReportMetric(float64(records)/sec, "msgs/s")
+	b.ReportMetric(float64(bytes)/sec/1e6, "MB/s")
+	b.ReportMetric(float64(c.Fused.Load())/float64(b.N), "fused/op")
+	b.ReportMetric(float64(out)/float64(b.N), "emitted/op")
+}
