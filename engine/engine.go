@@ -36,6 +36,11 @@ type Topology struct {
 	Inputs []Input
 	// Partitions is the number of tasks.
 	Partitions int32
+	// Changelog is the compacted topic (Partitions partitions) to which
+	// every state change is written in the checkpoint's transaction; ""
+	// keeps state only locally. A task whose local state does not match
+	// the group's committed offsets is rebuilt from it.
+	Changelog string
 	// NewProcessor builds the processor of task t. t.State is open.
 	NewProcessor func(t *Task) (Processor, error)
 }
@@ -171,6 +176,9 @@ type Engine struct {
 
 	// sink replaces the transactional producer in a Harness.
 	sink func(*kgo.Record)
+	// committed returns the group's committed offsets of partition p of
+	// every input topic; nil in a Harness.
+	committed func(ctx context.Context, p int32) (map[string]int64, error)
 
 	produceErr atomic.Pointer[error]
 	stats      Stats
@@ -245,6 +253,7 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("engine: create client: %w", err)
 	}
 	e.sess = sess
+	e.committed = e.fetchCommitted
 	defer func() {
 		e.closeTasks()
 		sess.Close()
@@ -343,7 +352,11 @@ func (e *Engine) checkpoint(ctx context.Context, begin bool) error {
 	if prepErr != nil || e.produceErr.Load() != nil {
 		try = kgo.TryAbort
 	}
+	failpoint("before-end-txn")
 	committed, endErr := e.sess.End(ctx, try)
+	if committed {
+		failpoint("after-end-txn")
+	}
 	e.stats.LastCommitNanos.Store(int64(time.Since(start)))
 	if perr := e.produceErr.Swap(nil); perr != nil {
 		e.log.Error("produce failed; transaction aborted", "err", *perr)

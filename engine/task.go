@@ -36,12 +36,13 @@ type taskMsg struct {
 type Task struct {
 	// Partition is the task's partition number.
 	Partition int32
-	// State is the task's keyspace.
-	State *state.Keyspace
+	// State is the task's keyed state.
+	State *State
 	// Log is tagged with the topology and partition.
 	Log *slog.Logger
 
 	e    *Engine
+	ks   *state.Keyspace
 	proc Processor
 	wmh  WatermarkHandler
 
@@ -75,16 +76,17 @@ func (e *Engine) openTask(p int32) (*Task, error) {
 }
 
 func (e *Engine) openTaskNoRun(p int32) (*Task, error) {
-	ks, err := e.cfg.Store.Keyspace(keyspaceName(e.topo.Name, p))
+	ks, err := e.openKeyspace(p)
 	if err != nil {
-		return nil, fmt.Errorf("engine: open state for partition %d: %w", p, err)
+		return nil, err
 	}
 	now := e.cfg.Now()
 	t := &Task{
 		Partition: p,
-		State:     ks,
+		State:     &State{ks: ks, changelog: e.topo.Changelog, partition: p, emit: e.produce},
 		Log:       e.log.With("stage", e.topo.Name, "partition", p),
 		e:         e,
+		ks:        ks,
 		in:        make(chan taskMsg, e.cfg.QueueDepth),
 		errc:      make(chan error, 1),
 		done:      make(chan struct{}),
@@ -119,7 +121,7 @@ func (e *Engine) openTaskNoRun(p int32) (*Task, error) {
 
 // loadCommitted reads the watermark and offsets of the last checkpoint.
 func (t *Task) loadCommitted() error {
-	v, ok, err := t.State.Get(nil, wmKey)
+	v, ok, err := t.ks.Get(nil, wmKey)
 	if err != nil {
 		return err
 	}
@@ -130,7 +132,7 @@ func (t *Task) loadCommitted() error {
 	t.lastWM = t.restoreWM
 	t.pub.watermark.Store(t.restoreWM)
 	t.all.Advance(t.restoreWM)
-	offs, err := t.State.Offsets()
+	offs, err := t.ks.Offsets()
 	if err != nil {
 		return err
 	}
@@ -190,7 +192,7 @@ func (t *Task) handle(m taskMsg) bool {
 		if c, ok := t.proc.(Closer); ok {
 			c.Close()
 		}
-		t.State.Close()
+		t.ks.Close()
 		return true
 	}
 	return false
@@ -255,6 +257,11 @@ func (t *Task) prepare() error {
 	if err := t.State.Set(wmKey, binary.BigEndian.AppendUint64(nil, uint64(t.lastWM))); err != nil {
 		return err
 	}
+	if t.State.changelog != "" {
+		// The checkpoint record closes this checkpoint in the changelog:
+		// restore replays up to the one whose offsets the group committed.
+		t.State.log(checkpointKey, encodeTaskOffsets(t.offsets))
+	}
 	wm, idle := t.src.Current(t.now), t.src.Idle(t.now)
 	marker := encodeMarker(t.Partition, wm, idle)
 	for _, topic := range t.e.internal {
@@ -270,15 +277,16 @@ func (t *Task) commit() error {
 	for topic, o := range t.offsets {
 		offs[topic] = map[int32]int64{t.Partition: o}
 	}
-	if err := t.State.Checkpoint(offs); err != nil {
+	failpoint("before-local-checkpoint")
+	if err := t.ks.Checkpoint(offs); err != nil {
 		return err
 	}
-	t.pub.stateBytes.Store(int64(t.State.Size()))
+	t.pub.stateBytes.Store(int64(t.ks.Size()))
 	return nil
 }
 
 func (t *Task) rollback() error {
-	t.State.Rollback()
+	t.ks.Rollback()
 	if err := t.loadCommitted(); err != nil {
 		return err
 	}

@@ -26,6 +26,9 @@ type Config struct {
 	// RepartitionTopic carries trace groups to the task that owns their
 	// trace id. Default braid.fuse-repartition.
 	RepartitionTopic string
+	// ChangelogTopic receives every state change, compacted; "" keeps
+	// state only locally. Default braid.fuse-changelog.
+	ChangelogTopic string
 	// FusedTopic, LateTopic, DLQTopic: outputs. Defaults braid.fused,
 	// braid.late, braid.dlq.
 	FusedTopic, LateTopic, DLQTopic string
@@ -67,6 +70,7 @@ func (c *Config) EnsureDefaults() {
 		}
 	}
 	def(&c.RepartitionTopic, "braid.fuse-repartition")
+	def(&c.ChangelogTopic, "braid.fuse-changelog")
 	def(&c.FusedTopic, "braid.fused")
 	def(&c.LateTopic, "braid.late")
 	def(&c.DLQTopic, "braid.dlq")

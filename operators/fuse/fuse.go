@@ -64,6 +64,7 @@ func (s *Stage) Topology() engine.Topology {
 		Name:       "fuse",
 		Inputs:     inputs,
 		Partitions: s.cfg.Partitions,
+		Changelog:  s.cfg.ChangelogTopic,
 		NewProcessor: func(t *engine.Task) (engine.Processor, error) {
 			return newProcessor(s, t.Partition), nil
 		},

@@ -193,6 +193,7 @@ func (c *Config) fuseConfig(partitions int32) fuse.Config {
 		},
 		Partitions:       partitions,
 		RepartitionTopic: c.Group + ".fuse-repartition",
+		ChangelogTopic:   c.Group + ".fuse-changelog",
 		FusedTopic:       c.Outputs.Fused,
 		LateTopic:        c.Outputs.Late,
 		DLQTopic:         c.Outputs.DLQ,

@@ -1,0 +1,749 @@
+// Command e2e is braid's end-to-end throughput benchmark on a real Kafka
+// broker, reported as a ratio to a raw Kafka-to-Kafka copy of the same
+// records (see benchmarks/README.md).
+//
+// It generates a Collector-shaped workload with connectors/simulator,
+// produces it once into fresh input topics, then alternates two contenders
+// over those same records, -rounds times each:
+//
+//   - raw: a franz-go consumer group client that reads the three input topics
+//     from the start and produces every record's key and value unchanged to
+//     an output topic (same partition), acks=all, idempotent, no
+//     transactions, until every record is copied and the producer flushed;
+//   - braid: the braid job (job.Prepare + Run, exactly-once: Kafka
+//     transactions, checkpoint every 5s) in this process, with a fresh group,
+//     outputs and state, until it has read every input message and a
+//     checkpoint has committed after that.
+//
+// It prints a table and writes the result as JSON to
+// benchmarks/results/e2e-<encoding>-<keying>.json. `make bench-e2e` runs it
+// against a local broker; BRAID_KAFKA_BROKERS names the broker.
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/braidlabs/braid/cmd/braid/job"
+	"github.com/braidlabs/braid/connectors/simulator"
+)
+
+type options struct {
+	brokers     []string
+	requests    int
+	encoding    string
+	keying      string
+	partitions  int32
+	seed        int64
+	rounds      int
+	checkpoint  time.Duration
+	timeout     time.Duration
+	resultsDir  string
+	cpuprofile  string
+	brokerPID   int
+	keepTopics  bool
+	description string
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.requests, "requests", 30000, "requests (traces) to generate; 8 per Collector batch")
+	flag.StringVar(&o.encoding, "encoding", "proto", "payload encoding: proto|json (otlp_proto|otlp_json)")
+	flag.StringVar(&o.keying, "keying", "trace", "record keys: trace (partition_traces_by_id) | none (exporter default, null keys)")
+	p := flag.Int("partitions", 4, "partitions of every topic")
+	flag.Int64Var(&o.seed, "seed", 1, "simulator seed")
+	flag.IntVar(&o.rounds, "rounds", 2, "rounds; each runs raw then braid")
+	flag.DurationVar(&o.checkpoint, "checkpoint", 5*time.Second, "braid checkpoint interval")
+	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "limit of one phase")
+	flag.StringVar(&o.resultsDir, "results", filepath.Join("benchmarks", "results"), "directory of the JSON result; empty: do not write one")
+	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of braid's phase of the last round to this file")
+	flag.IntVar(&o.brokerPID, "broker-pid", 0, "pid of a local broker whose CPU time to report (default: read from $BRAID_KAFKA_DIR/broker.pid, /tmp/braid-kafka)")
+	flag.BoolVar(&o.keepTopics, "keep-topics", false, "do not delete the topics at the end")
+	flag.StringVar(&o.description, "note", "", "free text stored in the result")
+	brokers := flag.String("brokers", os.Getenv("BRAID_KAFKA_BROKERS"), "bootstrap brokers, comma separated (default $BRAID_KAFKA_BROKERS)")
+	flag.Parse()
+	o.partitions = int32(*p)
+	for _, b := range strings.Split(*brokers, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			o.brokers = append(o.brokers, b)
+		}
+	}
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(1)
+	}
+}
+
+func (o *options) validate() error {
+	var errs []error
+	if len(o.brokers) == 0 {
+		errs = append(errs, errors.New("no broker: set BRAID_KAFKA_BROKERS or -brokers (make bench-e2e starts one)"))
+	}
+	if o.encoding != "proto" && o.encoding != "json" {
+		errs = append(errs, fmt.Errorf("-encoding %q: want proto or json", o.encoding))
+	}
+	if o.keying != "trace" && o.keying != "none" {
+		errs = append(errs, fmt.Errorf("-keying %q: want trace or none", o.keying))
+	}
+	if o.requests < 8 || o.partitions < 1 || o.rounds < 1 {
+		errs = append(errs, errors.New("-requests ≥ 8, -partitions ≥ 1, -rounds ≥ 1"))
+	}
+	return errors.Join(errs...)
+}
+
+// Result is the JSON written to benchmarks/results.
+type Result struct {
+	Benchmark string    `json:"benchmark"`
+	Time      time.Time `json:"time"`
+	Note      string    `json:"note,omitempty"`
+	Machine   Machine   `json:"machine"`
+	Settings  Settings  `json:"settings"`
+	Workload  Workload  `json:"workload"`
+	Raw       []Phase   `json:"raw"`
+	Braid     []Phase   `json:"braid"`
+	Median    struct {
+		Raw   Phase `json:"raw"`
+		Braid Phase `json:"braid"`
+	} `json:"median"`
+	// Ratio is median braid msgs/s over median raw msgs/s.
+	Ratio   float64 `json:"ratio"`
+	Profile string  `json:"profile,omitempty"`
+}
+
+type Machine struct {
+	CPUs      int    `json:"cpus"`
+	CPUModel  string `json:"cpu_model"`
+	MemoryGiB string `json:"memory_gib"`
+	GoVersion string `json:"go_version"`
+	OS        string `json:"os"`
+}
+
+type Settings struct {
+	Encoding           string `json:"encoding"`
+	Keying             string `json:"keying"`
+	Partitions         int32  `json:"partitions"`
+	Requests           int    `json:"requests"`
+	RequestsPerBatch   int    `json:"requests_per_batch"`
+	Seed               int64  `json:"seed"`
+	Rounds             int    `json:"rounds"`
+	CheckpointInterval string `json:"checkpoint_interval"`
+}
+
+type Workload struct {
+	Messages       int     `json:"messages"`
+	Bytes          int64   `json:"bytes"`
+	SpanMessages   int     `json:"span_messages"`
+	LogMessages    int     `json:"log_messages"`
+	MetricMessages int     `json:"metric_messages"`
+	Spans          int     `json:"spans"`
+	Logs           int     `json:"logs"`
+	TraceLogs      int     `json:"trace_logs"`
+	Points         int     `json:"points"`
+	ExemplarPoints int     `json:"exemplar_points"`
+	Traces         int     `json:"traces"`
+	SplitTraces    int     `json:"split_traces"`
+	Batches        int     `json:"batches"`
+	GenerateSec    float64 `json:"generate_s"`
+	ProduceSec     float64 `json:"produce_s"`
+}
+
+// Phase is one contender's run (or the median over runs, field by field).
+type Phase struct {
+	Round   int     `json:"round,omitempty"`
+	Seconds float64 `json:"seconds"`
+	MsgsPS  float64 `json:"msgs_per_s"`
+	MBPS    float64 `json:"mb_per_s"`
+	SpansPS float64 `json:"spans_per_s"`
+	// CPUSec is the CPU time (user+system) of this process in the phase,
+	// BrokerCPUSec the broker's (when its pid is known).
+	CPUSec       float64 `json:"cpu_s"`
+	BrokerCPUSec float64 `json:"broker_cpu_s,omitempty"`
+	// CPUSecPerMSpans is CPUSec per million spans of the workload.
+	CPUSecPerMSpans float64 `json:"cpu_s_per_million_spans"`
+
+	// braid only.
+	ReadSec      float64 `json:"read_s,omitempty"` // until every message was read
+	PrepareSec   float64 `json:"prepare_s,omitempty"`
+	Fused        int64   `json:"fused,omitempty"` // FusedTrace records emitted by the end
+	Members      int64   `json:"members,omitempty"`
+	Local        int64   `json:"local_groups,omitempty"`
+	Repartition  int64   `json:"repartitioned_groups,omitempty"`
+	RecordsOut   int64   `json:"records_out,omitempty"`
+	Checkpoints  int64   `json:"checkpoints,omitempty"`
+	Aborts       int64   `json:"aborts,omitempty"`
+	LastCommitMS float64 `json:"last_commit_ms,omitempty"`
+	StopSec      float64 `json:"stop_s,omitempty"` // final checkpoint and close, after the measurement
+}
+
+func run(o options) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	res := &Result{Benchmark: "e2e", Time: time.Now().UTC(), Note: o.description, Machine: machine()}
+	res.Settings = Settings{Encoding: o.encoding, Keying: o.keying, Partitions: o.partitions, Requests: o.requests,
+		RequestsPerBatch: simulator.DefaultRequestsPerBatch, Seed: o.seed, Rounds: o.rounds, CheckpointInterval: o.checkpoint.String()}
+	if o.brokerPID == 0 {
+		o.brokerPID = brokerPID()
+	}
+
+	ctx := context.Background()
+	admCl, err := kgo.NewClient(kgo.SeedBrokers(o.brokers...))
+	if err != nil {
+		return err
+	}
+	defer admCl.Close()
+	adm := kadm.NewClient(admCl)
+	run := "bench-" + suffix()
+	var created []string
+	newTopics := func(names ...string) error {
+		created = append(created, names...)
+		return createTopics(ctx, adm, o.partitions, names...)
+	}
+	defer func() {
+		if o.keepTopics || len(created) == 0 {
+			return
+		}
+		dctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		if _, err := adm.DeleteTopics(dctx, created...); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: delete topics:", err)
+		}
+	}()
+
+	// 1. The workload, produced once.
+	topics := simulator.Topics{Spans: run + ".otlp_spans", Logs: run + ".otlp_logs", Metrics: run + ".otlp_metrics"}
+	if err := newTopics(topics.Spans, topics.Logs, topics.Metrics); err != nil {
+		return err
+	}
+	fmt.Printf("braid e2e benchmark: encoding=%s keying=%s partitions=%d requests=%d rounds=%d brokers=%s\n",
+		o.encoding, o.keying, o.partitions, o.requests, o.rounds, strings.Join(o.brokers, ","))
+	t0 := time.Now()
+	msgs, wl, err := generate(o, topics)
+	if err != nil {
+		return err
+	}
+	wl.GenerateSec = time.Since(t0).Seconds()
+	t0 = time.Now()
+	if err := produce(ctx, o, msgs); err != nil {
+		return err
+	}
+	wl.ProduceSec = time.Since(t0).Seconds()
+	msgs = nil
+	res.Workload = wl
+	fmt.Printf("workload: %d messages (%d spans, %d logs, %d metrics), %.1f MB; %d spans, %d logs, %d points, %d traces (%d split); produced in %.1fs\n",
+		wl.Messages, wl.SpanMessages, wl.LogMessages, wl.MetricMessages, float64(wl.Bytes)/1e6,
+		wl.Spans, wl.Logs, wl.Points, wl.Traces, wl.SplitTraces, wl.ProduceSec)
+
+	// 2. raw, braid, raw, braid, ...
+	for r := 1; r <= o.rounds; r++ {
+		out := fmt.Sprintf("%s.raw-%d", run, r)
+		if err := newTopics(out); err != nil {
+			return err
+		}
+		ph, err := rawCopy(ctx, o, topics, out, fmt.Sprintf("%s.raw-%d", run, r), wl)
+		if err != nil {
+			return fmt.Errorf("round %d raw: %w", r, err)
+		}
+		ph.Round = r
+		res.Raw = append(res.Raw, ph)
+		fmt.Printf("round %d raw:   %6.2fs  %8.0f msgs/s  %6.1f MB/s  cpu %5.2fs%s\n", r, ph.Seconds, ph.MsgsPS, ph.MBPS, ph.CPUSec, brokerCPU(ph))
+
+		group := fmt.Sprintf("%s.braid-%d", run, r)
+		created = append(created, group+".fused", group+".late", group+".dlq", group+".fuse-repartition")
+		profile := ""
+		if r == o.rounds {
+			profile = o.cpuprofile
+		}
+		ph, err = braidJob(ctx, o, topics, group, wl, profile)
+		if err != nil {
+			return fmt.Errorf("round %d braid: %w", r, err)
+		}
+		ph.Round = r
+		res.Braid = append(res.Braid, ph)
+		fmt.Printf("round %d braid: %6.2fs  %8.0f msgs/s  %6.1f MB/s  cpu %5.2fs%s  (read all in %.2fs, %d fused, %d checkpoints, %d aborts)\n",
+			r, ph.Seconds, ph.MsgsPS, ph.MBPS, ph.CPUSec, brokerCPU(ph), ph.ReadSec, ph.Fused, ph.Checkpoints, ph.Aborts)
+	}
+	res.Median.Raw, res.Median.Braid = median(res.Raw), median(res.Braid)
+	res.Ratio = res.Median.Braid.MsgsPS / res.Median.Raw.MsgsPS
+	if o.cpuprofile != "" {
+		res.Profile = o.cpuprofile
+	}
+	printTable(res)
+
+	if o.resultsDir != "" {
+		if err := os.MkdirAll(o.resultsDir, 0o755); err != nil {
+			return err
+		}
+		b, err := json.MarshalIndent(res, "", "  ")
+		if err != nil {
+			return err
+		}
+		path := filepath.Join(o.resultsDir, fmt.Sprintf("e2e-%s-%s.json", o.encoding, o.keying))
+		if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+		fmt.Println("result written to", path)
+	}
+	return nil
+}
+
+func brokerCPU(ph Phase) string {
+	if ph.BrokerCPUSec == 0 {
+		return ""
+	}
+	return fmt.Sprintf("  broker cpu %5.2fs", ph.BrokerCPUSec)
+}
+
+// generate runs the simulator for o.requests requests.
+func generate(o options, topics simulator.Topics) ([]simulator.Message, Workload, error) {
+	cfg := simulator.Config{Seed: o.seed, Encoding: simulator.EncodingProto, Topics: topics}
+	if o.encoding == "json" {
+		cfg.Encoding = simulator.EncodingJSON
+	}
+	if o.keying == "none" {
+		cfg.Keying = simulator.Unkeyed
+	}
+	sim, err := simulator.New(cfg)
+	if err != nil {
+		return nil, Workload{}, err
+	}
+	var msgs []simulator.Message
+	batches := (o.requests + simulator.DefaultRequestsPerBatch - 1) / simulator.DefaultRequestsPerBatch
+	split := 0
+	for range batches {
+		msgs = append(msgs, sim.Next()...)
+		tr := sim.Truth() // per batch: ForgetTraces keeps it small
+		for _, tt := range tr.Traces {
+			if tt.Split && tt.PendingSpans > 0 {
+				split++
+			}
+		}
+		sim.ForgetTraces()
+	}
+	msgs = append(msgs, sim.Flush()...)
+	tr := sim.Truth()
+	w := Workload{
+		Messages:     len(msgs),
+		SpanMessages: tr.SpanMessages, LogMessages: tr.LogMessages, MetricMessages: tr.MetricMessages,
+		Spans: tr.Spans, Logs: tr.TraceLogs + tr.TracelessLogs, TraceLogs: tr.TraceLogs,
+		Points: tr.ExemplarPoints + tr.ResourcePoints, ExemplarPoints: tr.ExemplarPoints,
+		Traces: batches * simulator.DefaultRequestsPerBatch, SplitTraces: split, Batches: tr.Batches,
+	}
+	for _, m := range msgs {
+		w.Bytes += int64(len(m.Key) + len(m.Value))
+	}
+	return msgs, w, nil
+}
+
+func produce(ctx context.Context, o options, msgs []simulator.Message) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(o.brokers...), kgo.RecordPartitioner(simulator.Partitioner()))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	pctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	// In batches of the simulator's order, so that the sticky partitioner
+	// moves on as the Collector's producer would.
+	for len(msgs) > 0 {
+		n := min(len(msgs), 5000)
+		if err := simulator.Produce(pctx, cl, msgs[:n]); err != nil {
+			return fmt.Errorf("produce the workload: %w", err)
+		}
+		msgs = msgs[n:]
+	}
+	return nil
+}
+
+// cpuTime is user+system time of this process.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// procCPU is user+system time of process pid from /proc, 0 if unknown.
+func procCPU(pid int) time.Duration {
+	if pid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	const hz = 100 // USER_HZ on Linux
+	return time.Duration(ut+st) * time.Second / hz
+}
+
+func brokerPID() int {
+	dir := os.Getenv("BRAID_KAFKA_DIR")
+	if dir == "" {
+		dir = "/tmp/braid-kafka"
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "broker.pid"))
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid
+}
+
+// meter measures a phase: wall time, this process's and the broker's CPU.
+type meter struct {
+	start          time.Time
+	cpu, brokerCPU time.Duration
+	pid            int
+}
+
+func startMeter(pid int) meter {
+	runtime.GC() // the previous phase's garbage is not this phase's work
+	return meter{start: time.Now(), cpu: cpuTime(), brokerCPU: procCPU(pid), pid: pid}
+}
+
+func (m meter) stop(wl Workload) Phase {
+	sec := time.Since(m.start).Seconds()
+	ph := Phase{Seconds: sec, CPUSec: (cpuTime() - m.cpu).Seconds()}
+	if m.pid > 0 {
+		ph.BrokerCPUSec = (procCPU(m.pid) - m.brokerCPU).Seconds()
+	}
+	ph.MsgsPS = float64(wl.Messages) / sec
+	ph.MBPS = float64(wl.Bytes) / sec / 1e6
+	ph.SpansPS = float64(wl.Spans) / sec
+	ph.CPUSecPerMSpans = ph.CPUSec / float64(wl.Spans) * 1e6
+	return ph
+}
+
+// rawCopy is the ceiling of any Kafka-to-Kafka job: consume and produce
+// unchanged, no transactions.
+func rawCopy(ctx context.Context, o options, in simulator.Topics, out, group string, wl Workload) (Phase, error) {
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(o.brokers...),
+		kgo.ConsumerGroup(group),
+		kgo.ConsumeTopics(in.Spans, in.Logs, in.Metrics),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+	)
+	if err != nil {
+		return Phase{}, err
+	}
+	defer cl.Close()
+	pctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	var produceErr error
+	errc := make(chan error, 1)
+	promise := func(_ *kgo.Record, err error) {
+		if err != nil {
+			select {
+			case errc <- err:
+			default:
+			}
+		}
+	}
+	read := 0
+	m := startMeter(o.brokerPID)
+	for read < wl.Messages {
+		fs := cl.PollFetches(pctx)
+		if pctx.Err() != nil {
+			return Phase{}, fmt.Errorf("copied %d of %d records within %v", read, wl.Messages, o.timeout)
+		}
+		if err := fs.Err0(); err != nil {
+			return Phase{}, fmt.Errorf("poll: %w", err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			read++
+			cl.Produce(pctx, &kgo.Record{Topic: out, Partition: r.Partition, Key: r.Key, Value: r.Value}, promise)
+		})
+	}
+	if err := cl.Flush(pctx); err != nil {
+		return Phase{}, fmt.Errorf("flush: %w", err)
+	}
+	ph := m.stop(wl)
+	select {
+	case produceErr = <-errc:
+	default:
+	}
+	if produceErr != nil {
+		return Phase{}, fmt.Errorf("produce: %w", produceErr)
+	}
+	if read != wl.Messages {
+		return Phase{}, fmt.Errorf("read %d records, produced %d", read, wl.Messages)
+	}
+	return ph, nil
+}
+
+// braidJob runs the braid job on the workload until every input message was
+// read and a checkpoint committed after that.
+func braidJob(ctx context.Context, o options, in simulator.Topics, group string, wl Workload, profile string) (Phase, error) {
+	dir, err := os.MkdirTemp("", "braid-bench-state-")
+	if err != nil {
+		return Phase{}, err
+	}
+	defer os.RemoveAll(dir)
+	enc := "otlp_proto"
+	if o.encoding == "json" {
+		enc = "otlp_json"
+	}
+	cfg := &job.Config{}
+	cfg.Kafka.Brokers = o.brokers
+	cfg.Group = group
+	cfg.InstanceID = "0"
+	cfg.State.Dir = dir
+	cfg.Inputs.Spans = job.InputConfig{Topic: in.Spans, Encoding: enc}
+	cfg.Inputs.Logs = job.InputConfig{Topic: in.Logs, Encoding: enc}
+	cfg.Inputs.Metrics = job.InputConfig{Topic: in.Metrics, Encoding: enc}
+	cfg.Outputs.Fused, cfg.Outputs.Late, cfg.Outputs.DLQ = group+".fused", group+".late", group+".dlq"
+	cfg.CheckpointInterval = o.checkpoint
+	// Short event-time settings: traces close soon after their data.
+	cfg.EventTime.OutOfOrderness = time.Second
+	cfg.EventTime.Idleness = 5 * time.Second
+	cfg.EventTime.IdleGap = time.Second
+	cfg.EventTime.AllowedLateness = 30 * time.Second
+	cfg.EventTime.FlushAfter = 2 * time.Second
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err != nil {
+		return Phase{}, err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	t0 := time.Now()
+	j, err := job.Prepare(rctx, cfg, log)
+	if err != nil {
+		return Phase{}, err
+	}
+	prepare := time.Since(t0).Seconds()
+
+	var prof *os.File
+	if profile != "" {
+		if prof, err = os.Create(profile); err != nil {
+			return Phase{}, err
+		}
+		defer prof.Close()
+	}
+	c, st := j.Counters(), j.Engine().Stats()
+	m := startMeter(o.brokerPID)
+	if prof != nil {
+		if err := pprof.StartCPUProfile(prof); err != nil {
+			return Phase{}, err
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- j.Run(rctx) }()
+	stopProfile := func() {
+		if prof != nil {
+			pprof.StopCPUProfile()
+			prof = nil
+		}
+	}
+	defer stopProfile()
+
+	deadline := time.After(o.timeout)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	var readAt time.Duration
+	var ckAtRead int64
+	want := int64(wl.Messages)
+	for {
+		select {
+		case err := <-done:
+			return Phase{}, fmt.Errorf("job ended early: %v", err)
+		case <-deadline:
+			cancel()
+			<-done
+			return Phase{}, fmt.Errorf("not done within %v: %d of %d messages read, %d checkpoints, %d aborts",
+				o.timeout, c.Messages.Load(), want, st.Checkpoints.Load(), st.Aborts.Load())
+		case <-tick.C:
+		}
+		if readAt == 0 {
+			// Checkpoints first: a checkpoint counted before every message is
+			// seen read cannot be the one that commits them.
+			ck := st.Checkpoints.Load()
+			if n := c.Messages.Load(); n >= want {
+				if n > want {
+					return Phase{}, fmt.Errorf("job read %d messages, %d were produced", n, want)
+				}
+				readAt, ckAtRead = time.Since(m.start), ck
+			}
+			continue
+		}
+		if st.Checkpoints.Load() > ckAtRead {
+			break
+		}
+	}
+	stopProfile()
+	ph := m.stop(wl)
+	ph.ReadSec = readAt.Seconds()
+	ph.PrepareSec = prepare
+	ph.Fused = c.Fused.Load()
+	ph.Members = c.Members.Load()
+	ph.Local = c.Local.Load()
+	ph.Repartition = c.Repartitioned.Load()
+	ph.RecordsOut = st.RecordsOut.Load()
+	ph.Checkpoints = st.Checkpoints.Load()
+	ph.Aborts = st.Aborts.Load()
+	ph.LastCommitMS = float64(st.LastCommitNanos.Load()) / 1e6
+	if n := c.DLQ.Load(); n != 0 {
+		return Phase{}, fmt.Errorf("%d messages went to the DLQ", n)
+	}
+
+	t0 = time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			return Phase{}, fmt.Errorf("job: %w", err)
+		}
+	case <-time.After(2 * time.Minute):
+		return Phase{}, errors.New("job did not stop within 2m")
+	}
+	ph.StopSec = time.Since(t0).Seconds()
+	return ph, nil
+}
+
+func createTopics(ctx context.Context, adm *kadm.Client, partitions int32, names ...string) error {
+	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	resps, err := adm.CreateTopics(cctx, partitions, 1, nil, names...)
+	if err == nil {
+		err = resps.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("create topics %v: %w", names, err)
+	}
+	// Wait until every partition has a leader.
+	for {
+		td, err := adm.ListTopics(cctx, names...)
+		ok := err == nil
+		for _, n := range names {
+			d, found := td[n]
+			if !found || d.Err != nil || len(d.Partitions) != int(partitions) {
+				ok = false
+				break
+			}
+			for _, p := range d.Partitions {
+				if p.Leader < 0 || p.Err != nil {
+					ok = false
+				}
+			}
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-cctx.Done():
+			return fmt.Errorf("topics %v not ready: %w", names, cctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func suffix() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return time.Now().UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b[:])
+}
+
+// median takes the median of each measured field over phases.
+func median(ps []Phase) Phase {
+	med := func(f func(Phase) float64) float64 {
+		v := make([]float64, len(ps))
+		for i, p := range ps {
+			v[i] = f(p)
+		}
+		slices.Sort(v)
+		n := len(v)
+		if n == 0 {
+			return 0
+		}
+		if n%2 == 1 {
+			return v[n/2]
+		}
+		return (v[n/2-1] + v[n/2]) / 2
+	}
+	m := Phase{
+		Seconds:         med(func(p Phase) float64 { return p.Seconds }),
+		MsgsPS:          med(func(p Phase) float64 { return p.MsgsPS }),
+		MBPS:            med(func(p Phase) float64 { return p.MBPS }),
+		SpansPS:         med(func(p Phase) float64 { return p.SpansPS }),
+		CPUSec:          med(func(p Phase) float64 { return p.CPUSec }),
+		BrokerCPUSec:    med(func(p Phase) float64 { return p.BrokerCPUSec }),
+		CPUSecPerMSpans: med(func(p Phase) float64 { return p.CPUSecPerMSpans }),
+		ReadSec:         med(func(p Phase) float64 { return p.ReadSec }),
+		PrepareSec:      med(func(p Phase) float64 { return p.PrepareSec }),
+	}
+	m.Fused = int64(med(func(p Phase) float64 { return float64(p.Fused) }))
+	return m
+}
+
+func printTable(res *Result) {
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Println()
+	fmt.Printf("median of %d rounds (%s, keying=%s, %d partitions, %d messages, %.1f MB, %d spans):\n",
+		res.Settings.Rounds, res.Settings.Encoding, res.Settings.Keying, res.Settings.Partitions,
+		res.Workload.Messages, float64(res.Workload.Bytes)/1e6, res.Workload.Spans)
+	fmt.Fprintln(w, "contender\tseconds\tmsgs/s\tMB/s\tspans/s\tCPU-s\tCPU-s/M spans\tbroker CPU-s\t")
+	row := func(name string, p Phase) {
+		fmt.Fprintf(w, "%s\t%.2f\t%.0f\t%.1f\t%.0f\t%.2f\t%.1f\t%.2f\t\n", name, p.Seconds, p.MsgsPS, p.MBPS, p.SpansPS, p.CPUSec, p.CPUSecPerMSpans, p.BrokerCPUSec)
+	}
+	row("raw copy", res.Median.Raw)
+	row("braid (exactly-once)", res.Median.Braid)
+	w.Flush()
+	fmt.Printf("ratio braid/raw (msgs/s): %.2f×  (target ≥ 0.5×)\n", res.Ratio)
+}
+
+func machine() Machine {
+	m := Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+		f.Close()
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) >= 2 && f[0] == "MemTotal:" {
+				kb, _ := strconv.ParseFloat(f[1], 64)
+				m.MemoryGiB = strconv.FormatFloat(kb/(1<<20), 'f', 1, 64)
+			}
+		}
+	}
+	return m
+}

@@ -1,0 +1,168 @@
+package admin
+
+import (
+	"errors"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// CollectorConfig configures a Collector.
+type CollectorConfig struct {
+	// Engine is read at every scrape. Required.
+	Engine EngineView
+	// Counters returns the fuse stage's counters; read at every scrape.
+	// Optional: without it the stage's metrics are not exported.
+	Counters func() Counters
+	// Lag is the consumer lag, refreshed elsewhere. Optional: without it
+	// braid_consumer_lag_records is not exported.
+	Lag LagView
+	// Now is the clock for braid_watermark_lag_seconds. Default time.Now.
+	Now func() time.Time
+}
+
+// Collector is a prometheus.Collector that reads the engine, the stage's
+// counters and the consumer lag at scrape time. Create with NewCollector and
+// register it on the job's registry. Safe for concurrent scrapes.
+type Collector struct {
+	cfg CollectorConfig
+}
+
+// NewCollector validates cfg.
+func NewCollector(cfg CollectorConfig) (*Collector, error) {
+	if cfg.Engine == nil {
+		return nil, errors.New("admin: CollectorConfig.Engine is required")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Collector{cfg: cfg}, nil
+}
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, labels, nil)
+}
+
+// The metrics the Collector exports.
+var (
+	descConsumerLag = desc("braid_consumer_lag_records",
+		"Records between the job's committed offset and the end offset (high watermark) of a source topic partition, "+
+			"as of the last background refresh (every 10s by default; see braid_consumer_lag_refreshed_unix_seconds).",
+		"topic", "partition")
+	descLagRefreshed = desc("braid_consumer_lag_refreshed_unix_seconds",
+		"Unix time, in seconds, of the last successful refresh of braid_consumer_lag_records.")
+	descWatermarkLag = desc("braid_watermark_lag_seconds",
+		"Seconds between now (processing time) and the task's event-time watermark; absent until the watermark is known.",
+		"partition")
+	descWatermark = desc("braid_watermark_unix_seconds",
+		"The task's event-time watermark, unix seconds; absent until it is known.",
+		"partition")
+	descCheckpoints = desc("braid_checkpoints_total",
+		"Checkpoints by outcome: committed, or aborted (the Kafka transaction aborted and state rolled back).",
+		"outcome")
+	descTasks = desc("braid_tasks",
+		"Tasks open in this instance: one per assigned input partition.")
+	descStateBytes = desc("braid_state_bytes",
+		"Bytes on disk of the task's state keyspace at its last checkpoint.",
+		"partition")
+	descRecordsIn = desc("braid_engine_records_in_total",
+		"Kafka records polled by the engine from every input topic, the repartition topic included.")
+	descRecordsOut = desc("braid_engine_records_out_total",
+		"Kafka records produced by the engine to every output topic, the repartition topic and watermark markers included.")
+
+	descMessages = desc("braid_input_messages_total",
+		"OTLP messages read from the source topics (spans, logs, metrics).")
+	descMembers = desc("braid_members_total",
+		"Members (spans, log records, metric points) cut from decoded messages.")
+	descLocal = desc("braid_local_groups_total",
+		"Trace groups fused by the task that read them (fast path).")
+	descRepartitioned = desc("braid_repartitioned_groups_total",
+		"Trace groups sent through the repartition topic to the task that owns their trace.")
+	descFused = desc("braid_fused_records_total",
+		"Fused records emitted, every revision.")
+	descRevisions = desc("braid_fused_revisions_total",
+		"Fused records emitted again with revision > 0 because late members arrived.")
+	descLate = desc("braid_late_members_total",
+		"Members sent to the late topic: further behind the watermark than allowed_lateness.")
+	descDLQ = desc("braid_dlq_messages_total",
+		"Input messages sent unchanged to the dead-letter topic because they could not be decoded.")
+	descUnjoined = desc("braid_unjoined_members_total",
+		"Members that cannot join a trace: log records without a trace id, metric points without exemplar trace ids.",
+		"signal")
+	descTruncated = desc("braid_truncated_members_total",
+		"Members cut by a per-trace cap (caps.spans, caps.logs, caps.points, caps.bytes).")
+	descOpenTraces = desc("braid_open_traces",
+		"Traces open in state, not yet past the watermark plus idle_gap and allowed_lateness.")
+	descTimers = desc("braid_timers_pending",
+		"Event-time timers pending. Every open trace has exactly one, so this is the same counter as braid_open_traces.")
+)
+
+// Describe sends the descriptors of every metric the Collector may export.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		descConsumerLag, descLagRefreshed, descWatermarkLag, descWatermark, descCheckpoints, descTasks,
+		descStateBytes, descRecordsIn, descRecordsOut,
+		descMessages, descMembers, descLocal, descRepartitioned, descFused, descRevisions, descLate, descDLQ,
+		descUnjoined, descTruncated, descOpenTraces, descTimers,
+	} {
+		ch <- d
+	}
+}
+
+// Collect reads the views and sends the current values.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	counter := func(d *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+
+	st := c.cfg.Engine.Stats()
+	counter(descRecordsIn, st.RecordsIn.Load())
+	counter(descRecordsOut, st.RecordsOut.Load())
+	counter(descCheckpoints, st.Checkpoints.Load(), "committed")
+	counter(descCheckpoints, st.Aborts.Load(), "aborted")
+
+	tasks := c.cfg.Engine.Tasks()
+	gauge(descTasks, float64(len(tasks)))
+	now := c.cfg.Now()
+	for _, t := range tasks {
+		p := strconv.Itoa(int(t.Partition))
+		gauge(descStateBytes, float64(t.StateBytes), p)
+		if t.Watermark == math.MinInt64 {
+			continue
+		}
+		gauge(descWatermark, float64(t.Watermark)/1e9, p)
+		gauge(descWatermarkLag, float64(now.UnixNano())/1e9-float64(t.Watermark)/1e9, p)
+	}
+
+	if c.cfg.Lag != nil {
+		lags, at := c.cfg.Lag.Lags()
+		if !at.IsZero() {
+			gauge(descLagRefreshed, float64(at.UnixNano())/1e9)
+		}
+		for _, l := range lags {
+			gauge(descConsumerLag, float64(l.Records), l.Topic, strconv.Itoa(int(l.Partition)))
+		}
+	}
+
+	if c.cfg.Counters != nil {
+		k := c.cfg.Counters()
+		counter(descMessages, k.Messages)
+		counter(descMembers, k.Members)
+		counter(descLocal, k.Local)
+		counter(descRepartitioned, k.Repartitioned)
+		counter(descFused, k.Fused)
+		counter(descRevisions, k.Revisions)
+		counter(descLate, k.Late)
+		counter(descDLQ, k.DLQ)
+		counter(descUnjoined, k.UnjoinedLogs, "logs")
+		counter(descUnjoined, k.UnjoinedPoints, "metrics")
+		counter(descTruncated, k.Truncated)
+		gauge(descOpenTraces, float64(k.OpenTraces))
+		gauge(descTimers, float64(k.OpenTraces))
+	}
+}

@@ -1,0 +1,16 @@
+// Package admin serves a braid job's own observability over HTTP:
+// Prometheus metrics at /metrics, liveness at /healthz and readiness at
+// /readyz.
+//
+// The package reads the job through small views so that it depends on the
+// engine only, not on the operators: an EngineView (the engine's counters
+// and its open tasks), a func returning the stage's Counters, and a LagView
+// (a LagMonitor, which polls the group's committed offsets and the topics'
+// end offsets in the background). Metrics follow the pull model: the
+// Collector reads the views at scrape time. Only the checkpoint histograms
+// are pushed, by Checkpoints.Observe from engine.Config.OnCheckpoint.
+//
+// The owner of the wiring (cmd/braid/job) creates the registry, registers
+// Checkpoints and the Collector on it, and runs the Server and the
+// LagMonitor beside the engine.
+package admin

@@ -1,0 +1,52 @@
+package admin
+
+import (
+	"time"
+
+	"github.com/braidlabs/braid/engine"
+)
+
+// EngineView is what the admin server reads from the engine. *engine.Engine
+// implements it. Both methods must be safe for concurrent use.
+type EngineView interface {
+	// Stats returns the engine's live counters.
+	Stats() *engine.Stats
+	// Tasks returns a snapshot of the open tasks, one per assigned
+	// partition.
+	Tasks() []engine.TaskStat
+}
+
+// Counters is a snapshot of the fuse stage's record accounting, summed over
+// its tasks. Every figure but OpenTraces only grows.
+type Counters struct {
+	Messages       int64 // input messages read from the source topics
+	Members        int64 // members (spans, log records, points) cut from decoded messages
+	Local          int64 // trace groups fused in place (fast path)
+	Repartitioned  int64 // trace groups sent to the repartition topic
+	Fused          int64 // fused records emitted, every revision
+	Revisions      int64 // of which revision > 0
+	Late           int64 // members sent to the late topic
+	DLQ            int64 // messages sent to the dead-letter topic
+	UnjoinedLogs   int64 // log records without a trace id
+	UnjoinedPoints int64 // metric points without an exemplar trace id
+	Truncated      int64 // members cut by a per-trace cap
+	OpenTraces     int64 // traces in state; each has exactly one pending timer
+}
+
+// PartitionLag is the consumer lag of one input partition.
+type PartitionLag struct {
+	Topic     string
+	Partition int32
+	// Records between the group's committed offset and the end offset.
+	Records int64
+}
+
+// LagView is what the Collector reads for consumer lag. *LagMonitor
+// implements it.
+type LagView interface {
+	// Lags returns the lag of every input partition as of the last
+	// successful refresh, sorted by topic and partition, and the time of
+	// that refresh (zero before the first). The caller must not modify the
+	// slice.
+	Lags() ([]PartitionLag, time.Time)
+}
