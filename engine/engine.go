@@ -54,6 +54,10 @@ type Config struct {
 	// TransactionalID is stable per instance so that a restarted instance
 	// fences its predecessor. Required.
 	TransactionalID string
+	// InstanceID, if set, makes the instance a static group member: a
+	// restarted instance takes its place back without a rebalance (pod
+	// names in a StatefulSet).
+	InstanceID string
 	// CheckpointInterval, default 5s; 1s–60s.
 	CheckpointInterval time.Duration
 	// OutOfOrderness bounds event-time disorder within a partition.
@@ -65,8 +69,8 @@ type Config struct {
 	// TickInterval is how often an idle task re-evaluates its watermark.
 	// Default 200ms.
 	TickInterval time.Duration
-	// TransactionTimeout, default 60s; must exceed CheckpointInterval by
-	// a margin of at least 10s.
+	// TransactionTimeout, default CheckpointInterval + 1m; must exceed
+	// CheckpointInterval by at least 10s.
 	TransactionTimeout time.Duration
 	// Store holds the keyspaces of the tasks. Required.
 	Store *state.Store
@@ -111,7 +115,7 @@ func (c *Config) EnsureDefaults() {
 		c.TickInterval = 200 * time.Millisecond
 	}
 	if c.TransactionTimeout == 0 {
-		c.TransactionTimeout = 60 * time.Second
+		c.TransactionTimeout = c.CheckpointInterval + time.Minute
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -233,6 +237,9 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 		topics[i] = in.Topic
 	}
 	opts := append([]kgo.Opt{}, e.cfg.ClientOpts...)
+	if e.cfg.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(e.cfg.InstanceID))
+	}
 	opts = append(opts,
 		kgo.ConsumerGroup(e.cfg.Group),
 		kgo.ConsumeTopics(topics...),
@@ -377,7 +384,9 @@ func (e *Engine) checkpoint(ctx context.Context, begin bool) error {
 		outcome = msgAbort
 		e.stats.Aborts.Add(1)
 	} else {
-		e.stats.Checkpoints.Add(1)
+		if e.stats.Checkpoints.Add(1) == 1 {
+			e.log.Info("first checkpoint committed", "tasks", len(e.tasks))
+		}
 	}
 	for _, t := range e.tasks {
 		t.in <- taskMsg{kind: outcome, reply: replies}
@@ -460,6 +469,7 @@ func (e *Engine) applyAssignment() error {
 		if err != nil {
 			return err
 		}
+		e.log.Info("task assigned", "stage", e.topo.Name, "partition", p)
 		e.tasks[p] = t
 		e.mu.Lock()
 		e.mu.tasks[p] = &t.pub

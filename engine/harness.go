@@ -66,9 +66,13 @@ func (h *Harness) Process(input int, recs ...*kgo.Record) error {
 	return h.err()
 }
 
-// Advance re-evaluates the watermark, as the task's ticker does.
+// Advance re-evaluates the watermark, as the task's ticker does, and goes
+// on while the processor reports a backlog.
 func (h *Harness) Advance() error {
 	h.t.fail(h.t.advance())
+	for bl, ok := h.t.proc.(Backlogger); ok && bl.Backlog() && !h.t.failed; {
+		h.t.fail(h.t.advance())
+	}
 	return h.err()
 }
 

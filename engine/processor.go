@@ -20,6 +20,14 @@ type WatermarkHandler interface {
 	OnWatermark(t *Task, wm int64) error
 }
 
+// Backlogger is implemented by processors whose OnWatermark does a bounded
+// amount of work per call: while Backlog reports true the task calls
+// OnWatermark again as soon as its queue is empty, so that a large backlog
+// of due timers never delays a checkpoint barrier by more than one slice.
+type Backlogger interface {
+	Backlog() bool
+}
+
 // Checkpointer is implemented by processors that hold state in memory: at a
 // checkpoint they write it into t.State before the transaction commits.
 type Checkpointer interface {

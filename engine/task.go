@@ -149,7 +149,19 @@ func (t *Task) run() {
 	defer close(t.done)
 	tick := time.NewTicker(t.e.cfg.TickInterval)
 	defer tick.Stop()
+	bl, _ := t.proc.(Backlogger)
 	for {
+		if bl != nil && !t.failed && bl.Backlog() {
+			select {
+			case m := <-t.in:
+				if t.handle(m) {
+					return
+				}
+			default:
+				t.fail(t.advance())
+			}
+			continue
+		}
 		select {
 		case m := <-t.in:
 			if t.handle(m) {

@@ -14,10 +14,20 @@ func cmdRun(ctx context.Context, args []string, log *slog.Logger) error {
 	path := fs.String("config", "", "YAML configuration file (see README.md)")
 	brokers := fs.String("brokers", "", "comma-separated brokers; overrides the file and BRAID_KAFKA_BROKERS")
 	stateDir := fs.String("state-dir", "", "state directory; overrides the file and BRAID_STATE_DIR")
+	adminAddr := fs.String("admin-addr", "", `admin HTTP address of /metrics, /healthz, /readyz; overrides the file's admin.addr (default 127.0.0.1:9464; "" disables)`)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	cfg, err := job.LoadConfig(*path)
+	if cfg == nil {
+		return err
+	}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "admin-addr" {
+			cfg.Admin.Addr = *adminAddr
+			err = cfg.Validate()
+		}
+	})
 	if *brokers != "" {
 		cfg.Kafka.Brokers = strings.Split(*brokers, ",")
 		err = cfg.Validate()

@@ -121,12 +121,14 @@ func (m *LagMonitor) Refresh(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("admin: fetch offsets of group %s: %w", m.cfg.Group, err)
 	}
+	// Partial answers (*kadm.ShardErrors from some brokers) are used: the
+	// partitions that are missing are left out.
 	ends, err := adm.ListEndOffsets(ctx, m.cfg.Topics...)
-	if err != nil {
+	if err != nil && !partial(err) {
 		return fmt.Errorf("admin: list end offsets: %w", err)
 	}
 	starts, err := adm.ListStartOffsets(ctx, m.cfg.Topics...)
-	if err != nil {
+	if err != nil && !partial(err) {
 		return fmt.Errorf("admin: list start offsets: %w", err)
 	}
 	var lags []PartitionLag
@@ -154,6 +156,13 @@ func (m *LagMonitor) Refresh(ctx context.Context) error {
 	m.mu.lags, m.mu.at = lags, m.cfg.Now()
 	m.mu.Unlock()
 	return nil
+}
+
+// partial reports whether err is a kadm shard error that some brokers
+// answered despite.
+func partial(err error) bool {
+	se, ok := errors.AsType[*kadm.ShardErrors](err)
+	return ok && !se.AllFailed
 }
 
 // Lags returns the figures of the last successful refresh and its time.

@@ -104,6 +104,7 @@ type processor struct {
 	dec       *otlp.Decoder
 	traces    map[[16]byte]*trace
 	timers    timerHeap
+	backlog   bool    // due timers remain after the last slice
 	touched   []touch // in processing-time order; head at touchedHead
 	touchHead int
 	changed   []*trace
@@ -335,8 +336,20 @@ func (p *processor) flushIdle(t *engine.Task, wm int64) error {
 	return nil
 }
 
+// timerSlice bounds the emissions of one OnWatermark call; the engine calls
+// again while Backlog reports more (see engine.Backlogger).
+const timerSlice = 512
+
+// Backlog implements engine.Backlogger.
+func (p *processor) Backlog() bool { return p.backlog }
+
 func (p *processor) fireTimers(t *engine.Task, wm int64) error {
-	for len(p.timers) > 0 && p.timers[0].at <= wm {
+	p.backlog = false
+	for fired := 0; len(p.timers) > 0 && p.timers[0].at <= wm; fired++ {
+		if fired == timerSlice {
+			p.backlog = true
+			return nil
+		}
 		tm := heap.Pop(&p.timers).(timer)
 		tr := tm.tr
 		if p.traces[tr.id] != tr || tr.timerAt != tm.at {

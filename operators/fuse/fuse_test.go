@@ -497,3 +497,39 @@ func TestFuseRepartitionsForeignTraces(t *testing.T) {
 		t.Errorf("local groups = %d, want %d", h.stage.Counters().Local.Load(), local)
 	}
 }
+
+func TestFuseTimerBacklogFiresInSlices(t *testing.T) {
+	h := newHarness(t, 1, func(c *Config) { c.FlushAfter = -1 })
+	ts := genTraces(rand.New(rand.NewPCG(19, 20)), 3*timerSlice, base)
+	var all []*tracepb.Span
+	for _, g := range ts {
+		all = append(all, g.spans...)
+	}
+	h.feed(inSpans, nil, spansMsg(all...)) // one batch: no watermark step in between
+	if n := len(h.out("braid.fused")); n != 0 {
+		t.Fatalf("%d traces emitted before the watermark moved", n)
+	}
+	// The inputs without data go idle: the watermark jumps past every
+	// trace at once, and one call fires one slice.
+	h.now = h.now.Add(2 * time.Second)
+	h.SetNow(h.now)
+	if err := h.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	first := len(h.out("braid.fused"))
+	if first == 0 || first > timerSlice {
+		t.Fatalf("one slice emitted %d traces, want 1..%d", first, timerSlice)
+	}
+	if err := h.Advance(); err != nil { // goes on while backlogged
+		t.Fatal(err)
+	}
+	if n := len(h.out("braid.fused")); n <= first {
+		t.Fatalf("Advance emitted nothing more than the first slice (%d)", n)
+	}
+	if err := h.Finish(); err != nil { // the last traces, within bound + gap of the end
+		t.Fatal(err)
+	}
+	if n := len(h.fused()); n != len(ts) {
+		t.Fatalf("emitted %d traces, want %d", n, len(ts))
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/braidlabs/braid/connectors/admin"
 	"github.com/braidlabs/braid/connectors/kafka"
 	"github.com/braidlabs/braid/connectors/otlp"
 	"github.com/braidlabs/braid/operators/fuse"
@@ -53,6 +54,8 @@ type Config struct {
 
 	// CheckpointInterval, default 5s, 1s–60s.
 	CheckpointInterval time.Duration `yaml:"checkpoint_interval"`
+	// LogInterval is how often a progress line is logged. Default 30s.
+	LogInterval time.Duration `yaml:"log_interval"`
 
 	EventTime struct {
 		// OutOfOrderness: bounded disorder within a partition. Default 10s.
@@ -81,6 +84,14 @@ type Config struct {
 		Points int `yaml:"points"`
 		Bytes  int `yaml:"bytes"`
 	} `yaml:"caps"`
+
+	Admin struct {
+		// Addr is the host:port of the admin HTTP server (/metrics,
+		// /healthz, /readyz). LoadConfig defaults it to 127.0.0.1:9464
+		// (loopback); "" disables the server, and is what a Config built
+		// in code has unless set.
+		Addr string `yaml:"addr"`
+	} `yaml:"admin"`
 }
 
 // InputConfig is one OTLP input topic.
@@ -94,6 +105,8 @@ type InputConfig struct {
 // LoadConfig reads path (if not empty), then the environment.
 func LoadConfig(path string) (*Config, error) {
 	c := &Config{}
+	// Set before decoding, so that an explicit addr: "" disables it.
+	c.Admin.Addr = admin.DefaultAddr
 	if path != "" {
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -155,6 +168,9 @@ func (c *Config) EnsureDefaults() {
 	if c.CheckpointInterval == 0 {
 		c.CheckpointInterval = 5 * time.Second
 	}
+	if c.LogInterval == 0 {
+		c.LogInterval = 30 * time.Second
+	}
 }
 
 // Validate reports every problem at once, naming the offending field.
@@ -174,6 +190,11 @@ func (c *Config) Validate() error {
 	}
 	if c.InstanceID == "" {
 		errs = append(errs, errors.New("config: instance_id is empty and the host name is unknown"))
+	}
+	if c.Admin.Addr != "" {
+		if err := admin.CheckAddr(c.Admin.Addr); err != nil {
+			errs = append(errs, fmt.Errorf("config: admin.addr: %w", err))
+		}
 	}
 	return errors.Join(errs...)
 }

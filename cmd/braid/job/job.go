@@ -2,13 +2,19 @@ package job
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"sync"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/braidlabs/braid/connectors/admin"
 	"github.com/braidlabs/braid/connectors/kafka"
 	"github.com/braidlabs/braid/engine"
 	"github.com/braidlabs/braid/operators/fuse"
@@ -21,6 +27,8 @@ type Job struct {
 	stage  *fuse.Stage
 	engine *engine.Engine
 	store  *state.Store
+	log    *slog.Logger
+	obs    *observability
 }
 
 // Prepare checks the input topics, creates the output and internal topics
@@ -54,6 +62,10 @@ func Prepare(ctx context.Context, cfg *Config, log *slog.Logger) (*Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("job: %w", err)
 	}
+	obs, err := newObservability()
+	if err != nil {
+		return nil, err
+	}
 	store, err := state.Open(state.Options{Dir: filepath.Join(cfg.State.Dir, cfg.Group), MemoryBudget: cfg.State.MemoryBudget})
 	if err != nil {
 		return nil, err
@@ -62,24 +74,62 @@ func Prepare(ctx context.Context, cfg *Config, log *slog.Logger) (*Job, error) {
 		ClientOpts:         cfg.Kafka.Opts(),
 		Group:              cfg.Group,
 		TransactionalID:    cfg.Group + "-" + cfg.InstanceID,
+		InstanceID:         cfg.InstanceID,
 		CheckpointInterval: cfg.CheckpointInterval,
 		OutOfOrderness:     cfg.EventTime.OutOfOrderness,
 		Idleness:           cfg.EventTime.Idleness,
 		Store:              store,
 		Logger:             log,
+		OnCheckpoint:       obs.checkpoints.Observe,
 	}, stage.Topology())
 	if err != nil {
 		store.Close()
 		return nil, err
 	}
+	if err := obs.attach(cfg, eng, stage, log); err != nil {
+		store.Close()
+		return nil, err
+	}
 	log.Info("braid job prepared", "partitions", partitions, "group", cfg.Group, "fused", fc.FusedTopic)
-	return &Job{cfg: cfg, stage: stage, engine: eng, store: store}, nil
+	return &Job{cfg: cfg, stage: stage, engine: eng, store: store, log: log, obs: obs}, nil
 }
 
 // Run runs the job until ctx is done, then checkpoints and closes.
 func (j *Job) Run(ctx context.Context) error {
 	defer j.store.Close()
-	return j.engine.Run(ctx)
+	stopAdmin := j.obs.start(ctx) // beside the engine, stopped after it
+	defer stopAdmin()
+	progress, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(j.cfg.LogInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-progress.Done():
+				return
+			case <-tick.C:
+				j.logCounters("braid progress", nil)
+			}
+		}
+	}()
+	err := j.engine.Run(ctx)
+	stop()
+	<-done
+	j.logCounters("braid job stopped", err)
+	return err
+}
+
+func (j *Job) logCounters(msg string, err error) {
+	c, st := j.Counters(), j.engine.Stats()
+	args := []any{"messages", c.Messages.Load(), "members", c.Members.Load(), "fused", c.Fused.Load(),
+		"late", c.Late.Load(), "dlq", c.DLQ.Load(), "open_traces", c.OpenTraces.Load(),
+		"checkpoints", st.Checkpoints.Load(), "aborts", st.Aborts.Load()}
+	if err != nil {
+		args = append(args, "err", err)
+	}
+	j.log.Info(msg, args...)
 }
 
 // Counters are the fuse stage's live counters.
@@ -90,3 +140,116 @@ func (j *Job) Engine() *engine.Engine { return j.engine }
 
 // Stage is the job's fuse stage.
 func (j *Job) Stage() *fuse.Stage { return j.stage }
+
+// Registry is the job's metrics registry (served at /metrics when
+// admin.addr is set).
+func (j *Job) Registry() *prometheus.Registry { return j.obs.registry }
+
+// AdminAddr is the address the admin server listens on, "" when it is
+// disabled.
+func (j *Job) AdminAddr() string {
+	if j.obs.server == nil {
+		return ""
+	}
+	return j.obs.server.Addr().String()
+}
+
+// observability is the job's metrics registry and, when admin.addr is set,
+// the admin server and the consumer-lag monitor.
+type observability struct {
+	registry    *prometheus.Registry
+	checkpoints *admin.Checkpoints
+	log         *slog.Logger
+	server      *admin.Server // nil when disabled
+	lag         *admin.LagMonitor
+	lagClient   *kgo.Client
+}
+
+func newObservability() (*observability, error) {
+	reg := prometheus.NewRegistry()
+	err := errors.Join(
+		reg.Register(collectors.NewGoCollector()),
+		reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("job: register metrics: %w", err)
+	}
+	cps, err := admin.NewCheckpoints(reg)
+	if err != nil {
+		return nil, err
+	}
+	return &observability{registry: reg, checkpoints: cps}, nil
+}
+
+// attach registers the job's collector and, when cfg.Admin.Addr is set,
+// binds the admin server.
+func (o *observability) attach(cfg *Config, eng *engine.Engine, stage *fuse.Stage, log *slog.Logger) error {
+	o.log = log
+	var lag admin.LagView
+	if cfg.Admin.Addr != "" {
+		cl, err := kgo.NewClient(cfg.Kafka.Opts()...)
+		if err != nil {
+			return fmt.Errorf("job: %w", err)
+		}
+		o.lagClient = cl
+		o.lag, err = admin.NewLagMonitor(admin.LagConfig{Admin: kadm.NewClient(cl), Group: cfg.Group, Logger: log,
+			Topics: []string{cfg.Inputs.Spans.Topic, cfg.Inputs.Logs.Topic, cfg.Inputs.Metrics.Topic}})
+		if err != nil {
+			o.close()
+			return err
+		}
+		lag = o.lag
+	}
+	c := stage.Counters()
+	col, err := admin.NewCollector(admin.CollectorConfig{Engine: eng, Lag: lag, Counters: func() admin.Counters {
+		return admin.Counters{
+			Messages: c.Messages.Load(), Members: c.Members.Load(), Local: c.Local.Load(), Repartitioned: c.Repartitioned.Load(),
+			Fused: c.Fused.Load(), Revisions: c.Revisions.Load(), Late: c.Late.Load(), DLQ: c.DLQ.Load(),
+			UnjoinedLogs: c.UnjoinedLogs.Load(), UnjoinedPoints: c.UnjoinedPoint.Load(), Truncated: c.Truncated.Load(),
+			OpenTraces: c.OpenTraces.Load(),
+		}
+	}})
+	if err == nil {
+		err = o.registry.Register(col)
+	}
+	if err == nil && cfg.Admin.Addr != "" {
+		o.server, err = admin.New(admin.Config{Addr: cfg.Admin.Addr, Gatherer: o.registry, Logger: log,
+			Ready: admin.Readiness(eng, o.checkpoints)})
+	}
+	if err != nil {
+		o.close()
+		return fmt.Errorf("job: admin: %w", err)
+	}
+	return nil
+}
+
+// start runs the admin server and the lag monitor, if enabled, until the
+// returned stop is called. They outlive ctx: the engine's final checkpoint
+// runs after ctx is done.
+func (o *observability) start(ctx context.Context) (stop func()) {
+	if o.server == nil {
+		return func() {}
+	}
+	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Go(func() { o.lag.Run(actx) })
+	wg.Go(func() {
+		if err := o.server.Run(actx); err != nil {
+			o.log.Error("admin server", "err", err)
+		}
+	})
+	return func() {
+		cancel()
+		wg.Wait()
+		o.close()
+	}
+}
+
+func (o *observability) close() {
+	if o.server != nil {
+		o.server.Close()
+	}
+	if o.lagClient != nil {
+		o.lagClient.Close()
+	}
+}

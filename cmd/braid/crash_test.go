@@ -1,0 +1,354 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/braidlabs/braid/connectors/kafka/kafkatest"
+	"github.com/braidlabs/braid/connectors/simulator"
+	"github.com/braidlabs/braid/operators/braidpb"
+)
+
+// buildBraid builds the binary with failpoints into a temporary directory.
+func buildBraid(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "braid")
+	cmd := exec.Command("go", "build", "-race", "-tags", "failpoints", "-o", bin, ".")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build braid: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// child is one braid run process.
+type child struct {
+	cmd  *exec.Cmd
+	log  *syncBuffer
+	done chan error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func startChild(t *testing.T, bin, config string, env ...string) *child {
+	t.Helper()
+	c := &child{cmd: exec.Command(bin, "run", "--config", config), log: &syncBuffer{}, done: make(chan error, 1)}
+	c.cmd.Env = append(os.Environ(), env...)
+	c.cmd.Stdout, c.cmd.Stderr = c.log, c.log
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { c.done <- c.cmd.Wait() }()
+	return c
+}
+
+// waitLog polls the child's log until it contains s.
+func (c *child) waitLog(t *testing.T, s string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !strings.Contains(c.log.String(), s) {
+		if time.Now().After(deadline) {
+			t.Fatalf("child did not log %q within %v; log:\n%s", s, d, tail(c.log.String(), 3000))
+		}
+		select {
+		case err := <-c.done:
+			t.Fatalf("child exited (%v) before logging %q; log:\n%s", err, s, tail(c.log.String(), 3000))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (c *child) kill(t *testing.T) {
+	t.Helper()
+	c.cmd.Process.Signal(syscall.SIGKILL)
+	<-c.done
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// crashEnv is a job configuration on fresh topics of the real broker.
+type crashEnv struct {
+	brokers        []string
+	in             []string
+	fused          string
+	config         string
+	stateDir       string
+	prod           *kgo.Client
+	simTopics      simulator.Topics
+	fusedPartition int32
+}
+
+func newCrashEnv(t *testing.T) *crashEnv {
+	brokers := kafkatest.Brokers(t)
+	in := kafkatest.NewTopics(t, brokers, 4, "otlp_spans", "otlp_logs", "otlp_metrics")
+	out := kafkatest.NewTopics(t, brokers, 4, "braid.fused", "braid.late", "braid.dlq", "group")
+	dir := t.TempDir()
+	e := &crashEnv{brokers: brokers, in: in, fused: out[0], stateDir: filepath.Join(dir, "state"),
+		simTopics: simulator.Topics{Spans: in[0], Logs: in[1], Metrics: in[2]}}
+	e.config = filepath.Join(dir, "braid.yaml")
+	cfg := fmt.Sprintf(`kafka:
+  brokers: [%s]
+group: %s
+instance_id: crash-0
+inputs:
+  spans: {topic: %s}
+  logs: {topic: %s}
+  metrics: {topic: %s}
+outputs: {fused: %s, late: %s, dlq: %s}
+state: {dir: %s}
+checkpoint_interval: 1s
+event_time:
+  out_of_orderness: 2s
+  idleness: 20s
+  idle_gap: 1s
+  allowed_lateness: 60s
+  flush_after: -1s
+`, strings.Join(brokers, ","), out[3], in[0], in[1], in[2], out[0], out[1], out[2], e.stateDir)
+	if err := os.WriteFile(e.config, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.prod = kafkatest.Client(t, brokers, kgo.RecordPartitioner(simulator.Partitioner()))
+	return e
+}
+
+// TestCrashExactlyOnce runs braid as a child process under steady input,
+// kills it with SIGKILL at random moments and at failpoints inside the
+// checkpoint protocol, once with its local state deleted, restarts it each
+// time, and checks that the committed fused output holds every expected
+// (trace, revision) exactly once and nothing else.
+func TestCrashExactlyOnce(t *testing.T) {
+	env := newCrashEnv(t)
+	bin := buildBraid(t)
+
+	// Steady input: 60 Collector batches of 8 requests, 5 batches a second.
+	sim, err := simulator.New(simulator.Config{Seed: 42, Topics: env.simTopics, RequestsPerBatch: 8, SplitRatio: 0.2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const batches = 60
+	var truth simulator.Truth
+	prodDone := make(chan error, 1)
+	go func() {
+		ctx := context.Background()
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; i < batches; i++ {
+			<-tick.C
+			if err := simulator.Produce(ctx, env.prod, sim.Next()); err != nil {
+				prodDone <- err
+				return
+			}
+		}
+		if err := simulator.Produce(ctx, env.prod, sim.Flush()); err != nil {
+			prodDone <- err
+			return
+		}
+		truth = sim.Truth()
+		// Sentinel: later event time on every partition moves the
+		// watermark past every real trace.
+		late, _ := simulator.New(simulator.Config{Seed: 43, Topics: env.simTopics, RequestsPerBatch: 40, Start: sim.EventTime().Add(time.Minute)})
+		for range 3 {
+			if err := simulator.Produce(ctx, env.prod, late.Next()); err != nil {
+				prodDone <- err
+				return
+			}
+		}
+		prodDone <- nil
+	}()
+
+	r := rand.New(rand.NewPCG(1, 2))
+	kills := 0
+	// Random kills while input flows.
+	for i := 0; i < 10; i++ {
+		c := startChild(t, bin, env.config)
+		c.waitLog(t, "braid job prepared", 60*time.Second)
+		time.Sleep(time.Duration(500+r.IntN(2500)) * time.Millisecond) // a random kill moment
+		c.kill(t)
+		kills++
+	}
+	// Kills inside the checkpoint protocol.
+	for _, fp := range []string{"before-end-txn:3", "after-end-txn:2", "before-local-checkpoint:2", "after-end-txn:5"} {
+		c := startChild(t, bin, env.config, "BRAID_FAILPOINT="+fp)
+		select {
+		case <-c.done:
+		case <-time.After(90 * time.Second):
+			t.Fatalf("failpoint %s never reached; log:\n%s", fp, tail(c.log.String(), 3000))
+		}
+		if !strings.Contains(c.log.String(), "braid job prepared") {
+			t.Fatalf("child with failpoint %s exited early:\n%s", fp, tail(c.log.String(), 3000))
+		}
+		kills++
+	}
+	// A restart with the local state gone: rebuilt from the changelog.
+	if err := os.RemoveAll(env.stateDir); err != nil {
+		t.Fatal(err)
+	}
+	c := startChild(t, bin, env.config)
+	c.waitLog(t, "restored state from changelog", 90*time.Second)
+	c.kill(t)
+	kills++
+
+	if err := <-prodDone; err != nil {
+		t.Fatal(err)
+	}
+	// The last run goes on until every expected trace is out.
+	final := startChild(t, bin, env.config)
+	defer final.kill(t)
+	rd := kafkatest.Client(t, env.brokers, kgo.ConsumeTopics(env.fused), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	seen := map[string]int{}
+	revs := map[string][]uint32{}
+	counts := map[string][3]int{}
+	deadline := time.Now().Add(3 * time.Minute)
+	missing := func() int {
+		n := 0
+		for id := range truth.Traces {
+			if seen[id] == 0 {
+				n++
+			}
+		}
+		return n
+	}
+	for missing() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d traces missing after the crashes; child log:\n%s", missing(), len(truth.Traces), tail(final.log.String(), 3000))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		fs := rd.PollFetches(ctx)
+		cancel()
+		fs.EachRecord(func(rec *kgo.Record) {
+			var ft braidpb.FusedTrace
+			if err := proto.Unmarshal(rec.Value, &ft); err != nil {
+				t.Fatalf("fused record: %v", err)
+			}
+			id := string(rec.Key)
+			seen[id]++
+			revs[id] = append(revs[id], ft.Revision)
+			counts[id] = [3]int{len(ft.Spans), len(ft.Logs), len(ft.Points)}
+		})
+	}
+	for id, tt := range truth.Traces {
+		if seen[id] != 1 || revs[id][0] != 0 {
+			t.Errorf("trace %s emitted %d times, revisions %v; want once at revision 0", id, seen[id], revs[id])
+		}
+		if got := counts[id]; got != [3]int{tt.Spans, tt.Logs, tt.ExemplarPoints} {
+			t.Errorf("trace %s holds %v spans/logs/points, want %d/%d/%d", id, got, tt.Spans, tt.Logs, tt.ExemplarPoints)
+		}
+	}
+	for id, n := range seen {
+		if _, ok := truth.Traces[id]; !ok && n != 1 {
+			t.Errorf("sentinel trace %s emitted %d times", id, n)
+		}
+	}
+	t.Logf("%d kills; %d traces each fused exactly once", kills, len(truth.Traces))
+}
+
+// TestSigtermFinalCheckpoint checks that SIGTERM makes a final checkpoint
+// and that a restart then reads no input again. The checkpoint interval is
+// 60s, so the only checkpoint before SIGTERM is the final one.
+func TestSigtermFinalCheckpoint(t *testing.T) {
+	env := newCrashEnv(t)
+	cfg, err := os.ReadFile(env.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = bytes.Replace(cfg, []byte("checkpoint_interval: 1s"), []byte("checkpoint_interval: 60s\nlog_interval: 100ms"), 1)
+	if err := os.WriteFile(env.config, cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := buildBraid(t)
+	sim, _ := simulator.New(simulator.Config{Seed: 7, Topics: env.simTopics})
+	var msgs []simulator.Message
+	for range 20 {
+		msgs = append(msgs, sim.Next()...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := simulator.Produce(ctx, env.prod, msgs); err != nil {
+		t.Fatal(err)
+	}
+	c := startChild(t, bin, env.config)
+	c.waitLog(t, fmt.Sprintf("braid progress messages=%d ", len(msgs)), 60*time.Second)
+	if strings.Contains(c.log.String(), "first checkpoint committed") {
+		t.Fatal("a periodic checkpoint ran before SIGTERM; the test needs only the final one")
+	}
+	c.cmd.Process.Signal(syscall.SIGTERM)
+	if err := <-c.done; err != nil {
+		t.Fatalf("braid exited with %v after SIGTERM; log:\n%s", err, tail(c.log.String(), 3000))
+	}
+	if got := stoppedField(t, c.log.String(), "checkpoints"); got != "1" {
+		t.Fatalf("first run made %s checkpoints, want 1 (the final one)", got)
+	}
+	// New input after the stop: the restart must read exactly that.
+	more := sim.Next()
+	if err := simulator.Produce(ctx, env.prod, more); err != nil {
+		t.Fatal(err)
+	}
+	again := startChild(t, bin, env.config)
+	again.waitLog(t, fmt.Sprintf("braid progress messages=%d ", len(more)), 60*time.Second)
+	n := strings.Count(again.log.String(), "braid progress")
+	for strings.Count(again.log.String(), "braid progress") < n+5 { // 5 more progress lines: nothing else comes
+		again.waitLog(t, "braid progress", time.Second)
+		time.Sleep(20 * time.Millisecond) // polling interval
+	}
+	again.cmd.Process.Signal(syscall.SIGTERM)
+	if err := <-again.done; err != nil {
+		t.Fatalf("second run: %v", err)
+	}
+	if got := stoppedField(t, again.log.String(), "messages"); got != fmt.Sprint(len(more)) {
+		t.Fatalf("restart after SIGTERM read %s messages, want only the %d new ones; log:\n%s", got, len(more), tail(again.log.String(), 3000))
+	}
+}
+
+// stoppedField returns a field of the "braid job stopped" log line.
+func stoppedField(t *testing.T, log, field string) string {
+	t.Helper()
+	sc := bufio.NewScanner(strings.NewReader(log))
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.Contains(line, "braid job stopped") {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, field+"="); ok {
+				return v
+			}
+		}
+	}
+	t.Fatalf("no %q in a stop line of:\n%s", field, tail(log, 2000))
+	return ""
+}
+
