@@ -351,4 +351,3 @@ func stoppedField(t *testing.T, log, field string) string {
 	t.Fatalf("no %q in a stop line of:\n%s", field, tail(log, 2000))
 	return ""
 }
-
