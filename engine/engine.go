@@ -83,6 +83,10 @@ type Config struct {
 	// QueueDepth is the number of polled batches a task may have queued.
 	// Default 8.
 	QueueDepth int
+	// AtLeastOnce turns exactly-once off: no transactions; at a checkpoint
+	// the producer is flushed and then the offsets are committed, so a
+	// crash may repeat output. For comparison in benchmarks; default off.
+	AtLeastOnce bool
 	// OnCheckpoint, if set, is called on the Run goroutine after every
 	// checkpoint (metrics). It must not block.
 	OnCheckpoint func(CheckpointInfo)
@@ -161,7 +165,7 @@ type Engine struct {
 	topo Topology
 	log  *slog.Logger
 
-	sess *kgo.GroupTransactSession
+	sess session
 
 	mu struct {
 		sync.Mutex
@@ -243,8 +247,6 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 	opts = append(opts,
 		kgo.ConsumerGroup(e.cfg.Group),
 		kgo.ConsumeTopics(topics...),
-		kgo.TransactionalID(e.cfg.TransactionalID),
-		kgo.TransactionTimeout(e.cfg.TransactionTimeout),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
@@ -255,9 +257,21 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 		kgo.ProducerBatchMaxBytes(4<<20),
 		kgo.MaxBufferedRecords(1<<20),
 	)
-	sess, err := kgo.NewGroupTransactSession(opts...)
-	if err != nil {
-		return fmt.Errorf("engine: create client: %w", err)
+	var sess session
+	if e.cfg.AtLeastOnce {
+		opts = append(opts, kgo.DisableAutoCommit())
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			return fmt.Errorf("engine: create client: %w", err)
+		}
+		sess = atLeastOnce{cl}
+	} else {
+		opts = append(opts, kgo.TransactionalID(e.cfg.TransactionalID), kgo.TransactionTimeout(e.cfg.TransactionTimeout))
+		s, err := kgo.NewGroupTransactSession(opts...)
+		if err != nil {
+			return fmt.Errorf("engine: create client: %w", err)
+		}
+		sess = s
 	}
 	e.sess = sess
 	e.committed = e.fetchCommitted
@@ -570,3 +584,44 @@ func decodeMarker(b []byte) (task int32, wm int64, idle bool, ok bool) {
 }
 
 func keyspaceName(topo string, p int32) string { return topo + "-" + strconv.Itoa(int(p)) }
+
+// session is what the engine needs of its Kafka client: a
+// kgo.GroupTransactSession, or atLeastOnce.
+type session interface {
+	PollRecords(ctx context.Context, maxPollRecords int) kgo.Fetches
+	Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
+	Begin() error
+	End(ctx context.Context, commit kgo.TransactionEndTry) (bool, error)
+	Client() *kgo.Client
+	Close()
+}
+
+// atLeastOnce is a session without transactions: End flushes the producer,
+// then commits the polled offsets.
+type atLeastOnce struct{ cl *kgo.Client }
+
+func (s atLeastOnce) PollRecords(ctx context.Context, n int) kgo.Fetches {
+	return s.cl.PollRecords(ctx, n)
+}
+
+func (s atLeastOnce) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
+	s.cl.Produce(ctx, r, promise)
+}
+
+func (s atLeastOnce) Begin() error { return nil }
+
+func (s atLeastOnce) End(ctx context.Context, commit kgo.TransactionEndTry) (bool, error) {
+	if commit == kgo.TryAbort {
+		return false, errors.New("engine: cannot abort without transactions")
+	}
+	if err := s.cl.Flush(ctx); err != nil {
+		return false, err
+	}
+	if err := s.cl.CommitUncommittedOffsets(ctx); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+func (s atLeastOnce) Client() *kgo.Client { return s.cl }
+func (s atLeastOnce) Close()              { s.cl.Close() }

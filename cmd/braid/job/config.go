@@ -54,6 +54,9 @@ type Config struct {
 
 	// CheckpointInterval, default 5s, 1s–60s.
 	CheckpointInterval time.Duration `yaml:"checkpoint_interval"`
+	// AtLeastOnce turns exactly-once off (no transactions; output may
+	// repeat after a crash). For comparison only. Default false.
+	AtLeastOnce bool `yaml:"at_least_once"`
 	// LogInterval is how often a progress line is logged. Default 30s.
 	LogInterval time.Duration `yaml:"log_interval"`
 

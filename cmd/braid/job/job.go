@@ -75,6 +75,7 @@ func Prepare(ctx context.Context, cfg *Config, log *slog.Logger) (*Job, error) {
 		Group:              cfg.Group,
 		TransactionalID:    cfg.Group + "-" + cfg.InstanceID,
 		InstanceID:         cfg.InstanceID,
+		AtLeastOnce:        cfg.AtLeastOnce,
 		CheckpointInterval: cfg.CheckpointInterval,
 		OutOfOrderness:     cfg.EventTime.OutOfOrderness,
 		Idleness:           cfg.EventTime.Idleness,
