@@ -126,8 +126,14 @@ func (t *Task) loadCommitted() error {
 		return err
 	}
 	t.restoreWM = windows.MinTime
-	if ok && len(v) == 8 {
+	if ok && len(v) >= 8 && len(v)%8 == 0 {
 		t.restoreWM = int64(binary.BigEndian.Uint64(v))
+		maxima := make([]int64, 0, len(v)/8-1)
+		for b := v[8:]; len(b) >= 8; b = b[8:] {
+			maxima = append(maxima, int64(binary.BigEndian.Uint64(b)))
+		}
+		t.all.RestoreMaxima(maxima)
+		t.src.RestoreMaxima(maxima[:min(len(maxima), t.e.sources)])
 	}
 	t.lastWM = t.restoreWM
 	t.pub.watermark.Store(t.restoreWM)
@@ -266,7 +272,13 @@ func (t *Task) prepare() error {
 			return err
 		}
 	}
-	if err := t.State.Set(wmKey, binary.BigEndian.AppendUint64(nil, uint64(t.lastWM))); err != nil {
+	// The watermark and every input's maximum: a restarted task resumes
+	// exactly here, even if no new input arrives.
+	wmv := binary.BigEndian.AppendUint64(nil, uint64(t.lastWM))
+	for _, m := range t.all.Maxima() {
+		wmv = binary.BigEndian.AppendUint64(wmv, uint64(m))
+	}
+	if err := t.State.Set(wmKey, wmv); err != nil {
 		return err
 	}
 	if t.State.changelog != "" {

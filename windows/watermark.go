@@ -139,6 +139,29 @@ func (w *Watermarks) Idle(now time.Time) bool {
 	return true
 }
 
+// Maxima returns, per input, the largest event time (sources) or reported
+// watermark (upstreams) seen, MinTime where none: what a checkpoint keeps
+// so that a restarted task resumes where it was.
+func (w *Watermarks) Maxima() []int64 {
+	out := make([]int64, len(w.inputs))
+	for i := range w.inputs {
+		out[i] = w.inputs[i].max
+	}
+	return out
+}
+
+// RestoreMaxima sets the inputs' maxima from a checkpoint (as from
+// Maxima); extra values are ignored. Restored inputs count as seen but not
+// as active: idleness still applies from now on.
+func (w *Watermarks) RestoreMaxima(m []int64) {
+	for i := range w.inputs {
+		if i < len(m) && m[i] != MinTime {
+			w.inputs[i].max = m[i]
+			w.inputs[i].seen = true
+		}
+	}
+}
+
 // Last returns the watermark computed by the last call of Current.
 func (w *Watermarks) Last() int64 { return w.current }
 
