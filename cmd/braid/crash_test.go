@@ -130,6 +130,7 @@ inputs:
 outputs: {fused: %s, late: %s, dlq: %s}
 state: {dir: %s}
 checkpoint_interval: 1s
+admin: {addr: "127.0.0.1:0"}
 event_time:
   out_of_orderness: 2s
   idleness: 20s
