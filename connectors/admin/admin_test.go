@@ -62,7 +62,7 @@ var testNow = time.Unix(1_000, 0)
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	f := &fixture{eng: &fakeEngine{}}
-	reg := prometheus.NewRegistry()
+	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cps, err := NewCheckpoints(reg)
 	if err != nil {
