@@ -63,11 +63,13 @@ type options struct {
 	brokerPID   int
 	keepTopics  bool
 	description string
+	verbose     bool
+	alo         bool
 }
 
 func main() {
 	var o options
-	flag.IntVar(&o.requests, "requests", 30000, "requests (traces) to generate; 8 per Collector batch")
+	flag.IntVar(&o.requests, "requests", 150000, "requests (traces) to generate; 8 per Collector batch")
 	flag.StringVar(&o.encoding, "encoding", "proto", "payload encoding: proto|json (otlp_proto|otlp_json)")
 	flag.StringVar(&o.keying, "keying", "trace", "record keys: trace (partition_traces_by_id) | none (exporter default, null keys)")
 	p := flag.Int("partitions", 4, "partitions of every topic")
@@ -80,6 +82,8 @@ func main() {
 	flag.IntVar(&o.brokerPID, "broker-pid", 0, "pid of a local broker whose CPU time to report (default: read from $BRAID_KAFKA_DIR/broker.pid, /tmp/braid-kafka)")
 	flag.BoolVar(&o.keepTopics, "keep-topics", false, "do not delete the topics at the end")
 	flag.StringVar(&o.description, "note", "", "free text stored in the result")
+	flag.BoolVar(&o.alo, "at-least-once", true, "also run braid with exactly-once off (engine AtLeastOnce: no transactions) in each round")
+	flag.BoolVar(&o.verbose, "v", false, "log the job's info lines (progress every 10s)")
 	brokers := flag.String("brokers", os.Getenv("BRAID_KAFKA_BROKERS"), "bootstrap brokers, comma separated (default $BRAID_KAFKA_BROKERS)")
 	flag.Parse()
 	o.partitions = int32(*p)
@@ -119,15 +123,21 @@ type Result struct {
 	Machine   Machine   `json:"machine"`
 	Settings  Settings  `json:"settings"`
 	Workload  Workload  `json:"workload"`
-	Raw       []Phase   `json:"raw"`
-	Braid     []Phase   `json:"braid"`
-	Median    struct {
-		Raw   Phase `json:"raw"`
-		Braid Phase `json:"braid"`
+	// Runs of each contender, in round order.
+	Raw   []Phase `json:"raw"`
+	Braid []Phase `json:"braid"`
+	// BraidALO is braid with exactly-once off (-at-least-once).
+	BraidALO []Phase `json:"braid_at_least_once,omitempty"`
+	Median   struct {
+		Raw      Phase  `json:"raw"`
+		Braid    Phase  `json:"braid"`
+		BraidALO *Phase `json:"braid_at_least_once,omitempty"`
 	} `json:"median"`
-	// Ratio is median braid msgs/s over median raw msgs/s.
-	Ratio   float64 `json:"ratio"`
-	Profile string  `json:"profile,omitempty"`
+	// Ratio is median braid msgs/s over median raw msgs/s; RatioALO the
+	// same for braid at-least-once.
+	Ratio    float64 `json:"ratio"`
+	RatioALO float64 `json:"ratio_at_least_once,omitempty"`
+	Profile  string  `json:"profile,omitempty"`
 }
 
 type Machine struct {
@@ -136,6 +146,10 @@ type Machine struct {
 	MemoryGiB string `json:"memory_gib"`
 	GoVersion string `json:"go_version"`
 	OS        string `json:"os"`
+	// LoadAvg is /proc/loadavg at the start and at the end of the run: the
+	// machine may be shared.
+	LoadAvgStart string `json:"loadavg_start"`
+	LoadAvgEnd   string `json:"loadavg_end"`
 }
 
 type Settings struct {
@@ -214,19 +228,10 @@ func run(o options) error {
 	defer admCl.Close()
 	adm := kadm.NewClient(admCl)
 	run := "bench-" + suffix()
-	var created []string
-	newTopics := func(names ...string) error {
-		created = append(created, names...)
-		return createTopics(ctx, adm, o.partitions, names...)
-	}
+	newTopics := func(names ...string) error { return createTopics(ctx, adm, o.partitions, names...) }
 	defer func() {
-		if o.keepTopics || len(created) == 0 {
-			return
-		}
-		dctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		defer cancel()
-		if _, err := adm.DeleteTopics(dctx, created...); err != nil {
-			fmt.Fprintln(os.Stderr, "e2e: delete topics:", err)
+		if !o.keepTopics {
+			deleteTopics(adm, run+".")
 		}
 	}()
 
@@ -254,40 +259,55 @@ func run(o options) error {
 		wl.Messages, wl.SpanMessages, wl.LogMessages, wl.MetricMessages, float64(wl.Bytes)/1e6,
 		wl.Spans, wl.Logs, wl.Points, wl.Traces, wl.SplitTraces, wl.ProduceSec)
 
-	// 2. raw, braid, raw, braid, ...
+	// 2. raw, braid, [braid at-least-once,] raw, braid, ...
 	for r := 1; r <= o.rounds; r++ {
 		out := fmt.Sprintf("%s.raw-%d", run, r)
 		if err := newTopics(out); err != nil {
 			return err
 		}
-		ph, err := rawCopy(ctx, o, topics, out, fmt.Sprintf("%s.raw-%d", run, r), wl)
+		ph, err := rawCopy(ctx, o, topics, out, out, wl)
 		if err != nil {
 			return fmt.Errorf("round %d raw: %w", r, err)
 		}
 		ph.Round = r
 		res.Raw = append(res.Raw, ph)
-		fmt.Printf("round %d raw:   %6.2fs  %8.0f msgs/s  %6.1f MB/s  cpu %5.2fs%s\n", r, ph.Seconds, ph.MsgsPS, ph.MBPS, ph.CPUSec, brokerCPU(ph))
+		fmt.Printf("round %d %-10s %6.2fs %8.0f msgs/s %6.1f MB/s  cpu %5.2fs%s\n", r, "raw", ph.Seconds, ph.MsgsPS, ph.MBPS, ph.CPUSec, brokerCPU(ph))
 
-		group := fmt.Sprintf("%s.braid-%d", run, r)
-		created = append(created, group+".fused", group+".late", group+".dlq", group+".fuse-repartition")
-		profile := ""
-		if r == o.rounds {
-			profile = o.cpuprofile
+		for _, alo := range []bool{false, true} {
+			if alo && !o.alo {
+				continue
+			}
+			name, group, profile := "braid", fmt.Sprintf("%s.braid-%d", run, r), ""
+			if alo {
+				name, group = "braid-alo", fmt.Sprintf("%s.braid-alo-%d", run, r)
+			} else if r == o.rounds {
+				profile = o.cpuprofile
+			}
+			ph, err = braidJob(ctx, o, topics, group, alo, wl, profile)
+			if err != nil {
+				return fmt.Errorf("round %d %s: %w", r, name, err)
+			}
+			ph.Round = r
+			if alo {
+				res.BraidALO = append(res.BraidALO, ph)
+			} else {
+				res.Braid = append(res.Braid, ph)
+			}
+			fmt.Printf("round %d %-10s %6.2fs %8.0f msgs/s %6.1f MB/s  cpu %5.2fs%s  (read all in %.2fs, %d fused, %d checkpoints, %d aborts)\n",
+				r, name, ph.Seconds, ph.MsgsPS, ph.MBPS, ph.CPUSec, brokerCPU(ph), ph.ReadSec, ph.Fused, ph.Checkpoints, ph.Aborts)
 		}
-		ph, err = braidJob(ctx, o, topics, group, wl, profile)
-		if err != nil {
-			return fmt.Errorf("round %d braid: %w", r, err)
-		}
-		ph.Round = r
-		res.Braid = append(res.Braid, ph)
-		fmt.Printf("round %d braid: %6.2fs  %8.0f msgs/s  %6.1f MB/s  cpu %5.2fs%s  (read all in %.2fs, %d fused, %d checkpoints, %d aborts)\n",
-			r, ph.Seconds, ph.MsgsPS, ph.MBPS, ph.CPUSec, brokerCPU(ph), ph.ReadSec, ph.Fused, ph.Checkpoints, ph.Aborts)
 	}
 	res.Median.Raw, res.Median.Braid = median(res.Raw), median(res.Braid)
 	res.Ratio = res.Median.Braid.MsgsPS / res.Median.Raw.MsgsPS
+	if len(res.BraidALO) > 0 {
+		m := median(res.BraidALO)
+		res.Median.BraidALO = &m
+		res.RatioALO = m.MsgsPS / res.Median.Raw.MsgsPS
+	}
 	if o.cpuprofile != "" {
 		res.Profile = o.cpuprofile
 	}
+	res.Machine.LoadAvgEnd = loadavg()
 	printTable(res)
 
 	if o.resultsDir != "" {
@@ -506,7 +526,7 @@ func rawCopy(ctx context.Context, o options, in simulator.Topics, out, group str
 
 // braidJob runs the braid job on the workload until every input message was
 // read and a checkpoint committed after that.
-func braidJob(ctx context.Context, o options, in simulator.Topics, group string, wl Workload, profile string) (Phase, error) {
+func braidJob(ctx context.Context, o options, in simulator.Topics, group string, alo bool, wl Workload, profile string) (Phase, error) {
 	dir, err := os.MkdirTemp("", "braid-bench-state-")
 	if err != nil {
 		return Phase{}, err
@@ -526,6 +546,7 @@ func braidJob(ctx context.Context, o options, in simulator.Topics, group string,
 	cfg.Inputs.Metrics = job.InputConfig{Topic: in.Metrics, Encoding: enc}
 	cfg.Outputs.Fused, cfg.Outputs.Late, cfg.Outputs.DLQ = group+".fused", group+".late", group+".dlq"
 	cfg.CheckpointInterval = o.checkpoint
+	cfg.AtLeastOnce = alo
 	// Short event-time settings: traces close soon after their data.
 	cfg.EventTime.OutOfOrderness = time.Second
 	cfg.EventTime.Idleness = 5 * time.Second
@@ -536,7 +557,12 @@ func braidJob(ctx context.Context, o options, in simulator.Topics, group string,
 	if err := cfg.Validate(); err != nil {
 		return Phase{}, err
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	level := slog.LevelWarn
+	if o.verbose {
+		level = slog.LevelInfo
+		cfg.LogInterval = 10 * time.Second
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -582,20 +608,25 @@ func braidJob(ctx context.Context, o options, in simulator.Topics, group string,
 		case err := <-done:
 			return Phase{}, fmt.Errorf("job ended early: %v", err)
 		case <-deadline:
-			cancel()
-			<-done
-			return Phase{}, fmt.Errorf("not done within %v: %d of %d messages read, %d checkpoints, %d aborts",
+			err := fmt.Errorf("not done within %v: %d of %d messages read, %d checkpoints, %d aborts",
 				o.timeout, c.Messages.Load(), want, st.Checkpoints.Load(), st.Aborts.Load())
+			fmt.Fprintln(os.Stderr, "e2e:", err, "— goroutines:")
+			_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(time.Minute):
+			}
+			return Phase{}, err
 		case <-tick.C:
 		}
 		if readAt == 0 {
 			// Checkpoints first: a checkpoint counted before every message is
 			// seen read cannot be the one that commits them.
 			ck := st.Checkpoints.Load()
-			if n := c.Messages.Load(); n >= want {
-				if n > want {
-					return Phase{}, fmt.Errorf("job read %d messages, %d were produced", n, want)
-				}
+			// More than want: messages read again after an aborted
+			// checkpoint (Aborts says so).
+			if c.Messages.Load() >= want {
 				readAt, ckAtRead = time.Since(m.start), ck
 			}
 			continue
@@ -671,6 +702,28 @@ func createTopics(ctx context.Context, adm *kadm.Client, partitions int32, names
 	}
 }
 
+// deleteTopics deletes every topic whose name starts with prefix: the
+// inputs, the raw copies and all that the braid jobs created.
+func deleteTopics(adm *kadm.Client, prefix string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	td, err := adm.ListTopics(ctx)
+	if err == nil {
+		var names []string
+		for _, n := range td.Names() {
+			if strings.HasPrefix(n, prefix) {
+				names = append(names, n)
+			}
+		}
+		if len(names) > 0 {
+			_, err = adm.DeleteTopics(ctx, names...)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: delete topics:", err)
+	}
+}
+
 func suffix() string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
@@ -715,14 +768,35 @@ func printTable(res *Result) {
 	fmt.Printf("median of %d rounds (%s, keying=%s, %d partitions, %d messages, %.1f MB, %d spans):\n",
 		res.Settings.Rounds, res.Settings.Encoding, res.Settings.Keying, res.Settings.Partitions,
 		res.Workload.Messages, float64(res.Workload.Bytes)/1e6, res.Workload.Spans)
-	fmt.Fprintln(w, "contender\tseconds\tmsgs/s\tMB/s\tspans/s\tCPU-s\tCPU-s/M spans\tbroker CPU-s\t")
+	fmt.Fprintln(w, "contender\tseconds\tmsgs/s\tMB/s\tspans/s\tCPU-s\tCPU-s/M spans\tbroker CPU-s\tall read at s\t")
 	row := func(name string, p Phase) {
-		fmt.Fprintf(w, "%s\t%.2f\t%.0f\t%.1f\t%.0f\t%.2f\t%.1f\t%.2f\t\n", name, p.Seconds, p.MsgsPS, p.MBPS, p.SpansPS, p.CPUSec, p.CPUSecPerMSpans, p.BrokerCPUSec)
+		read := "-"
+		if p.ReadSec > 0 {
+			read = fmt.Sprintf("%.2f", p.ReadSec)
+		}
+		fmt.Fprintf(w, "%s\t%.2f\t%.0f\t%.1f\t%.0f\t%.2f\t%.1f\t%.2f\t%s\t\n", name, p.Seconds, p.MsgsPS, p.MBPS, p.SpansPS, p.CPUSec, p.CPUSecPerMSpans, p.BrokerCPUSec, read)
 	}
 	row("raw copy", res.Median.Raw)
 	row("braid (exactly-once)", res.Median.Braid)
+	if res.Median.BraidALO != nil {
+		row("braid (at-least-once)", *res.Median.BraidALO)
+	}
 	w.Flush()
 	fmt.Printf("ratio braid/raw (msgs/s): %.2f×  (target ≥ 0.5×)\n", res.Ratio)
+	if res.Median.BraidALO != nil {
+		fmt.Printf("ratio braid at-least-once/raw (msgs/s): %.2f×\n", res.RatioALO)
+	}
+	fmt.Printf("load average at start %s, at end %s (%d CPUs)\n", res.Machine.LoadAvgStart, res.Machine.LoadAvgEnd, res.Machine.CPUs)
+
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
 }
 
 func machine() Machine {
@@ -737,6 +811,7 @@ func machine() Machine {
 		}
 		f.Close()
 	}
+	m.LoadAvgStart = loadavg()
 	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
 		for _, l := range strings.Split(string(b), "\n") {
 			if f := strings.Fields(l); len(f) >= 2 && f[0] == "MemTotal:" {

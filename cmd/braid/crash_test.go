@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -204,7 +205,11 @@ func TestCrashExactlyOnce(t *testing.T) {
 	for _, fp := range []string{"before-end-txn:3", "after-end-txn:2", "before-local-checkpoint:2", "after-end-txn:5"} {
 		c := startChild(t, bin, env.config, "BRAID_FAILPOINT="+fp)
 		select {
-		case <-c.done:
+		case err := <-c.done:
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+				t.Fatalf("child with failpoint %s ended with %v, not killed at the failpoint; log:\n%s", fp, err, tail(c.log.String(), 3000))
+			}
 		case <-time.After(90 * time.Second):
 			t.Fatalf("failpoint %s never reached; log:\n%s", fp, tail(c.log.String(), 3000))
 		}
@@ -302,7 +307,7 @@ func TestSigtermFinalCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := startChild(t, bin, env.config)
-	c.waitLog(t, fmt.Sprintf("braid progress messages=%d ", len(msgs)), 60*time.Second)
+	c.waitLog(t, fmt.Sprintf("braid progress\" messages=%d ", len(msgs)), 60*time.Second)
 	if strings.Contains(c.log.String(), "first checkpoint committed") {
 		t.Fatal("a periodic checkpoint ran before SIGTERM; the test needs only the final one")
 	}
@@ -319,7 +324,7 @@ func TestSigtermFinalCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	again := startChild(t, bin, env.config)
-	again.waitLog(t, fmt.Sprintf("braid progress messages=%d ", len(more)), 60*time.Second)
+	again.waitLog(t, fmt.Sprintf("braid progress\" messages=%d ", len(more)), 60*time.Second)
 	n := strings.Count(again.log.String(), "braid progress")
 	for strings.Count(again.log.String(), "braid progress") < n+5 { // 5 more progress lines: nothing else comes
 		again.waitLog(t, "braid progress", time.Second)
