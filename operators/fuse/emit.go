@@ -226,33 +226,21 @@ func (s *summary) addSpan(span, resource []byte) {
 	var parent, name []byte
 	var start, end uint64
 	var status int32
-	for len(span) > 0 {
-		num, typ, n := protowire.ConsumeTag(span)
-		if n < 0 {
-			return
-		}
-		span = span[n:]
+	fields(span, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) bool {
 		switch {
 		case num == 4 && typ == protowire.BytesType:
-			parent, n = protowire.ConsumeBytes(span)
+			parent = v
 		case num == 5 && typ == protowire.BytesType:
-			name, n = protowire.ConsumeBytes(span)
+			name = v
 		case num == 7 && typ == protowire.Fixed64Type:
-			start, n = protowire.ConsumeFixed64(span)
+			start = x
 		case num == 8 && typ == protowire.Fixed64Type:
-			end, n = protowire.ConsumeFixed64(span)
+			end = x
 		case num == 15 && typ == protowire.BytesType:
-			var st []byte
-			st, n = protowire.ConsumeBytes(span)
-			status = statusCode(st)
-		default:
-			n = protowire.ConsumeFieldValue(num, typ, span)
+			status = statusCode(v)
 		}
-		if n < 0 {
-			return
-		}
-		span = span[n:]
-	}
+		return true
+	})
 	if status == 2 {
 		s.errors++
 	}
@@ -269,96 +257,58 @@ func (s *summary) addSpan(span, resource []byte) {
 	}
 }
 
-func statusCode(b []byte) int32 {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return 0
-		}
-		b = b[n:]
+// statusCode returns Status.code.
+func statusCode(b []byte) (code int32) {
+	fields(b, func(num protowire.Number, typ protowire.Type, _ []byte, x uint64) bool {
 		if num == 3 && typ == protowire.VarintType {
-			v, _ := protowire.ConsumeVarint(b)
-			return int32(v)
+			code = int32(x)
 		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return 0
-		}
-		b = b[n:]
-	}
-	return 0
+		return true
+	})
+	return code
 }
 
 // serviceName returns the service.name string attribute of a Resource.
-func serviceName(res []byte) []byte {
-	for len(res) > 0 {
-		num, typ, n := protowire.ConsumeTag(res)
-		if n < 0 {
-			return nil
+func serviceName(res []byte) (name []byte) {
+	fields(res, func(num protowire.Number, typ protowire.Type, kv []byte, _ uint64) bool {
+		if num != 1 || typ != protowire.BytesType {
+			return true
 		}
-		res = res[n:]
-		if num == 1 && typ == protowire.BytesType {
-			kv, n := protowire.ConsumeBytes(res)
-			if n < 0 {
-				return nil
-			}
-			res = res[n:]
-			if v, ok := stringAttr(kv, "service.name"); ok {
-				return v
-			}
-			continue
+		v, ok := stringAttr(kv, "service.name")
+		if ok {
+			name = v
 		}
-		n = protowire.ConsumeFieldValue(num, typ, res)
-		if n < 0 {
-			return nil
-		}
-		res = res[n:]
-	}
-	return nil
+		return !ok
+	})
+	return name
 }
 
 // stringAttr returns the string value of KeyValue kv if its key is key.
-func stringAttr(kv []byte, key string) ([]byte, bool) {
+func stringAttr(kv []byte, key string) (value []byte, ok bool) {
 	var k, v []byte
-	for len(kv) > 0 {
-		num, typ, n := protowire.ConsumeTag(kv)
-		if n < 0 || typ != protowire.BytesType {
-			return nil, false
+	fields(kv, func(num protowire.Number, typ protowire.Type, b []byte, _ uint64) bool {
+		if typ == protowire.BytesType {
+			switch num {
+			case 1:
+				k = b
+			case 2:
+				v = b
+			}
 		}
-		kv = kv[n:]
-		b, n := protowire.ConsumeBytes(kv)
-		if n < 0 {
-			return nil, false
-		}
-		kv = kv[n:]
-		switch num {
-		case 1:
-			k = b
-		case 2:
-			v = b
-		}
-	}
+		return true
+	})
 	if string(k) != key {
 		return nil, false
 	}
 	// AnyValue{string_value = 1}
-	for len(v) > 0 {
-		num, typ, n := protowire.ConsumeTag(v)
-		if n < 0 {
-			return nil, false
-		}
-		v = v[n:]
+	fields(v, func(num protowire.Number, typ protowire.Type, b []byte, _ uint64) bool {
 		if num == 1 && typ == protowire.BytesType {
-			s, _ := protowire.ConsumeBytes(v)
-			return s, true
+			value, ok = b, true
+			return false
 		}
-		n = protowire.ConsumeFieldValue(num, typ, v)
-		if n < 0 {
-			return nil, false
-		}
-		v = v[n:]
-	}
-	return nil, false
+		return true
+	})
+	return value, ok
 }
 
 func (s *summary) append(b []byte) []byte {

@@ -227,73 +227,74 @@ func readMembers(chunk []byte, fn func(*member) error) error {
 	return nil
 }
 
-// memberParts splits a member body into scope, payload (span / log / metric)
-// and origin.
-func memberParts(body []byte) (scope, payload, origin []byte) {
-	for len(body) > 0 {
-		num, typ, n := protowire.ConsumeTag(body)
-		if n < 0 {
-			return
-		}
-		body = body[n:]
-		if typ != protowire.BytesType {
-			n = protowire.ConsumeFieldValue(num, typ, body)
-			if n < 0 {
-				return
-			}
-			body = body[n:]
-			continue
-		}
-		v, n := protowire.ConsumeBytes(body)
-		if n < 0 {
-			return
-		}
-		body = body[n:]
-		switch num {
-		case 2:
-			scope = v
-		case 3:
-			payload = v
-		case 4:
-			origin = v
-		}
-	}
-	return
-}
-
-// parseOrigin decodes an Origin message.
-func parseOrigin(b []byte) (topic string, partition int32, offset int64) {
+// fields calls fn for each field of the protobuf message b, with its
+// number, wire type and value: v for length-delimited fields, x for varint
+// and fixed fields. It stops early when fn returns false, and at the first
+// malformed field.
+func fields(b []byte, fn func(num protowire.Number, typ protowire.Type, v []byte, x uint64) bool) {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
 			return
 		}
 		b = b[n:]
-		switch {
-		case num == 1 && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return
-			}
-			topic, b = string(v), b[n:]
-		case typ == protowire.VarintType:
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return
-			}
-			b = b[n:]
-			if num == 2 {
-				partition = int32(v)
-			} else if num == 3 {
-				offset = int64(v)
-			}
+		var v []byte
+		var x uint64
+		switch typ {
+		case protowire.BytesType:
+			v, n = protowire.ConsumeBytes(b)
+		case protowire.VarintType:
+			x, n = protowire.ConsumeVarint(b)
+		case protowire.Fixed64Type:
+			x, n = protowire.ConsumeFixed64(b)
+		case protowire.Fixed32Type:
+			var y uint32
+			y, n = protowire.ConsumeFixed32(b)
+			x = uint64(y)
 		default:
 			n = protowire.ConsumeFieldValue(num, typ, b)
-			if n < 0 {
-				return
-			}
-			b = b[n:]
+		}
+		if n < 0 {
+			return
+		}
+		b = b[n:]
+		if !fn(num, typ, v, x) {
+			return
 		}
 	}
+}
+
+// memberParts splits a member body into scope, payload (span / log / metric)
+// and origin.
+func memberParts(body []byte) (scope, payload, origin []byte) {
+	fields(body, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) bool {
+		if typ == protowire.BytesType {
+			switch num {
+			case 2:
+				scope = v
+			case 3:
+				payload = v
+			case 4:
+				origin = v
+			}
+		}
+		return true
+	})
+	return
+}
+
+// parseOrigin decodes an Origin message.
+func parseOrigin(b []byte) (topic string, partition int32, offset int64) {
+	fields(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) bool {
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			topic = string(v)
+		case num == 2 && typ == protowire.VarintType:
+			partition = int32(x)
+		case num == 3 && typ == protowire.VarintType:
+			offset = int64(x)
+		}
+		return true
+	})
 	return
 }
