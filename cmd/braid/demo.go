@@ -27,6 +27,7 @@ func cmdDemo(ctx context.Context, args []string, log *slog.Logger) error {
 	keyed := fs.Bool("keyed", true, "simulate partition_traces_by_id (false: whole unkeyed batches)")
 	stateDir := fs.String("state-dir", "", "state directory (default: a temporary one)")
 	quiet := fs.Bool("quiet", false, "do not print fused records, only the stats line")
+	adminAddr := fs.String("admin-addr", "127.0.0.1:9464", "admin HTTP server (/metrics, /healthz, /readyz); empty: none")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -51,7 +52,11 @@ func cmdDemo(ctx context.Context, args []string, log *slog.Logger) error {
 	}
 	defer cluster.Close()
 	fmt.Printf("braid demo: in-process Kafka listening on %s\n", *addr)
-	fmt.Printf("  read fused records with: kcat -C -b %s -t braid.fused   or   braid tail --brokers %s\n\n", *addr, *addr)
+	fmt.Printf("  read fused records with: kcat -C -b %s -t braid.fused   or   braid tail --brokers %s\n", *addr, *addr)
+	if *adminAddr != "" {
+		fmt.Printf("  metrics: curl http://%s/metrics\n", *adminAddr)
+	}
+	fmt.Println()
 
 	cfg := &job.Config{}
 	cfg.Kafka.Brokers = []string{*addr}
@@ -59,6 +64,7 @@ func cmdDemo(ctx context.Context, args []string, log *slog.Logger) error {
 	cfg.InstanceID = "demo"
 	cfg.State.Dir = *stateDir
 	cfg.CheckpointInterval = time.Second
+	cfg.Admin.Addr = *adminAddr
 	cfg.EventTime.OutOfOrderness = 2 * time.Second
 	cfg.EventTime.Idleness = 5 * time.Second
 	cfg.EventTime.IdleGap = 2 * time.Second
