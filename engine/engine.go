@@ -249,7 +249,7 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 		kgo.ConsumeTopics(topics...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.Balancers(CoPartitionedBalancer()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.OnPartitionsAssigned(e.onAssigned),
 		kgo.OnPartitionsRevoked(e.onRevoked),
