@@ -54,6 +54,9 @@ type Config struct {
 	// TransactionalID is stable per instance so that a restarted instance
 	// fences its predecessor. Required.
 	TransactionalID string
+	// SessionTimeout: a member silent this long leaves the group and its
+	// tasks move. Default 45s.
+	SessionTimeout time.Duration
 	// InstanceID, if set, makes the instance a static group member: a
 	// restarted instance takes its place back without a rebalance (pod
 	// names in a StatefulSet).
@@ -243,6 +246,9 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 	opts := append([]kgo.Opt{}, e.cfg.ClientOpts...)
 	if e.cfg.InstanceID != "" {
 		opts = append(opts, kgo.InstanceID(e.cfg.InstanceID))
+	}
+	if e.cfg.SessionTimeout > 0 {
+		opts = append(opts, kgo.SessionTimeout(e.cfg.SessionTimeout))
 	}
 	opts = append(opts,
 		kgo.ConsumerGroup(e.cfg.Group),

@@ -102,6 +102,8 @@ func tail(s string, n int) string {
 
 // crashEnv is a job configuration on fresh topics of the real broker.
 type crashEnv struct {
+	template       string
+	dir            string
 	brokers        []string
 	in             []string
 	fused          string
@@ -119,31 +121,133 @@ func newCrashEnv(t *testing.T) *crashEnv {
 	dir := t.TempDir()
 	e := &crashEnv{brokers: brokers, in: in, fused: out[0], stateDir: filepath.Join(dir, "state"),
 		simTopics: simulator.Topics{Spans: in[0], Logs: in[1], Metrics: in[2]}}
-	e.config = filepath.Join(dir, "braid.yaml")
-	cfg := fmt.Sprintf(`kafka:
+	e.template = fmt.Sprintf(`kafka:
   brokers: [%s]
 group: %s
-instance_id: crash-0
+instance_id: %%s
+session_timeout: 10s
 inputs:
   spans: {topic: %s}
   logs: {topic: %s}
   metrics: {topic: %s}
 outputs: {fused: %s, late: %s, dlq: %s}
-state: {dir: %s}
+state: {dir: %%s}
 checkpoint_interval: 1s
 admin: {addr: "127.0.0.1:0"}
 event_time:
   out_of_orderness: 2s
-  idleness: 20s
+  idleness: 30s
   idle_gap: 1s
   allowed_lateness: 60s
   flush_after: -1s
-`, strings.Join(brokers, ","), out[3], in[0], in[1], in[2], out[0], out[1], out[2], e.stateDir)
-	if err := os.WriteFile(e.config, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
+`, strings.Join(brokers, ","), out[3], in[0], in[1], in[2], out[0], out[1], out[2])
+	e.dir = dir
+	e.config = e.configFor(t, "crash-0", e.stateDir)
 	e.prod = kafkatest.Client(t, brokers, kgo.RecordPartitioner(simulator.Partitioner()))
 	return e
+}
+
+// configFor writes the configuration of one instance and returns its path.
+func (e *crashEnv) configFor(t *testing.T, instance, stateDir string) string {
+	t.Helper()
+	path := filepath.Join(e.dir, instance+".yaml")
+	if err := os.WriteFile(path, []byte(fmt.Sprintf(e.template, instance, stateDir)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// produceSteady writes batches Collector batches at 5 a second, then a
+// sentinel at a later event time on every partition that moves the
+// watermark past every real trace. The truth of the real traces comes on
+// the channel when all is written.
+func (e *crashEnv) produceSteady(t *testing.T, seed int64, batches int) <-chan simulator.Truth {
+	sim, err := simulator.New(simulator.Config{Seed: seed, Topics: e.simTopics, RequestsPerBatch: 8, SplitRatio: 0.2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan simulator.Truth, 1)
+	go func() {
+		ctx := context.Background()
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; i < batches; i++ {
+			<-tick.C
+			if err := simulator.Produce(ctx, e.prod, sim.Next()); err != nil {
+				t.Error(err)
+				close(out)
+				return
+			}
+		}
+		if err := simulator.Produce(ctx, e.prod, sim.Flush()); err != nil {
+			t.Error(err)
+			close(out)
+			return
+		}
+		sentinel, _ := simulator.New(simulator.Config{Seed: seed + 1, Topics: e.simTopics, RequestsPerBatch: 40, Start: sim.EventTime().Add(time.Minute)})
+		for range 3 {
+			if err := simulator.Produce(ctx, e.prod, sentinel.Next()); err != nil {
+				t.Error(err)
+				close(out)
+				return
+			}
+		}
+		out <- sim.Truth()
+	}()
+	return out
+}
+
+// verifyExactlyOnce reads the committed fused output until every trace of
+// truth is there and checks each is there exactly once, at revision 0, with
+// exactly its spans, logs and points; sentinel traces at most once.
+func (e *crashEnv) verifyExactlyOnce(t *testing.T, truth simulator.Truth, d time.Duration, logs func() string) {
+	t.Helper()
+	rd := kafkatest.Client(t, e.brokers, kgo.ConsumeTopics(e.fused), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	seen := map[string]int{}
+	revs := map[string][]uint32{}
+	counts := map[string][3]int{}
+	deadline := time.Now().Add(d)
+	missing := func() int {
+		n := 0
+		for id := range truth.Traces {
+			if seen[id] == 0 {
+				n++
+			}
+		}
+		return n
+	}
+	for missing() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d traces missing; logs:\n%s", missing(), len(truth.Traces), logs())
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		fs := rd.PollFetches(ctx)
+		cancel()
+		fs.EachRecord(func(rec *kgo.Record) {
+			var ft braidpb.FusedTrace
+			if err := proto.Unmarshal(rec.Value, &ft); err != nil {
+				t.Fatalf("fused record: %v", err)
+			}
+			id := string(rec.Key)
+			seen[id]++
+			revs[id] = append(revs[id], ft.Revision)
+			counts[id] = [3]int{len(ft.Spans), len(ft.Logs), len(ft.Points)}
+		})
+	}
+	for id, tt := range truth.Traces {
+		if seen[id] != 1 || revs[id][0] != 0 {
+			t.Errorf("trace %s emitted %d times, revisions %v; want once at revision 0", id, seen[id], revs[id])
+		}
+		if got := counts[id]; got != [3]int{tt.Spans, tt.Logs, tt.ExemplarPoints} {
+			t.Errorf("trace %s holds %v spans/logs/points, want %d/%d/%d", id, got, tt.Spans, tt.Logs, tt.ExemplarPoints)
+		}
+	}
+	for id, n := range seen {
+		if _, ok := truth.Traces[id]; !ok && n != 1 {
+			t.Errorf("sentinel trace %s emitted %d times", id, n)
+		}
+	}
 }
 
 // TestCrashExactlyOnce runs braid as a child process under steady input,
@@ -156,40 +260,7 @@ func TestCrashExactlyOnce(t *testing.T) {
 	bin := buildBraid(t)
 
 	// Steady input: 60 Collector batches of 8 requests, 5 batches a second.
-	sim, err := simulator.New(simulator.Config{Seed: 42, Topics: env.simTopics, RequestsPerBatch: 8, SplitRatio: 0.2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	const batches = 60
-	var truth simulator.Truth
-	prodDone := make(chan error, 1)
-	go func() {
-		ctx := context.Background()
-		tick := time.NewTicker(200 * time.Millisecond)
-		defer tick.Stop()
-		for i := 0; i < batches; i++ {
-			<-tick.C
-			if err := simulator.Produce(ctx, env.prod, sim.Next()); err != nil {
-				prodDone <- err
-				return
-			}
-		}
-		if err := simulator.Produce(ctx, env.prod, sim.Flush()); err != nil {
-			prodDone <- err
-			return
-		}
-		truth = sim.Truth()
-		// Sentinel: later event time on every partition moves the
-		// watermark past every real trace.
-		late, _ := simulator.New(simulator.Config{Seed: 43, Topics: env.simTopics, RequestsPerBatch: 40, Start: sim.EventTime().Add(time.Minute)})
-		for range 3 {
-			if err := simulator.Produce(ctx, env.prod, late.Next()); err != nil {
-				prodDone <- err
-				return
-			}
-		}
-		prodDone <- nil
-	}()
+	truthc := env.produceSteady(t, 42, 60)
 
 	r := rand.New(rand.NewPCG(1, 2))
 	kills := 0
@@ -227,58 +298,14 @@ func TestCrashExactlyOnce(t *testing.T) {
 	c.kill(t)
 	kills++
 
-	if err := <-prodDone; err != nil {
-		t.Fatal(err)
+	truth, ok := <-truthc
+	if !ok {
+		t.Fatal("producing the input failed")
 	}
 	// The last run goes on until every expected trace is out.
 	final := startChild(t, bin, env.config)
 	defer final.kill(t)
-	rd := kafkatest.Client(t, env.brokers, kgo.ConsumeTopics(env.fused), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	seen := map[string]int{}
-	revs := map[string][]uint32{}
-	counts := map[string][3]int{}
-	deadline := time.Now().Add(3 * time.Minute)
-	missing := func() int {
-		n := 0
-		for id := range truth.Traces {
-			if seen[id] == 0 {
-				n++
-			}
-		}
-		return n
-	}
-	for missing() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d traces missing after the crashes; child log:\n%s", missing(), len(truth.Traces), tail(final.log.String(), 3000))
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		fs := rd.PollFetches(ctx)
-		cancel()
-		fs.EachRecord(func(rec *kgo.Record) {
-			var ft braidpb.FusedTrace
-			if err := proto.Unmarshal(rec.Value, &ft); err != nil {
-				t.Fatalf("fused record: %v", err)
-			}
-			id := string(rec.Key)
-			seen[id]++
-			revs[id] = append(revs[id], ft.Revision)
-			counts[id] = [3]int{len(ft.Spans), len(ft.Logs), len(ft.Points)}
-		})
-	}
-	for id, tt := range truth.Traces {
-		if seen[id] != 1 || revs[id][0] != 0 {
-			t.Errorf("trace %s emitted %d times, revisions %v; want once at revision 0", id, seen[id], revs[id])
-		}
-		if got := counts[id]; got != [3]int{tt.Spans, tt.Logs, tt.ExemplarPoints} {
-			t.Errorf("trace %s holds %v spans/logs/points, want %d/%d/%d", id, got, tt.Spans, tt.Logs, tt.ExemplarPoints)
-		}
-	}
-	for id, n := range seen {
-		if _, ok := truth.Traces[id]; !ok && n != 1 {
-			t.Errorf("sentinel trace %s emitted %d times", id, n)
-		}
-	}
+	env.verifyExactlyOnce(t, truth, 3*time.Minute, func() string { return tail(final.log.String(), 3000) })
 	t.Logf("%d kills; %d traces each fused exactly once", kills, len(truth.Traces))
 }
 

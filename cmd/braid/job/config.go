@@ -22,6 +22,9 @@ type Config struct {
 	Kafka kafka.Config `yaml:"kafka"`
 	// Group is the consumer group of the job. Default "braid".
 	Group string `yaml:"group"`
+	// SessionTimeout: an instance silent this long (crashed, partitioned)
+	// leaves the group and its tasks move to the others. Default 45s.
+	SessionTimeout time.Duration `yaml:"session_timeout"`
 	// InstanceID is stable per instance (the pod name in a StatefulSet);
 	// it makes the transactional id. Default: the host name.
 	InstanceID string `yaml:"instance_id"`
@@ -202,8 +205,9 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// fuseConfig maps c onto the fuse stage for partitions input partitions.
-func (c *Config) fuseConfig(partitions int32) fuse.Config {
+// FuseConfig maps c onto the fuse stage for partitions input partitions
+// (the live job and braid replay run the same stage).
+func (c *Config) FuseConfig(partitions int32) fuse.Config {
 	src := func(in InputConfig, sig otlp.Signal) fuse.Source {
 		enc, _ := otlp.ParseEncoding(in.Encoding)
 		return fuse.Source{Topic: in.Topic, Signal: sig, Encoding: enc}

@@ -47,7 +47,7 @@ func Prepare(ctx context.Context, cfg *Config, log *slog.Logger) (*Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("job: %w", err)
 	}
-	stage, err := fuse.New(cfg.fuseConfig(partitions))
+	stage, err := fuse.New(cfg.FuseConfig(partitions))
 	if err != nil {
 		return nil, err
 	}
@@ -75,6 +75,7 @@ func Prepare(ctx context.Context, cfg *Config, log *slog.Logger) (*Job, error) {
 		Group:              cfg.Group,
 		TransactionalID:    cfg.Group + "-" + cfg.InstanceID,
 		InstanceID:         cfg.InstanceID,
+		SessionTimeout:     cfg.SessionTimeout,
 		AtLeastOnce:        cfg.AtLeastOnce,
 		CheckpointInterval: cfg.CheckpointInterval,
 		OutOfOrderness:     cfg.EventTime.OutOfOrderness,
