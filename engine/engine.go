@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/braidlabs/braid/state"
@@ -179,6 +180,9 @@ type Engine struct {
 	}
 	// tasks is touched only by the Run goroutine.
 	tasks map[int32]*Task
+	// polled counts records dispatched since the last checkpoint (Run
+	// goroutine only).
+	polled int
 
 	inputIndex map[string]int
 	srcIndex   []int // input index → source index (-1 for internal)
@@ -328,6 +332,7 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 				return // revoked meanwhile; the transaction aborts
 			}
 			e.stats.RecordsIn.Add(int64(len(ftp.Records)))
+			e.polled += len(ftp.Records)
 			t.in <- taskMsg{kind: msgRecords, input: e.inputIndex[ftp.Topic], recs: ftp.Records}
 		})
 		if err := e.taskErr(); err != nil {
@@ -379,6 +384,14 @@ func (e *Engine) checkpoint(ctx context.Context, begin bool) error {
 	if prepErr != nil || e.produceErr.Load() != nil {
 		try = kgo.TryAbort
 	}
+	if try == kgo.TryCommit && e.polled == 0 && !e.cfg.AtLeastOnce && !e.stillMember(ctx) {
+		// Nothing was polled in this transaction, so End sends no offset
+		// commit and the broker cannot fence a member that was removed
+		// from the group (a paused zombie): check membership ourselves.
+		e.log.Warn("not a group member any more; aborting the checkpoint")
+		try = kgo.TryAbort
+	}
+	e.polled = 0
 	failpoint("before-end-txn")
 	committed, endErr := e.sess.End(ctx, try)
 	if committed {
@@ -590,6 +603,31 @@ func decodeMarker(b []byte) (task int32, wm int64, idle bool, ok bool) {
 }
 
 func keyspaceName(topo string, p int32) string { return topo + "-" + strconv.Itoa(int(p)) }
+
+// stillMember reports whether the group still lists this client's member
+// id. A check error counts as not a member: the checkpoint aborts and its
+// work is redone, which is always safe.
+func (e *Engine) stillMember(ctx context.Context) bool {
+	cl := e.sess.Client()
+	id, _ := cl.GroupMetadata()
+	if id == "" {
+		return false
+	}
+	groups, err := kadm.NewClient(cl).DescribeGroups(ctx, e.cfg.Group)
+	if err != nil {
+		return false
+	}
+	g, ok := groups[e.cfg.Group]
+	if !ok || g.Err != nil {
+		return false
+	}
+	for _, m := range g.Members {
+		if m.MemberID == id {
+			return true
+		}
+	}
+	return false
+}
 
 // session is what the engine needs of its Kafka client: a
 // kgo.GroupTransactSession, or atLeastOnce.
