@@ -4,6 +4,7 @@
 //	braid run --config FILE     run the job against real brokers
 //	braid demo                  in-process Kafka + simulator + job, live view
 //	braid tail                  print fused records
+//	braid replay                re-run the stage over a past range (forensics)
 package main
 
 import (
@@ -21,6 +22,8 @@ Usage:
   braid run  --config FILE   run the job against the brokers in FILE
   braid demo [flags]         in-process Kafka, telemetry simulator and the job
   braid tail [flags]         print records of braid.fused
+  braid replay [flags]       re-run the fuse stage over a past range of the
+                             inputs, into a topic or a Parquet/Arrow file
 
 Run "braid COMMAND -h" for a command's flags.
 `
@@ -41,6 +44,8 @@ func main() {
 		err = cmdDemo(ctx, os.Args[2:], log)
 	case "tail":
 		err = cmdTail(ctx, os.Args[2:], os.Stdout)
+	case "replay":
+		err = cmdReplay(ctx, os.Args[2:], os.Stdout, log)
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return

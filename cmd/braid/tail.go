@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -11,10 +12,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/braidlabs/braid/connectors/kafka"
+	"github.com/braidlabs/braid/connectors/otlp"
 	"github.com/braidlabs/braid/operators/braidpb"
 )
 
@@ -25,19 +29,37 @@ func cmdTail(ctx context.Context, args []string, out io.Writer) error {
 	fromStart := fs.Bool("from-beginning", false, "read from the start of the topic instead of new records only")
 	asJSON := fs.Bool("json", false, "print one JSON object per record")
 	count := fs.Int("n", 0, "stop after this many records (0: run until interrupted)")
+	trace := fs.String("trace", "", "print only the records of this trace id (32 hex characters), reading from the beginning of the one partition it hashes to")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	var key []byte // the trace id as the record key, with --trace
+	if *trace != "" {
+		key = []byte(strings.ToLower(strings.TrimSpace(*trace)))
+		if _, ok := otlp.ParseTraceIDHex(key); !ok {
+			return fmt.Errorf("tail: --trace %q is not a trace id of 32 hex characters", *trace)
+		}
+	}
 	start := kgo.NewOffset().AtEnd()
-	if *fromStart {
+	if *fromStart || key != nil {
 		start = kgo.NewOffset().AtStart()
 	}
-	cl, err := kgo.NewClient(
+	opts := []kgo.Opt{
 		kgo.SeedBrokers(strings.Split(*brokers, ",")...),
-		kgo.ConsumeTopics(*topic),
 		kgo.ConsumeResetOffset(start),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-	)
+	}
+	consume := kgo.ConsumeTopics(*topic)
+	if key != nil {
+		// braid partitions the fused topic by otlp.HashPartition over the
+		// key: when the partition count is known, read only that
+		// partition. Otherwise read them all and filter.
+		if n, err := partitionCount(ctx, opts, *topic); err == nil && n > 0 {
+			p := otlp.HashPartition(key, n)
+			consume = kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{*topic: {p: start}})
+		}
+	}
+	cl, err := kgo.NewClient(append(opts, consume)...)
 	if err != nil {
 		return err
 	}
@@ -55,7 +77,7 @@ func cmdTail(ctx context.Context, args []string, out io.Writer) error {
 		}
 		var werr error
 		fs.EachRecord(func(r *kgo.Record) {
-			if werr != nil {
+			if werr != nil || key != nil && !bytes.Equal(r.Key, key) {
 				return
 			}
 			var ft braidpb.FusedTrace
@@ -80,6 +102,22 @@ func cmdTail(ctx context.Context, args []string, out io.Writer) error {
 			return nil
 		}
 	}
+}
+
+// partitionCount asks the brokers for topic's partition count.
+func partitionCount(ctx context.Context, opts []kgo.Opt, topic string) (int32, error) {
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	counts, err := kafka.PartitionCounts(ctx, kadm.NewClient(cl), topic)
+	if err != nil {
+		return 0, err
+	}
+	return counts[topic], nil
 }
 
 // describe renders one line for a person.
