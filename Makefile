@@ -6,7 +6,7 @@ KAFKA     := bash deploy/local/kafka.sh
 PKGS      ?= ./...
 GO_TEST_FLAGS ?= -race -count=1 -timeout 15m
 
-.PHONY: all build run test test-unit bench bench-e2e lint proto kafka-start kafka-stop clean
+.PHONY: all build run test test-unit bench bench-e2e bench-scale bench-restart lint proto kafka-start kafka-stop clean
 
 all: build
 
@@ -36,6 +36,16 @@ bench-e2e:
 	@trap '$(KAFKA) stop' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
 	  $(KAFKA) start >/dev/null && eval "$$($(KAFKA) env)" && \
 	  $(GO) run ./benchmarks/e2e $(BENCH_FLAGS)
+
+## bench-scale: 2 braid processes against 1, each on one core (GOMAXPROCS=1).
+bench-scale:
+	@trap '$(KAFKA) stop' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
+	  $(KAFKA) start >/dev/null && eval "$$($(KAFKA) env)" && \
+	  $(GO) run ./benchmarks/scale $(BENCH_FLAGS)
+
+## bench-restart: restart time from 1 GiB of local state.
+bench-restart:
+	$(GO) run ./benchmarks/restart $(BENCH_FLAGS)
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
