@@ -25,7 +25,7 @@ test:
 
 ## test-unit: tests that need no broker (integration tests skip outside CI).
 test-unit:
-	env -u BRAID_KAFKA_BROKERS CI= $(GO) test $(GO_TEST_FLAGS) $(PKGS)
+	env -u BRAID_KAFKA_BROKERS -u BRAID_KAFKA_SASL_BROKERS -u BRAID_KAFKA_SASL_SSL_BROKERS -u BRAID_KAFKA_CA_FILE CI= $(GO) test $(GO_TEST_FLAGS) $(PKGS)
 
 ## bench: Go micro-benchmarks, then the end-to-end benchmark on the real broker.
 bench:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sort"
 	"strings"
 
@@ -13,6 +14,10 @@ import (
 )
 
 // Config is how braid reaches Kafka.
+//
+// With TLS or SASL configured, call [Config.Prepare] once after
+// [Config.Validate] and before [Config.Opts]: it reads the certificate,
+// key and password files, so that a bad file is an error at start.
 type Config struct {
 	// Brokers is the bootstrap list, host:port. Required.
 	Brokers []string `yaml:"brokers"`
@@ -21,6 +26,14 @@ type Config struct {
 	ClientID string `yaml:"client_id"`
 	// Replication of topics braid creates. Default 1.
 	Replication int16 `yaml:"replication"`
+	// TLS to the brokers (listeners of type SSL or SASL_SSL). Default off.
+	TLS TLSConfig `yaml:"tls"`
+	// SASL authentication (listeners of type SASL_PLAINTEXT or SASL_SSL).
+	// Default off.
+	SASL SASLConfig `yaml:"sasl"`
+
+	// prepared caches what Prepare read from files; nil before.
+	prepared *security
 }
 
 // EnsureDefaults fills unset fields.
@@ -33,7 +46,9 @@ func (c *Config) EnsureDefaults() {
 	}
 }
 
-// Validate reports every problem at once.
+// Validate reports every problem at once, naming the field (tls.ca_file,
+// sasl.mechanism, ...). It checks that the files that TLS and SASL name can
+// be read; [Config.Prepare] parses them.
 func (c *Config) Validate() error {
 	var errs []error
 	if len(c.Brokers) == 0 {
@@ -47,12 +62,34 @@ func (c *Config) Validate() error {
 	if c.Replication < 1 {
 		errs = append(errs, fmt.Errorf("kafka: replication %d must be ≥ 1", c.Replication))
 	}
+	errs = append(errs, c.TLS.validate()...)
+	errs = append(errs, c.SASL.validate()...)
 	return errors.Join(errs...)
 }
 
-// Opts returns the client options common to every braid client.
+// Opts returns the client options common to every braid client: the seed
+// brokers, the client id and, when configured, TLS and SASL.
+//
+// Opts uses what [Config.Prepare] read. Without a successful Prepare (or
+// after TLS or SASL fields changed since) it reads the files itself on every
+// call, and if that fails it never falls back to an unencrypted or
+// unauthenticated connection: the options then hold a dialer that fails
+// every connection with the reason. Opts never panics.
 func (c *Config) Opts() []kgo.Opt {
-	return []kgo.Opt{kgo.SeedBrokers(c.Brokers...), kgo.ClientID(c.ClientID)}
+	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers...), kgo.ClientID(c.ClientID)}
+	sec, err := c.security()
+	if err != nil {
+		return append(opts, kgo.Dialer(func(context.Context, string, string) (net.Conn, error) {
+			return nil, err
+		}))
+	}
+	if sec.tls != nil {
+		opts = append(opts, kgo.DialTLSConfig(sec.tls))
+	}
+	if sec.sasl != nil {
+		opts = append(opts, kgo.SASL(sec.sasl))
+	}
+	return opts
 }
 
 // Topic is a topic braid needs.

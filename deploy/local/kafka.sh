@@ -4,7 +4,7 @@
 #   deploy/local/kafka.sh start    start (or reuse) the broker; prints the bootstrap address
 #   deploy/local/kafka.sh stop     stop it (SIGTERM, then SIGKILL) and remove its data dir
 #   deploy/local/kafka.sh status   exit 0 and say so if it runs and answers, else exit 3
-#   deploy/local/kafka.sh env      print `export BRAID_KAFKA_BROKERS=...`
+#   deploy/local/kafka.sh env      print `export BRAID_KAFKA_BROKERS=...` and the SASL listeners' addresses
 #   deploy/local/kafka.sh fetch    only download the broker jars into the cache
 #   deploy/local/kafka.sh logs     print the tail of the broker log
 #
@@ -13,9 +13,28 @@
 # come from Maven Central through `mvn` once, and are cached; later starts do
 # no network work.
 #
+# Besides the PLAINTEXT listener that most tests use, the broker has (by
+# default) two authenticated listeners for the tests of braid's Kafka security:
+#
+#   SASL_PLAINTEXT  127.0.0.1:PORT+2   mechanisms PLAIN, SCRAM-SHA-256, SCRAM-SHA-512
+#   SASL_SSL        127.0.0.1:PORT+3   the same over TLS: a server certificate for
+#                                      127.0.0.1 and localhost, signed by a test CA
+#                                      whose PEM is $BRAID_KAFKA_DIR/tls/ca.pem
+#
+# with one user, braid / braid-secret, for every mechanism (the SCRAM
+# credentials are written at format time, PLAIN is checked against the
+# listener's JAAS config). The CA and the broker's PKCS12 keystore are made
+# with keytool once and kept in the cache. `env` also prints
+# BRAID_KAFKA_SASL_BROKERS, BRAID_KAFKA_SASL_SSL_BROKERS and BRAID_KAFKA_CA_FILE
+# for the listeners the broker has.
+#
 # Settings (environment):
 #   BRAID_KAFKA_PORT           PLAINTEXT port on 127.0.0.1 (default 39092); the
-#                              controller listens on PORT+1
+#                              controller listens on PORT+1, SASL_PLAINTEXT on
+#                              PORT+2, SASL_SSL on PORT+3
+#   BRAID_KAFKA_SECURITY       listeners besides PLAINTEXT: sasl_ssl (default:
+#                              SASL_PLAINTEXT and SASL_SSL), sasl_plaintext (only
+#                              SASL_PLAINTEXT) or none
 #   BRAID_KAFKA_DIR            data dir, wiped on start and on stop (default /tmp/braid-kafka)
 #   BRAID_CACHE_DIR            cache root (default ~/.cache/braid); jars go to
 #                              $BRAID_CACHE_DIR/kafka-<version>/libs
@@ -37,7 +56,13 @@ SCALA=2.13
 HOST=127.0.0.1
 PORT=${BRAID_KAFKA_PORT:-39092}
 CPORT=$((PORT + 1))
+SASL_PORT=$((PORT + 2))
+SSL_PORT=$((PORT + 3))
 BROKERS="$HOST:$PORT"
+SECURITY=${BRAID_KAFKA_SECURITY:-sasl_ssl}
+# The one user of the SASL listeners, for every mechanism.
+SASL_USER=braid
+SASL_PASSWORD=braid-secret
 DIR=${BRAID_KAFKA_DIR:-/tmp/braid-kafka}
 CACHE=${BRAID_CACHE_DIR:-$HOME/.cache/braid}/kafka-$VERSION
 LIBS=$CACHE/libs
@@ -58,6 +83,9 @@ PIDFILE=$DIR/broker.pid
 CDS_NEW=$DIR/cds.jsa            # an archive the running broker dumps when it exits
 CDS_TARGET=$DIR/cds.target      # where stop moves it to
 OWNER=$DIR/.braid-kafka   # marks a dir this script made, so that only such a dir is ever wiped
+SECURITY_FILE=$DIR/security   # the BRAID_KAFKA_SECURITY the running broker was started with
+TLS_DIR=$DIR/tls              # the CA PEM for clients and the broker's keystore
+TLS_CACHE=$CACHE/tls-v1       # keytool's output, kept between starts
 SERVER_LOG=$DIR/logs/server.log
 STDOUT_LOG=$DIR/logs/stdout.log
 READY_BIN=   # set by build_ready
@@ -203,18 +231,131 @@ wipe_dir() {
   fi
 }
 
+check_security() {
+  case "$SECURITY" in
+    none | sasl_plaintext | sasl_ssl) ;;
+    *) die "BRAID_KAFKA_SECURITY=$SECURITY: want none, sasl_plaintext or sasl_ssl" ;;
+  esac
+}
+
+# ports prints the ports the broker listens on in mode $SECURITY.
+ports() {
+  echo "$PORT" "$CPORT"
+  [[ "$SECURITY" == none ]] || echo "$SASL_PORT"
+  [[ "$SECURITY" != sasl_ssl ]] || echo "$SSL_PORT"
+}
+
+any_port_open() {
+  local p
+  for p in $(ports); do
+    if port_open "$p"; then return 0; fi
+  done
+  return 1
+}
+
+keytool_bin() {
+  local java
+  java=$(java_bin)
+  java=$(readlink -f "$java" 2>/dev/null || echo "$java")
+  if [[ -x "$(dirname "$java")/keytool" ]]; then
+    echo "$(dirname "$java")/keytool"
+  elif command -v keytool >/dev/null 2>&1; then
+    command -v keytool
+  else
+    die "keytool not found (it comes with the Java that runs the broker)"
+  fi
+}
+
+# tls_material makes, once, a test CA and a broker keystore signed by it in
+# $TLS_CACHE (made anew after a year; the certificates last ten), and copies
+# the CA PEM and the keystore to $TLS_DIR. A lock serialises concurrent starts.
+tls_material() {
+  local kt pw tmp t0
+  mkdir -p "$CACHE"
+  exec 7>"$CACHE/.tls-lock"
+  flock 7
+  if [[ ! -f "$TLS_CACHE/.complete" || -n "$(find "$TLS_CACHE/.complete" -mtime +365 2>/dev/null)" ]]; then
+    t0=$EPOCHREALTIME
+    tmp="$CACHE/tls.tmp.$$"
+    rm -rf "$CACHE"/tls.tmp.* "$TLS_CACHE"
+    mkdir -p "$tmp"
+    pw=$(head -c 18 /dev/urandom | base64 | tr -d '+/=\n')
+    echo "$pw" >"$tmp/password"
+    local store=(-storetype PKCS12 -storepass "$pw") key=(-keyalg EC -groupname secp256r1 -validity 3650)
+    # Seven short JVMs: the client compiler and the serial collector start faster.
+    kt=("$(keytool_bin)" -J-XX:TieredStopAtLevel=1 -J-XX:+UseSerialGC)
+    if ! {
+      "${kt[@]}" -genkeypair -keystore "$tmp/ca.p12" "${store[@]}" "${key[@]}" -alias ca \
+        -dname "CN=braid kafka.sh test CA" -ext bc:c=ca:true -ext KU=keyCertSign,cRLSign &&
+        "${kt[@]}" -exportcert -rfc -keystore "$tmp/ca.p12" "${store[@]}" -alias ca -file "$tmp/ca.pem" &&
+        "${kt[@]}" -genkeypair -keystore "$tmp/broker.p12" "${store[@]}" "${key[@]}" -alias broker -dname "CN=localhost" &&
+        "${kt[@]}" -certreq -keystore "$tmp/broker.p12" "${store[@]}" -alias broker -file "$tmp/broker.csr" &&
+        "${kt[@]}" -gencert -keystore "$tmp/ca.p12" "${store[@]}" -alias ca -rfc -validity 3650 \
+          -infile "$tmp/broker.csr" -outfile "$tmp/broker.pem" \
+          -ext SAN=ip:127.0.0.1,dns:localhost -ext KU=digitalSignature -ext EKU=serverAuth &&
+        "${kt[@]}" -importcert -noprompt -keystore "$tmp/broker.p12" "${store[@]}" -alias ca -file "$tmp/ca.pem" &&
+        "${kt[@]}" -importcert -noprompt -keystore "$tmp/broker.p12" "${store[@]}" -alias broker -file "$tmp/broker.pem"
+    } >"$tmp/keytool.log" 2>&1; then
+      cat "$tmp/keytool.log" >&2
+      rm -rf "$tmp"
+      exec 7>&-
+      die "keytool could not make the test CA and the broker keystore"
+    fi
+    rm -f "$tmp/ca.p12" "$tmp/broker.csr"   # the CA's key is not needed again
+    touch "$tmp/.complete"
+    mv "$tmp" "$TLS_CACHE"
+    log "made a test CA and a broker keystore in $TLS_CACHE in $(elapsed "$t0")s (once)"
+  fi
+  mkdir -p "$TLS_DIR"
+  cp "$TLS_CACHE/ca.pem" "$TLS_CACHE/broker.p12" "$TLS_CACHE/password" "$TLS_DIR/"
+  exec 7>&-
+}
+
+# security_config prints the broker settings of the SASL listeners.
+security_config() {
+  local l scram='org.apache.kafka.common.security.scram.ScramLoginModule required;'
+  local plain="org.apache.kafka.common.security.plain.PlainLoginModule required user_$SASL_USER=\"$SASL_PASSWORD\";"
+  echo
+  echo "# Authenticated listeners (BRAID_KAFKA_SECURITY=$SECURITY), one user: $SASL_USER."
+  echo "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+  for l in sasl_plaintext sasl_ssl; do
+    [[ "$l" == sasl_ssl && "$SECURITY" != sasl_ssl ]] && continue
+    echo "listener.name.$l.plain.sasl.jaas.config=$plain"
+    echo "listener.name.$l.scram-sha-256.sasl.jaas.config=$scram"
+    echo "listener.name.$l.scram-sha-512.sasl.jaas.config=$scram"
+  done
+  if [[ "$SECURITY" == sasl_ssl ]]; then
+    echo "listener.name.sasl_ssl.ssl.keystore.type=PKCS12"
+    echo "listener.name.sasl_ssl.ssl.keystore.location=$TLS_DIR/broker.p12"
+    echo "listener.name.sasl_ssl.ssl.keystore.password=$(<"$TLS_DIR/password")"
+    echo "listener.name.sasl_ssl.ssl.client.auth=none"
+  fi
+}
+
 write_config() {
   mkdir -p "$DIR/data" "$DIR/logs"
+  touch "$OWNER"
+  local listeners="PLAINTEXT://$HOST:$PORT,CONTROLLER://$HOST:$CPORT"
+  local protocols="CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
+  if [[ "$SECURITY" != none ]]; then
+    listeners+=",SASL_PLAINTEXT://$HOST:$SASL_PORT"
+    protocols+=",SASL_PLAINTEXT:SASL_PLAINTEXT"
+  fi
+  if [[ "$SECURITY" == sasl_ssl ]]; then
+    tls_material
+    listeners+=",SASL_SSL://$HOST:$SSL_PORT"
+    protocols+=",SASL_SSL:SASL_SSL"
+  fi
   cat >"$DIR/server.properties" <<EOF
 # Generated by deploy/local/kafka.sh: one node, broker and controller (KRaft).
 process.roles=broker,controller
 node.id=1
 controller.quorum.bootstrap.servers=$HOST:$CPORT
-listeners=PLAINTEXT://$HOST:$PORT,CONTROLLER://$HOST:$CPORT
-advertised.listeners=PLAINTEXT://$HOST:$PORT,CONTROLLER://$HOST:$CPORT
+listeners=$listeners
+advertised.listeners=$listeners
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+listener.security.protocol.map=$protocols
 log.dirs=$DIR/data
 
 num.network.threads=2
@@ -243,6 +384,8 @@ group.initial.rebalance.delay.ms=0
 log.segment.bytes=8388608
 log.retention.check.interval.ms=300000
 EOF
+  [[ "$SECURITY" == none ]] || security_config >>"$DIR/server.properties"
+  echo "$SECURITY" >"$SECURITY_FILE"
   cat >"$DIR/log4j2.properties" <<EOF
 # Generated by deploy/local/kafka.sh: everything to $SERVER_LOG, nothing to the console.
 status = warn
@@ -263,7 +406,6 @@ logger.authorizer.level = WARN
 logger.zk.name = org.apache.zookeeper
 logger.zk.level = WARN
 EOF
-  touch "$OWNER"
 }
 
 jvm_opts() {
@@ -299,9 +441,14 @@ keep_cds() {
 }
 
 cmd_start() {
-  local pid
+  local pid running
+  check_security
   if pid=$(pid_of); then
     if ready -quick -timeout 15s -pid "$pid" 2>/dev/null; then
+      running=$(cat "$SECURITY_FILE" 2>/dev/null || echo none)
+      if [[ "$running" != "$SECURITY" ]]; then
+        log "note: the running broker has BRAID_KAFKA_SECURITY=$running, not $SECURITY (stop it to change); env prints its listeners"
+      fi
       log "already running (pid $pid)"
       echo "$BROKERS"
       return 0
@@ -309,8 +456,8 @@ cmd_start() {
     log "broker pid $pid runs but does not answer; restarting it"
     cmd_stop >/dev/null
   fi
-  if port_open "$PORT" || port_open "$CPORT"; then
-    die "port $PORT or $CPORT on $HOST is taken by another process (set BRAID_KAFKA_PORT)"
+  if any_port_open; then
+    die "one of the ports $(ports | tr '\n' ' ')on $HOST is taken by another process (set BRAID_KAFKA_PORT)"
   fi
 
   local t0=$EPOCHREALTIME t1 java cluster_id
@@ -326,9 +473,14 @@ cmd_start() {
   while [[ "$cluster_id" == -* ]]; do
     cluster_id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
   done
+  local scram=()
+  if [[ "$SECURITY" != none ]]; then
+    scram=(--add-scram "SCRAM-SHA-256=[name=$SASL_USER,password=$SASL_PASSWORD]"
+      --add-scram "SCRAM-SHA-512=[name=$SASL_USER,password=$SASL_PASSWORD]")
+  fi
   # shellcheck disable=SC2046
   if ! "$java" $(jvm_opts) $(cds_opts) -cp "$LIBS/*" kafka.tools.StorageTool format \
-      --standalone --cluster-id "$cluster_id" --config "$DIR/server.properties" \
+      --standalone --cluster-id "$cluster_id" --config "$DIR/server.properties" "${scram[@]}" \
       >"$DIR/logs/format.log" 2>&1; then
     cat "$DIR/logs/format.log" >&2
     die "formatting the KRaft storage in $DIR/data failed"
@@ -345,19 +497,39 @@ cmd_start() {
   echo "$pid" >"$PIDFILE"
 
   build_ready
-  if ! ready -timeout "${START_TIMEOUT}s" -pid "$pid"; then
+  if ! ready -timeout "${START_TIMEOUT}s" -pid "$pid" || ! extra_listeners_up; then
     log_tail 80
     log "broker did not come up within ${START_TIMEOUT}s; stopping it"
     cmd_stop >/dev/null 2>&1 || true
     exit 1
   fi
-  log "Kafka $VERSION ready at $BROKERS in $(elapsed "$t0")s (fetch+format $(elapsed "$t0" "$t1")s, \
+  local extra=
+  [[ "$SECURITY" == none ]] || extra=", SASL_PLAINTEXT $HOST:$SASL_PORT"
+  [[ "$SECURITY" != sasl_ssl ]] || extra+=", SASL_SSL $HOST:$SSL_PORT (CA $TLS_DIR/ca.pem)"
+  log "Kafka $VERSION ready at $BROKERS$extra in $(elapsed "$t0")s (fetch+format $(elapsed "$t0" "$t1")s, \
 then up and serving in $(elapsed "$t1")s; pid $pid, data $DIR, log $SERVER_LOG)"
   echo "$BROKERS"
 }
 
+# extra_listeners_up waits briefly until every listener accepts connections
+# (the broker opens them all before it answers on PLAINTEXT).
+extra_listeners_up() {
+  local p deadline=$((SECONDS + 10))
+  for p in $(ports); do
+    until port_open "$p"; do
+      if ((SECONDS >= deadline)); then
+        log "port $p does not accept connections"
+        return 1
+      fi
+      sleep 0.1
+    done
+  done
+}
+
 cmd_stop() {
   local pid
+  # Wait for the ports of the mode the broker runs in.
+  if [[ -f "$SECURITY_FILE" ]]; then SECURITY=$(<"$SECURITY_FILE"); fi
   if pid=$(pid_of); then
     kill -TERM "$pid" 2>/dev/null || true
     local deadline=$((SECONDS + STOP_TIMEOUT))
@@ -370,7 +542,7 @@ cmd_stop() {
     fi
     # Its threads may still be closing its sockets; a start right after must find the ports free.
     deadline=$((SECONDS + 10))
-    while { port_open "$PORT" || port_open "$CPORT"; } && ((SECONDS < deadline)); do sleep 0.1; done
+    while any_port_open && ((SECONDS < deadline)); do sleep 0.1; done
     keep_cds
     log "stopped broker pid $pid"
   else
@@ -393,11 +565,33 @@ cmd_status() {
   return 3
 }
 
+# cmd_env prints the addresses for `eval`: those of the running broker's
+# mode, else of BRAID_KAFKA_SECURITY; it unsets those of listeners the mode
+# lacks.
+cmd_env() {
+  if [[ -f "$SECURITY_FILE" ]] && pid_of >/dev/null; then
+    SECURITY=$(<"$SECURITY_FILE")
+  fi
+  check_security
+  echo "export BRAID_KAFKA_BROKERS=$BROKERS"
+  if [[ "$SECURITY" == none ]]; then
+    echo "unset BRAID_KAFKA_SASL_BROKERS"
+  else
+    echo "export BRAID_KAFKA_SASL_BROKERS=$HOST:$SASL_PORT"
+  fi
+  if [[ "$SECURITY" == sasl_ssl ]]; then
+    echo "export BRAID_KAFKA_SASL_SSL_BROKERS=$HOST:$SSL_PORT"
+    echo "export BRAID_KAFKA_CA_FILE=$TLS_DIR/ca.pem"
+  else
+    echo "unset BRAID_KAFKA_SASL_SSL_BROKERS BRAID_KAFKA_CA_FILE"
+  fi
+}
+
 case "${1:-}" in
   start) cmd_start ;;
   stop) cmd_stop ;;
   status) cmd_status ;;
-  env) echo "export BRAID_KAFKA_BROKERS=$BROKERS" ;;
+  env) cmd_env ;;
   fetch) check_java; fetch; echo "$LIBS" ;;
   logs) log_tail "${2:-100}" ;;
   *)

@@ -130,6 +130,7 @@ func LoadConfig(path string) (*Config, error) {
 }
 
 func (c *Config) applyEnv(get func(string) string) {
+	c.Kafka.ApplyEnv(get)
 	if v := get("BRAID_KAFKA_BROKERS"); v != "" {
 		c.Kafka.Brokers = strings.Split(v, ",")
 	}

@@ -37,6 +37,9 @@ func Prepare(ctx context.Context, cfg *Config, log *slog.Logger) (*Job, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	if err := cfg.Kafka.Prepare(); err != nil {
+		return nil, fmt.Errorf("job: %w", err)
+	}
 	cl, err := kgo.NewClient(cfg.Kafka.Opts()...)
 	if err != nil {
 		return nil, fmt.Errorf("job: %w", err)

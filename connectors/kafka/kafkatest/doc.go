@@ -19,4 +19,11 @@
 //
 // The broker has auto.create.topics.enable=false: create every topic a test
 // uses with [NewTopics].
+//
+// The same broker has authenticated listeners (unless started with
+// BRAID_KAFKA_SECURITY=none): [SASLBrokers] gives the SASL_PLAINTEXT one and
+// [SASLSSLBrokers] the SASL_SSL one with the test CA's PEM file, skipping or
+// failing (in CI) like [Brokers] when `kafka.sh env` did not set them. Their
+// user is [SASLUser] with [SASLPassword] for PLAIN, SCRAM-SHA-256 and
+// SCRAM-SHA-512.
 package kafkatest
