@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,24 +36,14 @@ func (b Bound) String() string {
 		return b.Time.Format(time.RFC3339Nano)
 	case len(b.Offsets) > 0:
 		var parts []string
-		for _, t := range slices.Sorted(mapKeys(b.Offsets)) {
-			for _, p := range slices.Sorted(mapKeys(b.Offsets[t])) {
+		for _, t := range slices.Sorted(maps.Keys(b.Offsets)) {
+			for _, p := range slices.Sorted(maps.Keys(b.Offsets[t])) {
 				parts = append(parts, fmt.Sprintf("%s:%d:%d", t, p, b.Offsets[t][p]))
 			}
 		}
 		return strings.Join(parts, ",")
 	}
 	return "default"
-}
-
-func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
-	return func(yield func(K) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // ParseFrom parses --from: an RFC 3339 timestamp, a list

@@ -54,11 +54,12 @@ func (b *progressBar) update(done, total, fused int64, force bool) {
 	if el > 0 {
 		rate = float64(done) / el
 	}
-	eta := "--"
-	if rate > 0 && done < total {
-		eta = (time.Duration(float64(total-done)/rate) * time.Second).Round(time.Second).String()
-	} else if done >= total {
+	eta := "--" // until a rate worth extrapolating (1s)
+	switch {
+	case done >= total:
 		eta = "0s"
+	case el >= 1 && rate > 0:
+		eta = (time.Duration(float64(total-done)/rate) * time.Second).Round(time.Second).String()
 	}
 	line := fmt.Sprintf("[%s] %5.1f%%  %s/%s records  %s/s  fused %d  ETA %s",
 		bar, frac*100, count(done), count(total), count(int64(rate)), fused, eta)

@@ -126,6 +126,12 @@ func (r *reader) next(ctx context.Context) (*kgo.Record, int, error) {
 			s.lastSeen = time.Now() // the stall clock starts now
 		}
 	} else {
+		if s.head >= 1024 && s.head*2 >= len(s.queue) {
+			// A queue that never empties would grow its array forever.
+			n := copy(s.queue, s.queue[s.head:])
+			clear(s.queue[n:])
+			s.queue, s.head = s.queue[:n], 0
+		}
 		heap.Fix(&r.heap, s.heapIx)
 	}
 	if s.paused && !s.done && s.queued() < pauseRecords/2 && s.bytes < pauseBytes/2 {
