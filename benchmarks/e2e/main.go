@@ -65,6 +65,7 @@ type options struct {
 	description string
 	verbose     bool
 	alo         bool
+	eventTime   string
 }
 
 func main() {
@@ -83,6 +84,7 @@ func main() {
 	flag.BoolVar(&o.keepTopics, "keep-topics", false, "do not delete the topics at the end")
 	flag.StringVar(&o.description, "note", "", "free text stored in the result")
 	flag.BoolVar(&o.alo, "at-least-once", true, "also run braid with exactly-once off (engine AtLeastOnce: no transactions) in each round")
+	flag.StringVar(&o.eventTime, "event-time", "short", "braid's event-time settings: short (out-of-orderness 1s, idleness 5s, idle gap 1s, allowed lateness 30s, flush after 2s) | default (the job's defaults)")
 	flag.BoolVar(&o.verbose, "v", false, "log the job's info lines (progress every 10s)")
 	brokers := flag.String("brokers", os.Getenv("BRAID_KAFKA_BROKERS"), "bootstrap brokers, comma separated (default $BRAID_KAFKA_BROKERS)")
 	flag.Parse()
@@ -108,6 +110,9 @@ func (o *options) validate() error {
 	}
 	if o.keying != "trace" && o.keying != "none" {
 		errs = append(errs, fmt.Errorf("-keying %q: want trace or none", o.keying))
+	}
+	if o.eventTime != "short" && o.eventTime != "default" {
+		errs = append(errs, fmt.Errorf("-event-time %q: want short or default", o.eventTime))
 	}
 	if o.requests < 8 || o.partitions < 1 || o.rounds < 1 {
 		errs = append(errs, errors.New("-requests ≥ 8, -partitions ≥ 1, -rounds ≥ 1"))
@@ -161,6 +166,8 @@ type Settings struct {
 	Seed               int64  `json:"seed"`
 	Rounds             int    `json:"rounds"`
 	CheckpointInterval string `json:"checkpoint_interval"`
+	EventTime          string `json:"event_time"`
+	AtLeastOnce        bool   `json:"at_least_once_contender"`
 }
 
 type Workload struct {
@@ -192,13 +199,18 @@ type Phase struct {
 	// BrokerCPUSec the broker's (when its pid is known).
 	CPUSec       float64 `json:"cpu_s"`
 	BrokerCPUSec float64 `json:"broker_cpu_s,omitempty"`
+	// Error says why a run failed (it is left out of the median).
+	Error string `json:"error,omitempty"`
 	// CPUSecPerMSpans is CPUSec per million spans of the workload.
 	CPUSecPerMSpans float64 `json:"cpu_s_per_million_spans"`
 
 	// braid only.
 	ReadSec      float64 `json:"read_s,omitempty"` // until every message was read
 	PrepareSec   float64 `json:"prepare_s,omitempty"`
-	Fused        int64   `json:"fused,omitempty"` // FusedTrace records emitted by the end
+	Fused        int64   `json:"fused,omitempty"`     // FusedTrace records emitted by the end
+	Revisions    int64   `json:"revisions,omitempty"` // of which revision > 0
+	Late         int64   `json:"late,omitempty"`
+	OpenTraces   int64   `json:"open_traces,omitempty"`
 	Members      int64   `json:"members,omitempty"`
 	Local        int64   `json:"local_groups,omitempty"`
 	Repartition  int64   `json:"repartitioned_groups,omitempty"`
@@ -215,7 +227,8 @@ func run(o options) error {
 	}
 	res := &Result{Benchmark: "e2e", Time: time.Now().UTC(), Note: o.description, Machine: machine()}
 	res.Settings = Settings{Encoding: o.encoding, Keying: o.keying, Partitions: o.partitions, Requests: o.requests,
-		RequestsPerBatch: simulator.DefaultRequestsPerBatch, Seed: o.seed, Rounds: o.rounds, CheckpointInterval: o.checkpoint.String()}
+		RequestsPerBatch: simulator.DefaultRequestsPerBatch, Seed: o.seed, Rounds: o.rounds, CheckpointInterval: o.checkpoint.String(),
+		EventTime: o.eventTime, AtLeastOnce: o.alo}
 	if o.brokerPID == 0 {
 		o.brokerPID = brokerPID()
 	}
@@ -284,7 +297,7 @@ func run(o options) error {
 				profile = o.cpuprofile
 			}
 			ph, err = braidJob(ctx, o, topics, group, alo, wl, profile)
-			if err != nil {
+			if err != nil && ph.Error == "" {
 				return fmt.Errorf("round %d %s: %w", r, name, err)
 			}
 			ph.Round = r
@@ -293,8 +306,12 @@ func run(o options) error {
 			} else {
 				res.Braid = append(res.Braid, ph)
 			}
-			fmt.Printf("round %d %-10s %6.2fs %8.0f msgs/s %6.1f MB/s  cpu %5.2fs%s  (read all in %.2fs, %d fused, %d checkpoints, %d aborts)\n",
-				r, name, ph.Seconds, ph.MsgsPS, ph.MBPS, ph.CPUSec, brokerCPU(ph), ph.ReadSec, ph.Fused, ph.Checkpoints, ph.Aborts)
+			if ph.Error != "" {
+				fmt.Printf("round %d %-10s FAILED after %.2fs, cpu %5.2fs%s: %s\n", r, name, ph.Seconds, ph.CPUSec, brokerCPU(ph), ph.Error)
+				continue
+			}
+			fmt.Printf("round %d %-10s %6.2fs %8.0f msgs/s %6.1f MB/s  cpu %5.2fs%s  (read all in %.2fs, %d fused of which %d revisions, %d checkpoints, %d aborts)\n",
+				r, name, ph.Seconds, ph.MsgsPS, ph.MBPS, ph.CPUSec, brokerCPU(ph), ph.ReadSec, ph.Fused, ph.Revisions, ph.Checkpoints, ph.Aborts)
 		}
 	}
 	res.Median.Raw, res.Median.Braid = median(res.Raw), median(res.Braid)
@@ -547,12 +564,19 @@ func braidJob(ctx context.Context, o options, in simulator.Topics, group string,
 	cfg.Outputs.Fused, cfg.Outputs.Late, cfg.Outputs.DLQ = group+".fused", group+".late", group+".dlq"
 	cfg.CheckpointInterval = o.checkpoint
 	cfg.AtLeastOnce = alo
-	// Short event-time settings: traces close soon after their data.
-	cfg.EventTime.OutOfOrderness = time.Second
-	cfg.EventTime.Idleness = 5 * time.Second
-	cfg.EventTime.IdleGap = time.Second
-	cfg.EventTime.AllowedLateness = 30 * time.Second
-	cfg.EventTime.FlushAfter = 2 * time.Second
+	if o.eventTime == "short" {
+		// As the integration tests: traces close within the measured
+		// phase (by processing time when the watermark waits for the
+		// repartition topic's first markers), so their emission is part
+		// of the work measured. "default" keeps the job's defaults (10s,
+		// 30s, 5s, 60s, 10s), with which a trace waits for the upstream
+		// watermark markers of the first committed checkpoint.
+		cfg.EventTime.OutOfOrderness = time.Second
+		cfg.EventTime.Idleness = 5 * time.Second
+		cfg.EventTime.IdleGap = time.Second
+		cfg.EventTime.AllowedLateness = 30 * time.Second
+		cfg.EventTime.FlushAfter = 2 * time.Second
+	}
 	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
 		return Phase{}, err
@@ -597,6 +621,31 @@ func braidJob(ctx context.Context, o options, in simulator.Topics, group string,
 	}
 	defer stopProfile()
 
+	snapshot := func(ph *Phase) {
+		ph.PrepareSec = prepare
+		ph.Fused = c.Fused.Load()
+		ph.Revisions = c.Revisions.Load()
+		ph.Late = c.Late.Load()
+		ph.OpenTraces = c.OpenTraces.Load()
+		ph.Members = c.Members.Load()
+		ph.Local = c.Local.Load()
+		ph.Repartition = c.Repartitioned.Load()
+		ph.RecordsOut = st.RecordsOut.Load()
+		ph.Checkpoints = st.Checkpoints.Load()
+		ph.Aborts = st.Aborts.Load()
+		ph.LastCommitMS = float64(st.LastCommitNanos.Load()) / 1e6
+	}
+	// failed is the phase of a run that did not finish: wall and CPU time
+	// so far, the counters, and why; no rates.
+	failed := func(err error) (Phase, error) {
+		stopProfile()
+		ph := m.stop(wl)
+		snapshot(&ph)
+		ph.MsgsPS, ph.MBPS, ph.SpansPS = 0, 0, 0
+		ph.Error = fmt.Sprintf("%v (%d of %d messages read)", err, c.Messages.Load(), wl.Messages)
+		return ph, errors.New(ph.Error)
+	}
+
 	deadline := time.After(o.timeout)
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
@@ -606,18 +655,20 @@ func braidJob(ctx context.Context, o options, in simulator.Topics, group string,
 	for {
 		select {
 		case err := <-done:
-			return Phase{}, fmt.Errorf("job ended early: %v", err)
+			return failed(fmt.Errorf("job ended early: %v", err))
 		case <-deadline:
-			err := fmt.Errorf("not done within %v: %d of %d messages read, %d checkpoints, %d aborts",
-				o.timeout, c.Messages.Load(), want, st.Checkpoints.Load(), st.Aborts.Load())
-			fmt.Fprintln(os.Stderr, "e2e:", err, "— goroutines:")
-			_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
+			if f, err := os.CreateTemp("", "e2e-goroutines-*.txt"); err == nil {
+				_ = pprof.Lookup("goroutine").WriteTo(f, 1)
+				f.Close()
+				fmt.Fprintln(os.Stderr, "e2e: braid phase timed out; goroutines in", f.Name())
+			}
+			ph, err := failed(fmt.Errorf("not done within %v", o.timeout))
 			cancel()
 			select {
 			case <-done:
 			case <-time.After(time.Minute):
 			}
-			return Phase{}, err
+			return ph, err
 		case <-tick.C:
 		}
 		if readAt == 0 {
@@ -638,15 +689,7 @@ func braidJob(ctx context.Context, o options, in simulator.Topics, group string,
 	stopProfile()
 	ph := m.stop(wl)
 	ph.ReadSec = readAt.Seconds()
-	ph.PrepareSec = prepare
-	ph.Fused = c.Fused.Load()
-	ph.Members = c.Members.Load()
-	ph.Local = c.Local.Load()
-	ph.Repartition = c.Repartitioned.Load()
-	ph.RecordsOut = st.RecordsOut.Load()
-	ph.Checkpoints = st.Checkpoints.Load()
-	ph.Aborts = st.Aborts.Load()
-	ph.LastCommitMS = float64(st.LastCommitNanos.Load()) / 1e6
+	snapshot(&ph)
 	if n := c.DLQ.Load(); n != 0 {
 		return Phase{}, fmt.Errorf("%d messages went to the DLQ", n)
 	}
@@ -730,8 +773,15 @@ func suffix() string {
 	return time.Now().UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b[:])
 }
 
-// median takes the median of each measured field over phases.
-func median(ps []Phase) Phase {
+// median takes the median of each measured field over the phases that did
+// not fail.
+func median(all []Phase) Phase {
+	var ps []Phase
+	for _, p := range all {
+		if p.Error == "" {
+			ps = append(ps, p)
+		}
+	}
 	med := func(f func(Phase) float64) float64 {
 		v := make([]float64, len(ps))
 		for i, p := range ps {
@@ -768,18 +818,24 @@ func printTable(res *Result) {
 	fmt.Printf("median of %d rounds (%s, keying=%s, %d partitions, %d messages, %.1f MB, %d spans):\n",
 		res.Settings.Rounds, res.Settings.Encoding, res.Settings.Keying, res.Settings.Partitions,
 		res.Workload.Messages, float64(res.Workload.Bytes)/1e6, res.Workload.Spans)
-	fmt.Fprintln(w, "contender\tseconds\tmsgs/s\tMB/s\tspans/s\tCPU-s\tCPU-s/M spans\tbroker CPU-s\tall read at s\t")
-	row := func(name string, p Phase) {
+	fmt.Fprintln(w, "contender\tok runs\tseconds\tmsgs/s\tMB/s\tspans/s\tCPU-s\tCPU-s/M spans\tbroker CPU-s\tall read at s\t")
+	row := func(name string, p Phase, runs []Phase) {
 		read := "-"
 		if p.ReadSec > 0 {
 			read = fmt.Sprintf("%.2f", p.ReadSec)
 		}
-		fmt.Fprintf(w, "%s\t%.2f\t%.0f\t%.1f\t%.0f\t%.2f\t%.1f\t%.2f\t%s\t\n", name, p.Seconds, p.MsgsPS, p.MBPS, p.SpansPS, p.CPUSec, p.CPUSecPerMSpans, p.BrokerCPUSec, read)
+		ok := 0
+		for _, r := range runs {
+			if r.Error == "" {
+				ok++
+			}
+		}
+		fmt.Fprintf(w, "%s\t%d/%d\t%.2f\t%.0f\t%.1f\t%.0f\t%.2f\t%.1f\t%.2f\t%s\t\n", name, ok, len(runs), p.Seconds, p.MsgsPS, p.MBPS, p.SpansPS, p.CPUSec, p.CPUSecPerMSpans, p.BrokerCPUSec, read)
 	}
-	row("raw copy", res.Median.Raw)
-	row("braid (exactly-once)", res.Median.Braid)
+	row("raw copy", res.Median.Raw, res.Raw)
+	row("braid (exactly-once)", res.Median.Braid, res.Braid)
 	if res.Median.BraidALO != nil {
-		row("braid (at-least-once)", *res.Median.BraidALO)
+		row("braid (at-least-once)", *res.Median.BraidALO, res.BraidALO)
 	}
 	w.Flush()
 	fmt.Printf("ratio braid/raw (msgs/s): %.2f×  (target ≥ 0.5×)\n", res.Ratio)
