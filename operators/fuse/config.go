@@ -41,10 +41,10 @@ type Config struct {
 	// AllowedLateness: members up to this far behind the watermark still
 	// revise their trace; later ones go to LateTopic. Default 60s.
 	AllowedLateness time.Duration
-	// FlushAfter: a trace that has received nothing for this long in
-	// processing time is emitted even if the watermark has not passed it
-	// (traffic stopped, or every input went idle). Later members still
-	// revise it. Default 10s; negative disables (replay, where only event
+	// FlushAfter: once the task has received nothing for this long in
+	// processing time (traffic stopped), the traces that received nothing
+	// for this long are emitted even if the watermark has not passed them.
+	// Later members still revise them. Default 10s; negative disables (replay, where only event
 	// time may decide output).
 	FlushAfter time.Duration
 	// Caps per trace; what is cut is counted and the trace flagged.

@@ -105,6 +105,7 @@ type processor struct {
 	traces    map[[16]byte]*trace
 	timers    timerHeap
 	backlog   bool    // due timers remain after the last slice
+	lastInput int64   // processing time of the last record, ns
 	touched   []touch // in processing-time order; head at touchedHead
 	touchHead int
 	changed   []*trace
@@ -129,6 +130,7 @@ func newProcessor(s *Stage, p int32) *processor {
 
 // Process implements engine.Processor.
 func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
+	p.lastInput = t.Now().UnixNano()
 	if input == len(p.cfg.Sources) {
 		return p.processRepartitioned(t, rec)
 	}
@@ -307,12 +309,18 @@ func (p *processor) OnWatermark(t *engine.Task, wm int64) error {
 	return p.flushIdle(t, wm)
 }
 
-// flushIdle emits the dirty traces that received nothing for FlushAfter.
+// flushIdle emits the dirty traces that received nothing for FlushAfter,
+// once the task itself has received nothing for that long.
 func (p *processor) flushIdle(t *engine.Task, wm int64) error {
 	if p.cfg.FlushAfter <= 0 {
 		return nil
 	}
 	deadline := t.Now().UnixNano() - int64(p.cfg.FlushAfter)
+	if p.lastInput > deadline {
+		// Input is still flowing (perhaps a backlog far behind in event
+		// time): the watermark will close the traces.
+		return nil
+	}
 	for p.touchHead < len(p.touched) && p.touched[p.touchHead].at <= deadline {
 		tc := p.touched[p.touchHead]
 		p.touched[p.touchHead] = touch{}
