@@ -3,21 +3,26 @@
 // records (see benchmarks/README.md).
 //
 // It generates a Collector-shaped workload with connectors/simulator,
-// produces it once into fresh input topics, then alternates two contenders
+// produces it once into fresh input topics, then alternates the contenders
 // over those same records, -rounds times each:
 //
 //   - raw: a franz-go consumer group client that reads the three input topics
 //     from the start and produces every record's key and value unchanged to
 //     an output topic (same partition), acks=all, idempotent, no
-//     transactions, until every record is copied and the producer flushed;
+//     transactions, from the first poll until every record is copied and the
+//     producer flushed;
 //   - braid: the braid job (job.Prepare + Run, exactly-once: Kafka
 //     transactions, checkpoint every 5s) in this process, with a fresh group,
-//     outputs and state, until it has read every input message and a
-//     checkpoint has committed after that.
+//     outputs and state, from Run until it has read every input message and
+//     a checkpoint has committed after that;
+//   - braid-alo (-at-least-once, on by default): the same with the engine's
+//     AtLeastOnce mode (no transactions; a checkpoint flushes the producer,
+//     then commits the offsets).
 //
-// It prints a table and writes the result as JSON to
-// benchmarks/results/e2e-<encoding>-<keying>.json. `make bench-e2e` runs it
-// against a local broker; BRAID_KAFKA_BROKERS names the broker.
+// A braid run that fails or times out is recorded with its error and left
+// out of the median. The program prints a table and writes the result as
+// JSON to benchmarks/results/e2e-<encoding>-<keying>.json. `make bench-e2e`
+// runs it against a local broker; BRAID_KAFKA_BROKERS names the broker.
 package main
 
 import (
@@ -75,7 +80,7 @@ func main() {
 	flag.StringVar(&o.keying, "keying", "trace", "record keys: trace (partition_traces_by_id) | none (exporter default, null keys)")
 	p := flag.Int("partitions", 4, "partitions of every topic")
 	flag.Int64Var(&o.seed, "seed", 1, "simulator seed")
-	flag.IntVar(&o.rounds, "rounds", 2, "rounds; each runs raw then braid")
+	flag.IntVar(&o.rounds, "rounds", 2, "rounds; each runs raw, then braid, then braid at-least-once")
 	flag.DurationVar(&o.checkpoint, "checkpoint", 5*time.Second, "braid checkpoint interval")
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "limit of one phase")
 	flag.StringVar(&o.resultsDir, "results", filepath.Join("benchmarks", "results"), "directory of the JSON result; empty: do not write one")
