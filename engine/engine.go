@@ -264,7 +264,6 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 		kgo.OnPartitionsAssigned(e.onAssigned),
 		kgo.OnPartitionsRevoked(e.onRevoked),
 		kgo.OnPartitionsLost(e.onRevoked),
-		kgo.ProducerBatchMaxBytes(4<<20),
 		kgo.MaxBufferedRecords(1<<20),
 	)
 	var sess session

@@ -48,7 +48,9 @@ type Config struct {
 	// time may decide output).
 	FlushAfter time.Duration
 	// Caps per trace; what is cut is counted and the trace flagged.
-	// Defaults 10000 spans, 10000 logs, 10000 points, 8 MiB.
+	// Defaults 10000 spans, 10000 logs, 10000 points, 900 KiB of members
+	// (a fused record must fit Kafka's default message.max.bytes of 1 MiB;
+	// raise it on braid.fused and the brokers before raising MaxBytes).
 	MaxSpans, MaxLogs, MaxPoints int
 	MaxBytes                     int
 	// JSON writes fused records as protojson instead of protobuf.
@@ -94,7 +96,7 @@ func (c *Config) EnsureDefaults() {
 		}
 	}
 	if c.MaxBytes == 0 {
-		c.MaxBytes = 8 << 20
+		c.MaxBytes = 900 << 10
 	}
 }
 

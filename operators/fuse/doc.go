@@ -18,8 +18,8 @@
 // to the trace and causes it to be emitted again with revision+1. A member
 // whose event time is more than allowed lateness behind the watermark goes to
 // braid.late, re-encoded as a one-item OTLP message. When the watermark
-// passes last event time + idle gap + allowed lateness, the trace is purged
-// with one range delete.
+// passes last event time + idle gap + allowed lateness, the trace's keys are
+// deleted.
 //
 // Members without a trace id (logs that carry only a request id, metric
 // points without exemplars) are counted as unjoined: they belong to the

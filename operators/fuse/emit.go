@@ -2,6 +2,7 @@ package fuse
 
 import (
 	"bytes"
+	"fmt"
 	"slices"
 	"strconv"
 
@@ -52,18 +53,13 @@ func (p *processor) emit(t *engine.Task, tr *trace, wm int64) error {
 	e := &p.emitter
 	e.chunks = e.chunks[:0]
 	e.members = e.members[:0]
-	if tr.chunks > 0 {
-		lo := dataKey(nil, tr.id, 0)
-		hi := dataKey(nil, tr.id, tr.chunks)
-		it, err := t.State.Iter(lo, hi)
-		if err != nil {
+	for c := uint32(0); c < tr.chunks; c++ {
+		var ok bool
+		var err error
+		if e.chunks, ok, err = t.State.Get(e.chunks, dataKey(p.key[:0], tr.id, c)); err != nil {
 			return err
-		}
-		for it.First(); it.Valid(); it.Next() {
-			e.chunks = append(e.chunks, it.Value()...)
-		}
-		if err := it.Close(); err != nil {
-			return err
+		} else if !ok {
+			return fmt.Errorf("fuse: trace %x: chunk %d of %d missing", tr.id, c, tr.chunks)
 		}
 	}
 	e.chunks = append(e.chunks, tr.pending...)

@@ -233,8 +233,8 @@ func (p *processor) add(t *engine.Task, id [16]byte, chunk []byte) error {
 			tr.dropped[m.kind-1]++
 		} else {
 			w := chunkWriter{buf: tr.pending, lastRes: tr.lastRes}
-			if len(tr.pending) > 0 {
-				w.n = 1
+			if len(tr.pending) > 0 && len(tr.pending)%maxChunk+len(m.body) < maxChunk {
+				w.n = 1 // may refer to the previous resource; else restate it, so a chunk can start here
 			}
 			w.appendMember(m)
 			tr.pending, tr.lastRes = w.buf, w.lastRes
@@ -398,10 +398,13 @@ func dataKey(dst []byte, id [16]byte, chunk uint32) []byte {
 }
 
 func (p *processor) purge(t *engine.Task, tr *trace) error {
-	start := dataKey(p.key[:0], tr.id, 0)
-	end := append(append([]byte{prefixData}, tr.id[:]...), 0xff, 0xff, 0xff, 0xff, 0xff)
-	if err := t.State.DeleteRange(start, end); err != nil {
-		return err
+	// The chunk keys are known: point deletes, no range tombstone (which
+	// Pebble's indexed batch would re-fragment on every later read) and no
+	// iterator.
+	for c := uint32(0); c < tr.chunks; c++ {
+		if err := t.State.Delete(dataKey(p.key[:0], tr.id, c)); err != nil {
+			return err
+		}
 	}
 	if err := t.State.Delete(metaKey(p.key[:0], tr.id)); err != nil {
 		return err
@@ -412,6 +415,10 @@ func (p *processor) purge(t *engine.Task, tr *trace) error {
 	return nil
 }
 
+// maxChunk bounds one chunk, so that a changelog record stays well under
+// Kafka's default message.max.bytes (1 MiB).
+const maxChunk = 256 << 10
+
 // PrepareCheckpoint implements engine.Checkpointer: pending members become
 // a chunk, and every changed trace's record is written.
 func (p *processor) PrepareCheckpoint(t *engine.Task) error {
@@ -420,13 +427,18 @@ func (p *processor) PrepareCheckpoint(t *engine.Task) error {
 		if p.traces[tr.id] != tr {
 			continue // purged
 		}
-		if len(tr.pending) > 0 {
-			if err := t.State.Set(dataKey(p.key[:0], tr.id, tr.chunks), tr.pending); err != nil {
+		for rest := tr.pending; len(rest) > 0; {
+			n, err := chunkPrefix(rest, maxChunk)
+			if err != nil {
+				return err
+			}
+			if err := t.State.Set(dataKey(p.key[:0], tr.id, tr.chunks), rest[:n]); err != nil {
 				return fmt.Errorf("fuse: write chunk: %w", err)
 			}
 			tr.chunks++
-			tr.pending, tr.lastRes = nil, nil
+			rest = rest[n:]
 		}
+		tr.pending, tr.lastRes = nil, nil
 		p.scratch = encodeMeta(p.scratch[:0], tr)
 		if err := t.State.Set(metaKey(p.key[:0], tr.id), p.scratch); err != nil {
 			return fmt.Errorf("fuse: write trace record: %w", err)

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -531,5 +532,40 @@ func TestFuseTimerBacklogFiresInSlices(t *testing.T) {
 	}
 	if n := len(h.fused()); n != len(ts) {
 		t.Fatalf("emitted %d traces, want %d", n, len(ts))
+	}
+}
+
+func TestFuseLargeTraceIsChunkedUnderTheRecordLimit(t *testing.T) {
+	h := newHarness(t, 1, func(c *Config) { c.FlushAfter = -1; c.MaxBytes = 4 << 20 })
+	g := genTraces(rand.New(rand.NewPCG(21, 22)), 1, base)[0]
+	key := otlp.AppendTraceIDHex(nil, g.id)
+	big := strings.Repeat("x", 4096)
+	var spans []*tracepb.Span
+	for i := range 400 { // ≈1.7 MB of spans in one trace, from one resource
+		sp := proto.Clone(g.spans[1]).(*tracepb.Span)
+		sp.SpanId = sid(rand.New(rand.NewPCG(uint64(i), 1)))
+		sp.Name = big
+		spans = append(spans, sp)
+	}
+	for i := 0; i < len(spans); i += 50 {
+		h.feed(inSpans, key, spansMsg(spans[i:i+50]...))
+	}
+	if err := h.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range h.out("braid.fuse-changelog") {
+		if len(r.Value) > maxChunk+64<<10 {
+			t.Fatalf("changelog record of %d bytes, want ≤ %d", len(r.Value), maxChunk+64<<10)
+		}
+	}
+	if err := h.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	if ft := h.fused()[string(key)]; ft == nil || len(ft.Spans) != len(spans) {
+		n := -1
+		if ft != nil {
+			n = len(ft.Spans)
+		}
+		t.Fatalf("large trace fused with %d spans, want %d", n, len(spans))
 	}
 }

@@ -10,7 +10,7 @@ import (
 // TestStateLevelsOffOverHours feeds three hours of event time at a steady rate
 // through one task and checks that open traces and state on disk stop
 // growing once traces start to expire (idle gap + allowed lateness), i.e.
-// event-time TTL with range deletes keeps state bounded.
+// event-time TTL keeps state bounded.
 func TestStateLevelsOffOverHours(t *testing.T) {
 	hours := 3
 	if testing.Short() {

@@ -264,6 +264,69 @@ func fields(b []byte, fn func(num protowire.Number, typ protowire.Type, v []byte
 	}
 }
 
+// chunkPrefix returns where to cut chunk so that the first part is at most
+// limit bytes where possible: at the start of the last member before limit
+// that writes its resource in full (a member that refers to its
+// predecessor's resource cannot start a chunk), else at the first such
+// member after limit, else nowhere (the whole chunk).
+func chunkPrefix(chunk []byte, limit int) (int, error) {
+	if len(chunk) <= limit {
+		return len(chunk), nil
+	}
+	cut := 0
+	for off := 0; off < len(chunk); {
+		size, explicit, err := memberSize(chunk[off:])
+		if err != nil {
+			return 0, err
+		}
+		if off > 0 && explicit {
+			if off > limit {
+				if cut == 0 {
+					cut = off
+				}
+				break
+			}
+			cut = off
+		}
+		off += size
+	}
+	if cut == 0 {
+		return len(chunk), nil
+	}
+	return cut, nil
+}
+
+// memberSize returns the encoded size of the first member of b and whether
+// it writes its resource in full.
+func memberSize(b []byte) (int, bool, error) {
+	if len(b) < 1 {
+		return 0, false, errCorruptChunk
+	}
+	i := 1
+	_, n := binary.Varint(b[i:])
+	if n <= 0 {
+		return 0, false, errCorruptChunk
+	}
+	i += n
+	rl, n := protowire.ConsumeVarint(b[i:])
+	if n < 0 {
+		return 0, false, errCorruptChunk
+	}
+	i += n
+	explicit := rl != 0
+	if explicit {
+		i += int(rl - 1)
+	}
+	if i > len(b) {
+		return 0, false, errCorruptChunk
+	}
+	_, n = protowire.ConsumeBytes(b[i:])
+	if n < 0 {
+		return 0, false, errCorruptChunk
+	}
+	return i + n, explicit, nil
+}
+
 // memberParts splits a member body into scope, payload (span / log / metric)
 // and origin.
 func memberParts(body []byte) (scope, payload, origin []byte) {
