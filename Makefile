@@ -6,7 +6,7 @@ KAFKA     := bash deploy/local/kafka.sh
 PKGS      ?= ./...
 GO_TEST_FLAGS ?= -race -count=1 -timeout 15m
 
-.PHONY: all build run test test-unit bench bench-e2e bench-scale bench-restart lint proto kafka-start kafka-stop clean
+.PHONY: all build run test test-unit bench bench-e2e bench-scale bench-restart bench-pause lint proto kafka-start kafka-stop clean
 
 all: build
 
@@ -42,6 +42,12 @@ bench-scale:
 	@trap '$(KAFKA) stop' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
 	  $(KAFKA) start >/dev/null && eval "$$($(KAFKA) env)" && \
 	  $(GO) run ./benchmarks/scale $(BENCH_FLAGS)
+
+## bench-pause: checkpoint pause percentiles under steady input (BENCH_FLAGS="-interval 1s").
+bench-pause:
+	@trap '$(KAFKA) stop' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
+	  $(KAFKA) start >/dev/null && eval "$$($(KAFKA) env)" && \
+	  $(GO) run ./benchmarks/pause $(BENCH_FLAGS)
 
 ## bench-restart: restart time from 1 GiB of local state.
 bench-restart:
