@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/braidlabs/braid/cmd/braid/job"
 	"github.com/braidlabs/braid/connectors/kafka"
 	"github.com/braidlabs/braid/connectors/otlp"
 	"github.com/braidlabs/braid/operators/braidpb"
@@ -24,8 +25,9 @@ import (
 
 func cmdTail(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("tail", flag.ContinueOnError)
-	brokers := fs.String("brokers", "127.0.0.1:19092", "comma-separated brokers")
-	topic := fs.String("topic", "braid.fused", "topic of FusedTrace records")
+	brokers := fs.String("brokers", "127.0.0.1:19092", "comma-separated brokers (ignored with --config)")
+	config := fs.String("config", "", "take brokers, TLS/SASL and the fused topic from this braid configuration file")
+	topic := fs.String("topic", "", "topic of FusedTrace records (default braid.fused, or outputs.fused of --config)")
 	fromStart := fs.Bool("from-beginning", false, "read from the start of the topic instead of new records only")
 	asJSON := fs.Bool("json", false, "print one JSON object per record")
 	count := fs.Int("n", 0, "stop after this many records (0: run until interrupted)")
@@ -44,11 +46,24 @@ func cmdTail(ctx context.Context, args []string, out io.Writer) error {
 	if *fromStart || key != nil {
 		start = kgo.NewOffset().AtStart()
 	}
-	opts := []kgo.Opt{
-		kgo.SeedBrokers(strings.Split(*brokers, ",")...),
-		kgo.ConsumeResetOffset(start),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+	opts := []kgo.Opt{kgo.SeedBrokers(strings.Split(*brokers, ",")...)}
+	if *topic == "" {
+		*topic = "braid.fused"
 	}
+	if *config != "" {
+		cfg, err := job.LoadConfig(*config)
+		if err != nil {
+			return err
+		}
+		if err := cfg.Kafka.Prepare(); err != nil {
+			return fmt.Errorf("tail: %w", err)
+		}
+		opts = cfg.Kafka.Opts()
+		if !flagSet(fs, "topic") {
+			*topic = cfg.Outputs.Fused
+		}
+	}
+	opts = append(opts, kgo.ConsumeResetOffset(start), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	consume := kgo.ConsumeTopics(*topic)
 	if key != nil {
 		// braid partitions the fused topic by otlp.HashPartition over the
@@ -77,7 +92,7 @@ func cmdTail(ctx context.Context, args []string, out io.Writer) error {
 		}
 		var werr error
 		fs.EachRecord(func(r *kgo.Record) {
-			if werr != nil || key != nil && !bytes.Equal(r.Key, key) {
+			if werr != nil || key != nil && !bytes.Equal(r.Key, key) || *count > 0 && n >= *count {
 				return
 			}
 			var ft braidpb.FusedTrace
@@ -158,4 +173,11 @@ func writeJSON(out io.Writer, ft *braidpb.FusedTrace) error {
 	}
 	_, err = fmt.Fprintf(out, "%s\n", line)
 	return err
+}
+
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
