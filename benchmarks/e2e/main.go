@@ -14,7 +14,8 @@
 //   - braid: the braid job (job.Prepare + Run, exactly-once: Kafka
 //     transactions, checkpoint every 5s) in this process, with a fresh group,
 //     outputs and state, from Run until it has read every input message and
-//     a checkpoint has committed after that;
+//     a checkpoint has committed after that (and, reported beside it, until
+//     every trace has been emitted and a checkpoint committed after that);
 //   - braid-alo (-at-least-once, on by default): the same with the engine's
 //     AtLeastOnce mode (no transactions; a checkpoint flushes the producer,
 //     then commits the offsets).

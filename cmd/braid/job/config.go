@@ -67,7 +67,9 @@ type Config struct {
 		// OutOfOrderness: bounded disorder within a partition. Default 10s.
 		OutOfOrderness time.Duration `yaml:"out_of_orderness"`
 		// Idleness: a silent partition stops holding the watermark back
-		// after this long. Default 30s.
+		// after this long. Default 30s; at least twice
+		// checkpoint_interval (upstream watermarks arrive once per
+		// checkpoint).
 		Idleness time.Duration `yaml:"idleness"`
 		// IdleGap: a trace closes when the watermark passes its last event
 		// plus this gap. Default 5s.
@@ -194,6 +196,13 @@ func (c *Config) Validate() error {
 	}
 	if c.CheckpointInterval < time.Second || c.CheckpointInterval > time.Minute {
 		errs = append(errs, fmt.Errorf("config: checkpoint_interval %v is outside 1s–60s", c.CheckpointInterval))
+	}
+	if idle := c.EventTime.Idleness; idle != 0 && idle < 2*c.CheckpointInterval {
+		// Upstream tasks' watermarks reach a task once per checkpoint,
+		// through the repartition topic: shorter idleness declares them
+		// idle between two markers and runs the watermark ahead of data
+		// still on its way, which then lands in the late topic.
+		errs = append(errs, fmt.Errorf("config: event_time.idleness %v must be at least twice checkpoint_interval %v", idle, c.CheckpointInterval))
 	}
 	if c.InstanceID == "" {
 		errs = append(errs, errors.New("config: instance_id is empty and the host name is unknown"))

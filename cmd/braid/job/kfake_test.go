@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"hash/fnv"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,7 +78,7 @@ func TestKfakeSmoke(t *testing.T) {
 	cfg.InstanceID = "test"
 	cfg.CheckpointInterval = time.Second
 	cfg.EventTime.OutOfOrderness = time.Second
-	cfg.EventTime.Idleness = time.Second
+	cfg.EventTime.Idleness = 2 * time.Second
 	cfg.EventTime.IdleGap = time.Second
 	cfg.EventTime.FlushAfter = time.Second
 	cfg.EnsureDefaults()
@@ -121,4 +122,20 @@ func TestKfakeSmoke(t *testing.T) {
 		}
 	}
 	t.Logf("counters: local=%d repart=%d dlq=%d fused=%d", j.Counters().Local.Load(), j.Counters().Repartitioned.Load(), j.Counters().DLQ.Load(), j.Counters().Fused.Load())
+}
+
+func TestConfigRefusesIdlenessBelowTwoCheckpoints(t *testing.T) {
+	cfg := &Config{}
+	cfg.Kafka.Brokers = []string{"127.0.0.1:9092"}
+	cfg.InstanceID = "x"
+	cfg.CheckpointInterval = 5 * time.Second
+	cfg.EventTime.Idleness = 5 * time.Second
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "event_time.idleness") {
+		t.Fatalf("Validate() = %v, want an error naming event_time.idleness", err)
+	}
+	cfg.EventTime.Idleness = 10 * time.Second
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("idleness of twice the interval refused: %v", err)
+	}
 }
