@@ -344,6 +344,7 @@ func TestSigtermFinalCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg = bytes.Replace(cfg, []byte("checkpoint_interval: 1s"), []byte("checkpoint_interval: 60s\nlog_interval: 100ms"), 1)
+	cfg = bytes.Replace(cfg, []byte("idleness: 30s"), []byte("idleness: 120s"), 1) // ≥ 2 × the interval
 	if err := os.WriteFile(env.config, cfg, 0o644); err != nil {
 		t.Fatal(err)
 	}
