@@ -54,15 +54,7 @@ func (w *chunkWriter) appendItem(it *otlp.Item, sig otlp.Signal, topic string, p
 	default:
 		k = kindPoint
 	}
-	b := append(w.buf, byte(k))
-	b = binary.AppendVarint(b, it.Time)
-	if w.n > 0 && string(it.Resource) == string(w.lastRes) {
-		b = append(b, 0)
-	} else {
-		b = protowire.AppendVarint(b, uint64(len(it.Resource))+1)
-		b = append(b, it.Resource...)
-		w.lastRes = it.Resource
-	}
+	b := w.appendHead(w.buf, k, it.Time, it.Resource)
 	// body length is not known up front: reserve, then patch by shifting.
 	start := len(b)
 	if len(it.Scope) > 0 {
@@ -84,18 +76,23 @@ func (w *chunkWriter) appendItem(it *otlp.Item, sig otlp.Signal, topic string, p
 
 // appendMember re-encodes m (from another chunk) into the writer.
 func (w *chunkWriter) appendMember(m *member) {
-	b := append(w.buf, byte(m.kind))
-	b = binary.AppendVarint(b, m.time)
-	if w.n > 0 && string(m.resource) == string(w.lastRes) {
-		b = append(b, 0)
-	} else {
-		b = protowire.AppendVarint(b, uint64(len(m.resource))+1)
-		b = append(b, m.resource...)
-		w.lastRes = m.resource
-	}
+	b := w.appendHead(w.buf, m.kind, m.time, m.resource)
 	b = protowire.AppendBytes(b, m.body)
 	w.buf = b
 	w.n++
+}
+
+// appendHead appends a member's kind, time and resource (or the reference
+// to the previous member's resource).
+func (w *chunkWriter) appendHead(b []byte, k kind, t int64, resource []byte) []byte {
+	b = append(b, byte(k))
+	b = binary.AppendVarint(b, t)
+	if w.n > 0 && string(resource) == string(w.lastRes) {
+		return append(b, 0)
+	}
+	b = protowire.AppendVarint(b, uint64(len(resource))+1)
+	w.lastRes = resource
+	return append(b, resource...)
 }
 
 // prefixLen turns b[start:] into a length-prefixed field by shifting it.
