@@ -16,6 +16,7 @@ import (
 // complete.
 func TestScaleOutAndIn(t *testing.T) {
 	env := newCrashEnv(t)
+	env.idleness = "60s" // tasks moving between instances pause their watermark markers
 	bin := buildBraid(t)
 	truthc := env.produceSteady(t, 77, 100)
 
@@ -57,6 +58,7 @@ func TestScaleOutAndIn(t *testing.T) {
 // revisions are allowed here, duplicates are not.)
 func TestZombieIsFenced(t *testing.T) {
 	env := newCrashEnv(t)
+	env.idleness = "60s" // tasks moving between instances pause their watermark markers
 	bin := buildBraid(t)
 	truthc := env.produceSteady(t, 88, 60)
 
