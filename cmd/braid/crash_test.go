@@ -103,7 +103,6 @@ func tail(s string, n int) string {
 // crashEnv is a job configuration on fresh topics of the real broker.
 type crashEnv struct {
 	template       string
-	idleness       string // overrides the template's 30s when set
 	dir            string
 	brokers        []string
 	in             []string
@@ -152,11 +151,7 @@ event_time:
 func (e *crashEnv) configFor(t *testing.T, instance, stateDir string) string {
 	t.Helper()
 	path := filepath.Join(e.dir, instance+".yaml")
-	cfg := fmt.Sprintf(e.template, instance, stateDir)
-	if e.idleness != "" {
-		cfg = strings.Replace(cfg, "idleness: 30s", "idleness: "+e.idleness, 1)
-	}
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(fmt.Sprintf(e.template, instance, stateDir)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return path

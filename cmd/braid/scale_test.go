@@ -16,7 +16,6 @@ import (
 // complete.
 func TestScaleOutAndIn(t *testing.T) {
 	env := newCrashEnv(t)
-	env.idleness = "60s" // tasks moving between instances pause their watermark markers
 	bin := buildBraid(t)
 	truthc := env.produceSteady(t, 77, 100)
 
@@ -58,7 +57,6 @@ func TestScaleOutAndIn(t *testing.T) {
 // revisions are allowed here, duplicates are not.)
 func TestZombieIsFenced(t *testing.T) {
 	env := newCrashEnv(t)
-	env.idleness = "60s" // tasks moving between instances pause their watermark markers
 	bin := buildBraid(t)
 	truthc := env.produceSteady(t, 88, 60)
 
