@@ -58,14 +58,14 @@ lint:
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 
-## proto: regenerate operators/braidpb/braid.pb.go (protoc from Debian's protobuf-compiler;
+## proto: regenerate operators/braidpb/*.pb.go (protoc from Debian's protobuf-compiler;
 ## protoc-gen-go built at the google.golang.org/protobuf version in go.mod).
 proto:
 	@command -v protoc >/dev/null || (apt-get update -qq && apt-get install -y -qq protobuf-compiler)
 	$(GO) build -o bin/protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go
 	protoc -I operators/braidpb --plugin=protoc-gen-go=$(CURDIR)/bin/protoc-gen-go \
 	  --go_out=. --go_opt=module=github.com/braidlabs/braid \
-	  operators/braidpb/braid/v1/braid.proto
+	  operators/braidpb/braid/v1/*.proto
 
 kafka-start:
 	@$(KAFKA) start

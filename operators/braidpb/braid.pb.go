@@ -42,6 +42,12 @@ const (
 	Flag_FLAG_TRUNCATED Flag = 3
 	// This emission is a revision caused by late data.
 	Flag_FLAG_REVISED Flag = 4
+	// Log records joined by request id (no trace id of their own) are members.
+	Flag_FLAG_RESOLVED_BY_REQUEST_ID Flag = 5
+	// The request-id/timestamp/layer alignment anchor of a member is invalid.
+	Flag_FLAG_INVALID_ANCHOR Flag = 6
+	// A KV-cache pollution incident names this request.
+	Flag_FLAG_POLLUTED Flag = 7
 )
 
 // Enum value maps for Flag.
@@ -52,13 +58,19 @@ var (
 		2: "FLAG_ERROR",
 		3: "FLAG_TRUNCATED",
 		4: "FLAG_REVISED",
+		5: "FLAG_RESOLVED_BY_REQUEST_ID",
+		6: "FLAG_INVALID_ANCHOR",
+		7: "FLAG_POLLUTED",
 	}
 	Flag_value = map[string]int32{
-		"FLAG_UNSPECIFIED":  0,
-		"FLAG_NO_ROOT_SPAN": 1,
-		"FLAG_ERROR":        2,
-		"FLAG_TRUNCATED":    3,
-		"FLAG_REVISED":      4,
+		"FLAG_UNSPECIFIED":            0,
+		"FLAG_NO_ROOT_SPAN":           1,
+		"FLAG_ERROR":                  2,
+		"FLAG_TRUNCATED":              3,
+		"FLAG_REVISED":                4,
+		"FLAG_RESOLVED_BY_REQUEST_ID": 5,
+		"FLAG_INVALID_ANCHOR":         6,
+		"FLAG_POLLUTED":               7,
 	}
 )
 
@@ -113,8 +125,14 @@ type FusedTrace struct {
 	Flags     []Flag         `protobuf:"varint,10,rep,packed,name=flags,proto3,enum=braid.v1.Flag" json:"flags,omitempty"`
 	// The task's event-time watermark when the record was emitted.
 	WatermarkUnixNano uint64 `protobuf:"fixed64,11,opt,name=watermark_unix_nano,json=watermarkUnixNano,proto3" json:"watermark_unix_nano,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// LLM-serving figures derived from the members (operators/semconv).
+	Derived *Derived `protobuf:"bytes,12,opt,name=derived,proto3" json:"derived,omitempty"`
+	// Resource time series in force during the request (operators/resources).
+	ResourceContext *ResourceContext `protobuf:"bytes,13,opt,name=resource_context,json=resourceContext,proto3" json:"resource_context,omitempty"`
+	// KV-cache pollution incidents that name this request (operators/kvgraph).
+	IncidentIds   []string `protobuf:"bytes,14,rep,name=incident_ids,json=incidentIds,proto3" json:"incident_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FusedTrace) Reset() {
@@ -222,6 +240,27 @@ func (x *FusedTrace) GetWatermarkUnixNano() uint64 {
 		return x.WatermarkUnixNano
 	}
 	return 0
+}
+
+func (x *FusedTrace) GetDerived() *Derived {
+	if x != nil {
+		return x.Derived
+	}
+	return nil
+}
+
+func (x *FusedTrace) GetResourceContext() *ResourceContext {
+	if x != nil {
+		return x.ResourceContext
+	}
+	return nil
+}
+
+func (x *FusedTrace) GetIncidentIds() []string {
+	if x != nil {
+		return x.IncidentIds
+	}
+	return nil
 }
 
 // FusedSpan is one span with its scope and where it was read from.
@@ -618,7 +657,7 @@ var File_braid_v1_braid_proto protoreflect.FileDescriptor
 
 const file_braid_v1_braid_proto_rawDesc = "" +
 	"\n" +
-	"\x14braid/v1/braid.proto\x12\bbraid.v1\x1a*opentelemetry/proto/common/v1/common.proto\x1a&opentelemetry/proto/logs/v1/logs.proto\x1a,opentelemetry/proto/metrics/v1/metrics.proto\x1a.opentelemetry/proto/resource/v1/resource.proto\x1a(opentelemetry/proto/trace/v1/trace.proto\"\xee\x03\n" +
+	"\x14braid/v1/braid.proto\x12\bbraid.v1\x1a*opentelemetry/proto/common/v1/common.proto\x1a&opentelemetry/proto/logs/v1/logs.proto\x1a,opentelemetry/proto/metrics/v1/metrics.proto\x1a.opentelemetry/proto/resource/v1/resource.proto\x1a(opentelemetry/proto/trace/v1/trace.proto\x1a\x16braid/v1/derived.proto\x1a\x18braid/v1/resources.proto\"\x84\x05\n" +
 	"\n" +
 	"FusedTrace\x12\x19\n" +
 	"\btrace_id\x18\x01 \x01(\fR\atraceId\x12\x1a\n" +
@@ -632,7 +671,10 @@ const file_braid_v1_braid_proto_rawDesc = "" +
 	"\asummary\x18\t \x01(\v2\x11.braid.v1.SummaryR\asummary\x12$\n" +
 	"\x05flags\x18\n" +
 	" \x03(\x0e2\x0e.braid.v1.FlagR\x05flags\x12.\n" +
-	"\x13watermark_unix_nano\x18\v \x01(\x06R\x11watermarkUnixNano\"\xdf\x01\n" +
+	"\x13watermark_unix_nano\x18\v \x01(\x06R\x11watermarkUnixNano\x12+\n" +
+	"\aderived\x18\f \x01(\v2\x11.braid.v1.DerivedR\aderived\x12D\n" +
+	"\x10resource_context\x18\r \x01(\v2\x19.braid.v1.ResourceContextR\x0fresourceContext\x12!\n" +
+	"\fincident_ids\x18\x0e \x03(\tR\vincidentIds\"\xdf\x01\n" +
 	"\tFusedSpan\x12%\n" +
 	"\x0eresource_index\x18\x01 \x01(\rR\rresourceIndex\x12I\n" +
 	"\x05scope\x18\x02 \x01(\v23.opentelemetry.proto.common.v1.InstrumentationScopeR\x05scope\x126\n" +
@@ -666,14 +708,17 @@ const file_braid_v1_braid_proto_rawDesc = "" +
 	"\rdropped_spans\x18\b \x01(\rR\fdroppedSpans\x12!\n" +
 	"\fdropped_logs\x18\t \x01(\rR\vdroppedLogs\x12%\n" +
 	"\x0edropped_points\x18\n" +
-	" \x01(\rR\rdroppedPoints*i\n" +
+	" \x01(\rR\rdroppedPoints*\xb6\x01\n" +
 	"\x04Flag\x12\x14\n" +
 	"\x10FLAG_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11FLAG_NO_ROOT_SPAN\x10\x01\x12\x0e\n" +
 	"\n" +
 	"FLAG_ERROR\x10\x02\x12\x12\n" +
 	"\x0eFLAG_TRUNCATED\x10\x03\x12\x10\n" +
-	"\fFLAG_REVISED\x10\x04B.Z,github.com/braidlabs/braid/operators/braidpbb\x06proto3"
+	"\fFLAG_REVISED\x10\x04\x12\x1f\n" +
+	"\x1bFLAG_RESOLVED_BY_REQUEST_ID\x10\x05\x12\x17\n" +
+	"\x13FLAG_INVALID_ANCHOR\x10\x06\x12\x11\n" +
+	"\rFLAG_POLLUTED\x10\aB.Z,github.com/braidlabs/braid/operators/braidpbb\x06proto3"
 
 var (
 	file_braid_v1_braid_proto_rawDescOnce sync.Once
@@ -698,10 +743,12 @@ var file_braid_v1_braid_proto_goTypes = []any{
 	(*Origin)(nil),                   // 5: braid.v1.Origin
 	(*Summary)(nil),                  // 6: braid.v1.Summary
 	(*v1.Resource)(nil),              // 7: opentelemetry.proto.resource.v1.Resource
-	(*v11.InstrumentationScope)(nil), // 8: opentelemetry.proto.common.v1.InstrumentationScope
-	(*v12.Span)(nil),                 // 9: opentelemetry.proto.trace.v1.Span
-	(*v13.LogRecord)(nil),            // 10: opentelemetry.proto.logs.v1.LogRecord
-	(*v14.Metric)(nil),               // 11: opentelemetry.proto.metrics.v1.Metric
+	(*Derived)(nil),                  // 8: braid.v1.Derived
+	(*ResourceContext)(nil),          // 9: braid.v1.ResourceContext
+	(*v11.InstrumentationScope)(nil), // 10: opentelemetry.proto.common.v1.InstrumentationScope
+	(*v12.Span)(nil),                 // 11: opentelemetry.proto.trace.v1.Span
+	(*v13.LogRecord)(nil),            // 12: opentelemetry.proto.logs.v1.LogRecord
+	(*v14.Metric)(nil),               // 13: opentelemetry.proto.metrics.v1.Metric
 }
 var file_braid_v1_braid_proto_depIdxs = []int32{
 	7,  // 0: braid.v1.FusedTrace.resources:type_name -> opentelemetry.proto.resource.v1.Resource
@@ -710,20 +757,22 @@ var file_braid_v1_braid_proto_depIdxs = []int32{
 	4,  // 3: braid.v1.FusedTrace.points:type_name -> braid.v1.FusedPoint
 	6,  // 4: braid.v1.FusedTrace.summary:type_name -> braid.v1.Summary
 	0,  // 5: braid.v1.FusedTrace.flags:type_name -> braid.v1.Flag
-	8,  // 6: braid.v1.FusedSpan.scope:type_name -> opentelemetry.proto.common.v1.InstrumentationScope
-	9,  // 7: braid.v1.FusedSpan.span:type_name -> opentelemetry.proto.trace.v1.Span
-	5,  // 8: braid.v1.FusedSpan.origin:type_name -> braid.v1.Origin
-	8,  // 9: braid.v1.FusedLog.scope:type_name -> opentelemetry.proto.common.v1.InstrumentationScope
-	10, // 10: braid.v1.FusedLog.log:type_name -> opentelemetry.proto.logs.v1.LogRecord
-	5,  // 11: braid.v1.FusedLog.origin:type_name -> braid.v1.Origin
-	8,  // 12: braid.v1.FusedPoint.scope:type_name -> opentelemetry.proto.common.v1.InstrumentationScope
-	11, // 13: braid.v1.FusedPoint.metric:type_name -> opentelemetry.proto.metrics.v1.Metric
-	5,  // 14: braid.v1.FusedPoint.origin:type_name -> braid.v1.Origin
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	8,  // 6: braid.v1.FusedTrace.derived:type_name -> braid.v1.Derived
+	9,  // 7: braid.v1.FusedTrace.resource_context:type_name -> braid.v1.ResourceContext
+	10, // 8: braid.v1.FusedSpan.scope:type_name -> opentelemetry.proto.common.v1.InstrumentationScope
+	11, // 9: braid.v1.FusedSpan.span:type_name -> opentelemetry.proto.trace.v1.Span
+	5,  // 10: braid.v1.FusedSpan.origin:type_name -> braid.v1.Origin
+	10, // 11: braid.v1.FusedLog.scope:type_name -> opentelemetry.proto.common.v1.InstrumentationScope
+	12, // 12: braid.v1.FusedLog.log:type_name -> opentelemetry.proto.logs.v1.LogRecord
+	5,  // 13: braid.v1.FusedLog.origin:type_name -> braid.v1.Origin
+	10, // 14: braid.v1.FusedPoint.scope:type_name -> opentelemetry.proto.common.v1.InstrumentationScope
+	13, // 15: braid.v1.FusedPoint.metric:type_name -> opentelemetry.proto.metrics.v1.Metric
+	5,  // 16: braid.v1.FusedPoint.origin:type_name -> braid.v1.Origin
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_braid_v1_braid_proto_init() }
@@ -731,6 +780,8 @@ func file_braid_v1_braid_proto_init() {
 	if File_braid_v1_braid_proto != nil {
 		return
 	}
+	file_braid_v1_derived_proto_init()
+	file_braid_v1_resources_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
