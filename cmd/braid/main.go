@@ -24,6 +24,7 @@ Usage:
   braid tail [flags]         print records of braid.fused
   braid replay [flags]       re-run the fuse stage over a past range of the
                              inputs, into a topic or a Parquet/Arrow file
+  braid gpu-exporter [flags] sample GPUs through NVML, emit DCGM-named OTLP metrics
 
 Run "braid COMMAND -h" for a command's flags.
 `
@@ -46,6 +47,8 @@ func main() {
 		err = cmdTail(ctx, os.Args[2:], os.Stdout)
 	case "replay":
 		err = cmdReplay(ctx, os.Args[2:], os.Stdout, log)
+	case "gpu-exporter":
+		err = cmdGPUExporter(ctx, os.Args[2:], log)
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return
