@@ -24,12 +24,56 @@ const (
 )
 
 // Derived holds figures computed from the spans and logs of one request,
-// in braid's internal vocabulary (operators/semconv).
+// in braid's internal vocabulary (operators/semconv). Durations are
+// nanoseconds; a zero duration or count means "not known". The semantics of
+// every field are documented in operators/semconv/doc.go.
 type Derived struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Request ids declared by the trace's spans (gen_ai.request.id, rid,
 	// request_id), sorted, distinct.
-	RequestIds    []string `protobuf:"bytes,1,rep,name=request_ids,json=requestIds,proto3" json:"request_ids,omitempty"`
+	RequestIds []string `protobuf:"bytes,1,rep,name=request_ids,json=requestIds,proto3" json:"request_ids,omitempty"`
+	// Time to first token.
+	TtftNanos int64 `protobuf:"varint,2,opt,name=ttft_nanos,json=ttftNanos,proto3" json:"ttft_nanos,omitempty"`
+	// Time per output token after the first: decode time / (output_tokens-1).
+	TpotNanos int64 `protobuf:"varint,3,opt,name=tpot_nanos,json=tpotNanos,proto3" json:"tpot_nanos,omitempty"`
+	// End-to-end request latency.
+	E2ENanos           int64 `protobuf:"varint,4,opt,name=e2e_nanos,json=e2eNanos,proto3" json:"e2e_nanos,omitempty"`
+	QueueTimeNanos     int64 `protobuf:"varint,5,opt,name=queue_time_nanos,json=queueTimeNanos,proto3" json:"queue_time_nanos,omitempty"`
+	PrefillTimeNanos   int64 `protobuf:"varint,6,opt,name=prefill_time_nanos,json=prefillTimeNanos,proto3" json:"prefill_time_nanos,omitempty"`
+	DecodeTimeNanos    int64 `protobuf:"varint,7,opt,name=decode_time_nanos,json=decodeTimeNanos,proto3" json:"decode_time_nanos,omitempty"`
+	InferenceTimeNanos int64 `protobuf:"varint,8,opt,name=inference_time_nanos,json=inferenceTimeNanos,proto3" json:"inference_time_nanos,omitempty"`
+	// Disaggregated serving: time spent moving the KV cache between engines.
+	KvCacheTransferNanos int64 `protobuf:"varint,9,opt,name=kv_cache_transfer_nanos,json=kvCacheTransferNanos,proto3" json:"kv_cache_transfer_nanos,omitempty"`
+	InputTokens          int64 `protobuf:"varint,10,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	OutputTokens         int64 `protobuf:"varint,11,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	// Mean of the kv_cache_hit_ratio attribute over the request's detail
+	// spans; absent when no span carries it.
+	KvCacheHitRatio *float64 `protobuf:"fixed64,12,opt,name=kv_cache_hit_ratio,json=kvCacheHitRatio,proto3,oneof" json:"kv_cache_hit_ratio,omitempty"`
+	// LLM model (gen_ai.response.model, else gen_ai.request.model).
+	Model string `protobuf:"bytes,13,opt,name=model,proto3" json:"model,omitempty"`
+	// gen_ai.operation.name, e.g. "chat", "text_completion".
+	Operation string `protobuf:"bytes,14,opt,name=operation,proto3" json:"operation,omitempty"`
+	// gen_ai.provider.name, e.g. "vllm".
+	Provider string `protobuf:"bytes,15,opt,name=provider,proto3" json:"provider,omitempty"`
+	// Decode statistics per layer (llm.decode.layer.N spans), sorted by layer.
+	Layers []*LayerStats `protobuf:"bytes,16,rep,name=layers,proto3" json:"layers,omitempty"`
+	// Decode statistics per seq_len bucket, sorted by bucket.
+	SeqLenBuckets []*LayerStats `protobuf:"bytes,17,rep,name=seq_len_buckets,json=seqLenBuckets,proto3" json:"seq_len_buckets,omitempty"`
+	// Number of decode-layer spans flagged is_speculative.
+	SpeculativeSpans int64 `protobuf:"varint,18,opt,name=speculative_spans,json=speculativeSpans,proto3" json:"speculative_spans,omitempty"`
+	// One alignment anchor per decode-layer span, sorted by (request_id,
+	// time_unix_nano, layer_id).
+	Anchors []*Anchor `protobuf:"bytes,19,rep,name=anchors,proto3" json:"anchors,omitempty"`
+	// Context hints parsed from valid llm_context_hint log attributes, sorted
+	// by key; on a key given by several logs the latest log wins.
+	Hints []*Hint `protobuf:"bytes,20,rep,name=hints,proto3" json:"hints,omitempty"`
+	// Distinct log_schema_version values seen, sorted.
+	LogSchemaVersions []string `protobuf:"bytes,21,rep,name=log_schema_versions,json=logSchemaVersions,proto3" json:"log_schema_versions,omitempty"`
+	// Coverage and compliance of the request's logs.
+	Logs *LogCompliance `protobuf:"bytes,22,opt,name=logs,proto3" json:"logs,omitempty"`
+	// Layer count when known (from a num_layers / layer_count attribute);
+	// zero when unknown.
+	LayerCount    int64 `protobuf:"varint,23,opt,name=layer_count,json=layerCount,proto3" json:"layer_count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -71,14 +115,502 @@ func (x *Derived) GetRequestIds() []string {
 	return nil
 }
 
+func (x *Derived) GetTtftNanos() int64 {
+	if x != nil {
+		return x.TtftNanos
+	}
+	return 0
+}
+
+func (x *Derived) GetTpotNanos() int64 {
+	if x != nil {
+		return x.TpotNanos
+	}
+	return 0
+}
+
+func (x *Derived) GetE2ENanos() int64 {
+	if x != nil {
+		return x.E2ENanos
+	}
+	return 0
+}
+
+func (x *Derived) GetQueueTimeNanos() int64 {
+	if x != nil {
+		return x.QueueTimeNanos
+	}
+	return 0
+}
+
+func (x *Derived) GetPrefillTimeNanos() int64 {
+	if x != nil {
+		return x.PrefillTimeNanos
+	}
+	return 0
+}
+
+func (x *Derived) GetDecodeTimeNanos() int64 {
+	if x != nil {
+		return x.DecodeTimeNanos
+	}
+	return 0
+}
+
+func (x *Derived) GetInferenceTimeNanos() int64 {
+	if x != nil {
+		return x.InferenceTimeNanos
+	}
+	return 0
+}
+
+func (x *Derived) GetKvCacheTransferNanos() int64 {
+	if x != nil {
+		return x.KvCacheTransferNanos
+	}
+	return 0
+}
+
+func (x *Derived) GetInputTokens() int64 {
+	if x != nil {
+		return x.InputTokens
+	}
+	return 0
+}
+
+func (x *Derived) GetOutputTokens() int64 {
+	if x != nil {
+		return x.OutputTokens
+	}
+	return 0
+}
+
+func (x *Derived) GetKvCacheHitRatio() float64 {
+	if x != nil && x.KvCacheHitRatio != nil {
+		return *x.KvCacheHitRatio
+	}
+	return 0
+}
+
+func (x *Derived) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *Derived) GetOperation() string {
+	if x != nil {
+		return x.Operation
+	}
+	return ""
+}
+
+func (x *Derived) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *Derived) GetLayers() []*LayerStats {
+	if x != nil {
+		return x.Layers
+	}
+	return nil
+}
+
+func (x *Derived) GetSeqLenBuckets() []*LayerStats {
+	if x != nil {
+		return x.SeqLenBuckets
+	}
+	return nil
+}
+
+func (x *Derived) GetSpeculativeSpans() int64 {
+	if x != nil {
+		return x.SpeculativeSpans
+	}
+	return 0
+}
+
+func (x *Derived) GetAnchors() []*Anchor {
+	if x != nil {
+		return x.Anchors
+	}
+	return nil
+}
+
+func (x *Derived) GetHints() []*Hint {
+	if x != nil {
+		return x.Hints
+	}
+	return nil
+}
+
+func (x *Derived) GetLogSchemaVersions() []string {
+	if x != nil {
+		return x.LogSchemaVersions
+	}
+	return nil
+}
+
+func (x *Derived) GetLogs() *LogCompliance {
+	if x != nil {
+		return x.Logs
+	}
+	return nil
+}
+
+func (x *Derived) GetLayerCount() int64 {
+	if x != nil {
+		return x.LayerCount
+	}
+	return 0
+}
+
+// LayerStats aggregates the durations of decode-layer spans in one group:
+// a layer (key = layer_id) or a seq_len bucket (key = the bucket's lower
+// bound, a power of two; 0 for seq_len 0 or missing).
+type LayerStats struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           int64                  `protobuf:"varint,1,opt,name=key,proto3" json:"key,omitempty"`
+	Count         int64                  `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	TotalNanos    int64                  `protobuf:"varint,3,opt,name=total_nanos,json=totalNanos,proto3" json:"total_nanos,omitempty"`
+	MinNanos      int64                  `protobuf:"varint,4,opt,name=min_nanos,json=minNanos,proto3" json:"min_nanos,omitempty"`
+	MaxNanos      int64                  `protobuf:"varint,5,opt,name=max_nanos,json=maxNanos,proto3" json:"max_nanos,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LayerStats) Reset() {
+	*x = LayerStats{}
+	mi := &file_braid_v1_derived_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LayerStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LayerStats) ProtoMessage() {}
+
+func (x *LayerStats) ProtoReflect() protoreflect.Message {
+	mi := &file_braid_v1_derived_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LayerStats.ProtoReflect.Descriptor instead.
+func (*LayerStats) Descriptor() ([]byte, []int) {
+	return file_braid_v1_derived_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *LayerStats) GetKey() int64 {
+	if x != nil {
+		return x.Key
+	}
+	return 0
+}
+
+func (x *LayerStats) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *LayerStats) GetTotalNanos() int64 {
+	if x != nil {
+		return x.TotalNanos
+	}
+	return 0
+}
+
+func (x *LayerStats) GetMinNanos() int64 {
+	if x != nil {
+		return x.MinNanos
+	}
+	return 0
+}
+
+func (x *LayerStats) GetMaxNanos() int64 {
+	if x != nil {
+		return x.MaxNanos
+	}
+	return 0
+}
+
+// Anchor ties one decode-layer span to a point of the request's timeline so
+// that layer-level events (KV writes) can be aligned with it.
+type Anchor struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The span's start time.
+	TimeUnixNano uint64 `protobuf:"fixed64,2,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	LayerId      int64  `protobuf:"varint,3,opt,name=layer_id,json=layerId,proto3" json:"layer_id,omitempty"`
+	Valid        bool   `protobuf:"varint,4,opt,name=valid,proto3" json:"valid,omitempty"`
+	// Why the anchor is invalid (empty when valid): "unknown_request_id",
+	// "zero_time", "outside_request", "missing_layer", "negative_layer",
+	// "layer_out_of_range", "layer_mismatch". Several reasons are joined by
+	// ",".
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Anchor) Reset() {
+	*x = Anchor{}
+	mi := &file_braid_v1_derived_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Anchor) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Anchor) ProtoMessage() {}
+
+func (x *Anchor) ProtoReflect() protoreflect.Message {
+	mi := &file_braid_v1_derived_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Anchor.ProtoReflect.Descriptor instead.
+func (*Anchor) Descriptor() ([]byte, []int) {
+	return file_braid_v1_derived_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Anchor) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *Anchor) GetTimeUnixNano() uint64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
+}
+
+func (x *Anchor) GetLayerId() int64 {
+	if x != nil {
+		return x.LayerId
+	}
+	return 0
+}
+
+func (x *Anchor) GetValid() bool {
+	if x != nil {
+		return x.Valid
+	}
+	return false
+}
+
+func (x *Anchor) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// Hint is one key=value pair of an llm_context_hint log attribute.
+type Hint struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value         string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Hint) Reset() {
+	*x = Hint{}
+	mi := &file_braid_v1_derived_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Hint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Hint) ProtoMessage() {}
+
+func (x *Hint) ProtoReflect() protoreflect.Message {
+	mi := &file_braid_v1_derived_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Hint.ProtoReflect.Descriptor instead.
+func (*Hint) Descriptor() ([]byte, []int) {
+	return file_braid_v1_derived_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Hint) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Hint) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+// LogCompliance counts the logs of a request by structured-log compliance.
+type LogCompliance struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Logs              int64                  `protobuf:"varint,1,opt,name=logs,proto3" json:"logs,omitempty"`
+	WithSchemaVersion int64                  `protobuf:"varint,2,opt,name=with_schema_version,json=withSchemaVersion,proto3" json:"with_schema_version,omitempty"`
+	WithValidHint     int64                  `protobuf:"varint,3,opt,name=with_valid_hint,json=withValidHint,proto3" json:"with_valid_hint,omitempty"`
+	WithInvalidHint   int64                  `protobuf:"varint,4,opt,name=with_invalid_hint,json=withInvalidHint,proto3" json:"with_invalid_hint,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *LogCompliance) Reset() {
+	*x = LogCompliance{}
+	mi := &file_braid_v1_derived_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogCompliance) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogCompliance) ProtoMessage() {}
+
+func (x *LogCompliance) ProtoReflect() protoreflect.Message {
+	mi := &file_braid_v1_derived_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogCompliance.ProtoReflect.Descriptor instead.
+func (*LogCompliance) Descriptor() ([]byte, []int) {
+	return file_braid_v1_derived_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *LogCompliance) GetLogs() int64 {
+	if x != nil {
+		return x.Logs
+	}
+	return 0
+}
+
+func (x *LogCompliance) GetWithSchemaVersion() int64 {
+	if x != nil {
+		return x.WithSchemaVersion
+	}
+	return 0
+}
+
+func (x *LogCompliance) GetWithValidHint() int64 {
+	if x != nil {
+		return x.WithValidHint
+	}
+	return 0
+}
+
+func (x *LogCompliance) GetWithInvalidHint() int64 {
+	if x != nil {
+		return x.WithInvalidHint
+	}
+	return 0
+}
+
 var File_braid_v1_derived_proto protoreflect.FileDescriptor
 
 const file_braid_v1_derived_proto_rawDesc = "" +
 	"\n" +
-	"\x16braid/v1/derived.proto\x12\bbraid.v1\"*\n" +
+	"\x16braid/v1/derived.proto\x12\bbraid.v1\"\xbc\a\n" +
 	"\aDerived\x12\x1f\n" +
 	"\vrequest_ids\x18\x01 \x03(\tR\n" +
-	"requestIdsB.Z,github.com/braidlabs/braid/operators/braidpbb\x06proto3"
+	"requestIds\x12\x1d\n" +
+	"\n" +
+	"ttft_nanos\x18\x02 \x01(\x03R\tttftNanos\x12\x1d\n" +
+	"\n" +
+	"tpot_nanos\x18\x03 \x01(\x03R\ttpotNanos\x12\x1b\n" +
+	"\te2e_nanos\x18\x04 \x01(\x03R\be2eNanos\x12(\n" +
+	"\x10queue_time_nanos\x18\x05 \x01(\x03R\x0equeueTimeNanos\x12,\n" +
+	"\x12prefill_time_nanos\x18\x06 \x01(\x03R\x10prefillTimeNanos\x12*\n" +
+	"\x11decode_time_nanos\x18\a \x01(\x03R\x0fdecodeTimeNanos\x120\n" +
+	"\x14inference_time_nanos\x18\b \x01(\x03R\x12inferenceTimeNanos\x125\n" +
+	"\x17kv_cache_transfer_nanos\x18\t \x01(\x03R\x14kvCacheTransferNanos\x12!\n" +
+	"\finput_tokens\x18\n" +
+	" \x01(\x03R\vinputTokens\x12#\n" +
+	"\routput_tokens\x18\v \x01(\x03R\foutputTokens\x120\n" +
+	"\x12kv_cache_hit_ratio\x18\f \x01(\x01H\x00R\x0fkvCacheHitRatio\x88\x01\x01\x12\x14\n" +
+	"\x05model\x18\r \x01(\tR\x05model\x12\x1c\n" +
+	"\toperation\x18\x0e \x01(\tR\toperation\x12\x1a\n" +
+	"\bprovider\x18\x0f \x01(\tR\bprovider\x12,\n" +
+	"\x06layers\x18\x10 \x03(\v2\x14.braid.v1.LayerStatsR\x06layers\x12<\n" +
+	"\x0fseq_len_buckets\x18\x11 \x03(\v2\x14.braid.v1.LayerStatsR\rseqLenBuckets\x12+\n" +
+	"\x11speculative_spans\x18\x12 \x01(\x03R\x10speculativeSpans\x12*\n" +
+	"\aanchors\x18\x13 \x03(\v2\x10.braid.v1.AnchorR\aanchors\x12$\n" +
+	"\x05hints\x18\x14 \x03(\v2\x0e.braid.v1.HintR\x05hints\x12.\n" +
+	"\x13log_schema_versions\x18\x15 \x03(\tR\x11logSchemaVersions\x12+\n" +
+	"\x04logs\x18\x16 \x01(\v2\x17.braid.v1.LogComplianceR\x04logs\x12\x1f\n" +
+	"\vlayer_count\x18\x17 \x01(\x03R\n" +
+	"layerCountB\x15\n" +
+	"\x13_kv_cache_hit_ratio\"\x8f\x01\n" +
+	"\n" +
+	"LayerStats\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x03R\x03key\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\x12\x1f\n" +
+	"\vtotal_nanos\x18\x03 \x01(\x03R\n" +
+	"totalNanos\x12\x1b\n" +
+	"\tmin_nanos\x18\x04 \x01(\x03R\bminNanos\x12\x1b\n" +
+	"\tmax_nanos\x18\x05 \x01(\x03R\bmaxNanos\"\x96\x01\n" +
+	"\x06Anchor\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12$\n" +
+	"\x0etime_unix_nano\x18\x02 \x01(\x06R\ftimeUnixNano\x12\x19\n" +
+	"\blayer_id\x18\x03 \x01(\x03R\alayerId\x12\x14\n" +
+	"\x05valid\x18\x04 \x01(\bR\x05valid\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\".\n" +
+	"\x04Hint\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xa7\x01\n" +
+	"\rLogCompliance\x12\x12\n" +
+	"\x04logs\x18\x01 \x01(\x03R\x04logs\x12.\n" +
+	"\x13with_schema_version\x18\x02 \x01(\x03R\x11withSchemaVersion\x12&\n" +
+	"\x0fwith_valid_hint\x18\x03 \x01(\x03R\rwithValidHint\x12*\n" +
+	"\x11with_invalid_hint\x18\x04 \x01(\x03R\x0fwithInvalidHintB.Z,github.com/braidlabs/braid/operators/braidpbb\x06proto3"
 
 var (
 	file_braid_v1_derived_proto_rawDescOnce sync.Once
@@ -92,16 +624,25 @@ func file_braid_v1_derived_proto_rawDescGZIP() []byte {
 	return file_braid_v1_derived_proto_rawDescData
 }
 
-var file_braid_v1_derived_proto_msgTypes = make([]protoimpl.MessageInfo, 1)
+var file_braid_v1_derived_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_braid_v1_derived_proto_goTypes = []any{
-	(*Derived)(nil), // 0: braid.v1.Derived
+	(*Derived)(nil),       // 0: braid.v1.Derived
+	(*LayerStats)(nil),    // 1: braid.v1.LayerStats
+	(*Anchor)(nil),        // 2: braid.v1.Anchor
+	(*Hint)(nil),          // 3: braid.v1.Hint
+	(*LogCompliance)(nil), // 4: braid.v1.LogCompliance
 }
 var file_braid_v1_derived_proto_depIdxs = []int32{
-	0, // [0:0] is the sub-list for method output_type
-	0, // [0:0] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	1, // 0: braid.v1.Derived.layers:type_name -> braid.v1.LayerStats
+	1, // 1: braid.v1.Derived.seq_len_buckets:type_name -> braid.v1.LayerStats
+	2, // 2: braid.v1.Derived.anchors:type_name -> braid.v1.Anchor
+	3, // 3: braid.v1.Derived.hints:type_name -> braid.v1.Hint
+	4, // 4: braid.v1.Derived.logs:type_name -> braid.v1.LogCompliance
+	5, // [5:5] is the sub-list for method output_type
+	5, // [5:5] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_braid_v1_derived_proto_init() }
@@ -109,13 +650,14 @@ func file_braid_v1_derived_proto_init() {
 	if File_braid_v1_derived_proto != nil {
 		return
 	}
+	file_braid_v1_derived_proto_msgTypes[0].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_braid_v1_derived_proto_rawDesc), len(file_braid_v1_derived_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   1,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
