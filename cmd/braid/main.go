@@ -25,6 +25,7 @@ Usage:
   braid replay [flags]       re-run the fuse stage over a past range of the
                              inputs, into a topic or a Parquet/Arrow file
   braid gpu-exporter [flags] sample GPUs through NVML, emit DCGM-named OTLP metrics
+  braid graph [flags]        render a KV-pollution incident as DOT, Mermaid, JSON, SVG or PNG
 
 Run "braid COMMAND -h" for a command's flags.
 `
@@ -49,6 +50,8 @@ func main() {
 		err = cmdReplay(ctx, os.Args[2:], os.Stdout, log)
 	case "gpu-exporter":
 		err = cmdGPUExporter(ctx, os.Args[2:], log)
+	case "graph":
+		err = cmdGraph(ctx, os.Args[2:], os.Stdout)
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return
