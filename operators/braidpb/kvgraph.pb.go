@@ -23,12 +23,198 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// PollutionKind is the pattern an edge (or an incident's root) shows.
+type PollutionKind int32
+
+const (
+	PollutionKind_POLLUTION_KIND_UNSPECIFIED PollutionKind = 0
+	// A request read content of a block that another request wrote and that
+	// was not zeroed, shared by content hash or swapped in for it.
+	PollutionKind_POLLUTION_KIND_DIRTY_RESIDUE PollutionKind = 1
+	// A request wrote into a block another request owns (or a block got two
+	// live owners without sharing a content hash).
+	PollutionKind_POLLUTION_KIND_MIXED_WRITE PollutionKind = 2
+	// A write outside its layer's byte range, or beyond the layer count.
+	PollutionKind_POLLUTION_KIND_LAYER_OOB PollutionKind = 3
+	// A polluted request's block was prefix-shared onward and read.
+	PollutionKind_POLLUTION_KIND_PROPAGATED PollutionKind = 4
+)
+
+// Enum value maps for PollutionKind.
+var (
+	PollutionKind_name = map[int32]string{
+		0: "POLLUTION_KIND_UNSPECIFIED",
+		1: "POLLUTION_KIND_DIRTY_RESIDUE",
+		2: "POLLUTION_KIND_MIXED_WRITE",
+		3: "POLLUTION_KIND_LAYER_OOB",
+		4: "POLLUTION_KIND_PROPAGATED",
+	}
+	PollutionKind_value = map[string]int32{
+		"POLLUTION_KIND_UNSPECIFIED":   0,
+		"POLLUTION_KIND_DIRTY_RESIDUE": 1,
+		"POLLUTION_KIND_MIXED_WRITE":   2,
+		"POLLUTION_KIND_LAYER_OOB":     3,
+		"POLLUTION_KIND_PROPAGATED":    4,
+	}
+)
+
+func (x PollutionKind) Enum() *PollutionKind {
+	p := new(PollutionKind)
+	*p = x
+	return p
+}
+
+func (x PollutionKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PollutionKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_braid_v1_kvgraph_proto_enumTypes[0].Descriptor()
+}
+
+func (PollutionKind) Type() protoreflect.EnumType {
+	return &file_braid_v1_kvgraph_proto_enumTypes[0]
+}
+
+func (x PollutionKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PollutionKind.Descriptor instead.
+func (PollutionKind) EnumDescriptor() ([]byte, []int) {
+	return file_braid_v1_kvgraph_proto_rawDescGZIP(), []int{0}
+}
+
+// IncidentState: open while it can still grow; closed after its window.
+type IncidentState int32
+
+const (
+	IncidentState_INCIDENT_STATE_UNSPECIFIED IncidentState = 0
+	IncidentState_INCIDENT_STATE_OPEN        IncidentState = 1
+	IncidentState_INCIDENT_STATE_CLOSED      IncidentState = 2
+)
+
+// Enum value maps for IncidentState.
+var (
+	IncidentState_name = map[int32]string{
+		0: "INCIDENT_STATE_UNSPECIFIED",
+		1: "INCIDENT_STATE_OPEN",
+		2: "INCIDENT_STATE_CLOSED",
+	}
+	IncidentState_value = map[string]int32{
+		"INCIDENT_STATE_UNSPECIFIED": 0,
+		"INCIDENT_STATE_OPEN":        1,
+		"INCIDENT_STATE_CLOSED":      2,
+	}
+)
+
+func (x IncidentState) Enum() *IncidentState {
+	p := new(IncidentState)
+	*p = x
+	return p
+}
+
+func (x IncidentState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (IncidentState) Descriptor() protoreflect.EnumDescriptor {
+	return file_braid_v1_kvgraph_proto_enumTypes[1].Descriptor()
+}
+
+func (IncidentState) Type() protoreflect.EnumType {
+	return &file_braid_v1_kvgraph_proto_enumTypes[1]
+}
+
+func (x IncidentState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use IncidentState.Descriptor instead.
+func (IncidentState) EnumDescriptor() ([]byte, []int) {
+	return file_braid_v1_kvgraph_proto_rawDescGZIP(), []int{1}
+}
+
+// PollutionVia says how a request got polluted.
+type PollutionVia int32
+
+const (
+	PollutionVia_POLLUTION_VIA_UNSPECIFIED PollutionVia = 0
+	PollutionVia_POLLUTION_VIA_DIRECT      PollutionVia = 1
+	PollutionVia_POLLUTION_VIA_PROPAGATED  PollutionVia = 2
+)
+
+// Enum value maps for PollutionVia.
+var (
+	PollutionVia_name = map[int32]string{
+		0: "POLLUTION_VIA_UNSPECIFIED",
+		1: "POLLUTION_VIA_DIRECT",
+		2: "POLLUTION_VIA_PROPAGATED",
+	}
+	PollutionVia_value = map[string]int32{
+		"POLLUTION_VIA_UNSPECIFIED": 0,
+		"POLLUTION_VIA_DIRECT":      1,
+		"POLLUTION_VIA_PROPAGATED":  2,
+	}
+)
+
+func (x PollutionVia) Enum() *PollutionVia {
+	p := new(PollutionVia)
+	*p = x
+	return p
+}
+
+func (x PollutionVia) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PollutionVia) Descriptor() protoreflect.EnumDescriptor {
+	return file_braid_v1_kvgraph_proto_enumTypes[2].Descriptor()
+}
+
+func (PollutionVia) Type() protoreflect.EnumType {
+	return &file_braid_v1_kvgraph_proto_enumTypes[2]
+}
+
+func (x PollutionVia) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PollutionVia.Descriptor instead.
+func (PollutionVia) EnumDescriptor() ([]byte, []int) {
+	return file_braid_v1_kvgraph_proto_rawDescGZIP(), []int{2}
+}
+
 // PollutionEdge is one edge of the pollution graph: topic braid.pollution,
-// key = source node id.
+// key = source node id. Node ids: "req:<gpu>/<request id>",
+// "blk:<gpu>/<block>", "layer:<gpu>/<layer>".
 type PollutionEdge struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Source        string                 `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
-	Target        string                 `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Source string                 `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	Target string                 `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	Kind   PollutionKind          `protobuf:"varint,3,opt,name=kind,proto3,enum=braid.v1.PollutionKind" json:"kind,omitempty"`
+	// Event time of the op that made the edge.
+	TimeUnixNano uint64 `protobuf:"fixed64,4,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	Host         string `protobuf:"bytes,5,opt,name=host,proto3" json:"host,omitempty"`
+	Gpu          string `protobuf:"bytes,6,opt,name=gpu,proto3" json:"gpu,omitempty"`
+	// Block and layer the edge goes through (-1 when none).
+	Block int64 `protobuf:"varint,7,opt,name=block,proto3" json:"block,omitempty"`
+	Layer int32 `protobuf:"varint,8,opt,name=layer,proto3" json:"layer,omitempty"`
+	// Requests at the ends, with their trace ids when known.
+	SourceRequest string `protobuf:"bytes,9,opt,name=source_request,json=sourceRequest,proto3" json:"source_request,omitempty"`
+	TargetRequest string `protobuf:"bytes,10,opt,name=target_request,json=targetRequest,proto3" json:"target_request,omitempty"`
+	SourceTraceId []byte `protobuf:"bytes,11,opt,name=source_trace_id,json=sourceTraceId,proto3" json:"source_trace_id,omitempty"`
+	TargetTraceId []byte `protobuf:"bytes,12,opt,name=target_trace_id,json=targetTraceId,proto3" json:"target_trace_id,omitempty"`
+	// Byte range of the op in the KV pool.
+	Addr  int64 `protobuf:"varint,13,opt,name=addr,proto3" json:"addr,omitempty"`
+	Bytes int64 `protobuf:"varint,14,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// The input records of the ops behind the edge (the write/alloc and the
+	// read that exposed it).
+	Evidence []*Origin `protobuf:"bytes,15,rep,name=evidence,proto3" json:"evidence,omitempty"`
+	// Incident the edge belongs to.
+	IncidentId string `protobuf:"bytes,16,opt,name=incident_id,json=incidentId,proto3" json:"incident_id,omitempty"`
+	// One line for humans.
+	Detail        string `protobuf:"bytes,17,opt,name=detail,proto3" json:"detail,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -77,18 +263,462 @@ func (x *PollutionEdge) GetTarget() string {
 	return ""
 }
 
-// Incident groups connected pollution edges under one root cause: topic
-// braid.incidents, key = incident id.
-type Incident struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+func (x *PollutionEdge) GetKind() PollutionKind {
+	if x != nil {
+		return x.Kind
+	}
+	return PollutionKind_POLLUTION_KIND_UNSPECIFIED
+}
+
+func (x *PollutionEdge) GetTimeUnixNano() uint64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
+}
+
+func (x *PollutionEdge) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *PollutionEdge) GetGpu() string {
+	if x != nil {
+		return x.Gpu
+	}
+	return ""
+}
+
+func (x *PollutionEdge) GetBlock() int64 {
+	if x != nil {
+		return x.Block
+	}
+	return 0
+}
+
+func (x *PollutionEdge) GetLayer() int32 {
+	if x != nil {
+		return x.Layer
+	}
+	return 0
+}
+
+func (x *PollutionEdge) GetSourceRequest() string {
+	if x != nil {
+		return x.SourceRequest
+	}
+	return ""
+}
+
+func (x *PollutionEdge) GetTargetRequest() string {
+	if x != nil {
+		return x.TargetRequest
+	}
+	return ""
+}
+
+func (x *PollutionEdge) GetSourceTraceId() []byte {
+	if x != nil {
+		return x.SourceTraceId
+	}
+	return nil
+}
+
+func (x *PollutionEdge) GetTargetTraceId() []byte {
+	if x != nil {
+		return x.TargetTraceId
+	}
+	return nil
+}
+
+func (x *PollutionEdge) GetAddr() int64 {
+	if x != nil {
+		return x.Addr
+	}
+	return 0
+}
+
+func (x *PollutionEdge) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *PollutionEdge) GetEvidence() []*Origin {
+	if x != nil {
+		return x.Evidence
+	}
+	return nil
+}
+
+func (x *PollutionEdge) GetIncidentId() string {
+	if x != nil {
+		return x.IncidentId
+	}
+	return ""
+}
+
+func (x *PollutionEdge) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+// PollutedRequest is one victim of an incident.
+type PollutedRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	TraceId   []byte                 `protobuf:"bytes,2,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
+	Via       PollutionVia           `protobuf:"varint,3,opt,name=via,proto3,enum=braid.v1.PollutionVia" json:"via,omitempty"`
+	// Event time at which it was first polluted.
+	TimeUnixNano uint64 `protobuf:"fixed64,4,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	// Node id of the source it was polluted from.
+	From          string `protobuf:"bytes,5,opt,name=from,proto3" json:"from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
+func (x *PollutedRequest) Reset() {
+	*x = PollutedRequest{}
+	mi := &file_braid_v1_kvgraph_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PollutedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PollutedRequest) ProtoMessage() {}
+
+func (x *PollutedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_braid_v1_kvgraph_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PollutedRequest.ProtoReflect.Descriptor instead.
+func (*PollutedRequest) Descriptor() ([]byte, []int) {
+	return file_braid_v1_kvgraph_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PollutedRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *PollutedRequest) GetTraceId() []byte {
+	if x != nil {
+		return x.TraceId
+	}
+	return nil
+}
+
+func (x *PollutedRequest) GetVia() PollutionVia {
+	if x != nil {
+		return x.Via
+	}
+	return PollutionVia_POLLUTION_VIA_UNSPECIFIED
+}
+
+func (x *PollutedRequest) GetTimeUnixNano() uint64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
+}
+
+func (x *PollutedRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+// RootCause is the earliest source of an incident.
+type RootCause struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Kind          PollutionKind          `protobuf:"varint,2,opt,name=kind,proto3,enum=braid.v1.PollutionKind" json:"kind,omitempty"`
+	RequestId     string                 `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	TraceId       []byte                 `protobuf:"bytes,4,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
+	Block         int64                  `protobuf:"varint,5,opt,name=block,proto3" json:"block,omitempty"`
+	Layer         int32                  `protobuf:"varint,6,opt,name=layer,proto3" json:"layer,omitempty"`
+	TimeUnixNano  uint64                 `protobuf:"fixed64,7,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	Origin        *Origin                `protobuf:"bytes,8,opt,name=origin,proto3" json:"origin,omitempty"`
+	Detail        string                 `protobuf:"bytes,9,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RootCause) Reset() {
+	*x = RootCause{}
+	mi := &file_braid_v1_kvgraph_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RootCause) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RootCause) ProtoMessage() {}
+
+func (x *RootCause) ProtoReflect() protoreflect.Message {
+	mi := &file_braid_v1_kvgraph_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RootCause.ProtoReflect.Descriptor instead.
+func (*RootCause) Descriptor() ([]byte, []int) {
+	return file_braid_v1_kvgraph_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RootCause) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *RootCause) GetKind() PollutionKind {
+	if x != nil {
+		return x.Kind
+	}
+	return PollutionKind_POLLUTION_KIND_UNSPECIFIED
+}
+
+func (x *RootCause) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *RootCause) GetTraceId() []byte {
+	if x != nil {
+		return x.TraceId
+	}
+	return nil
+}
+
+func (x *RootCause) GetBlock() int64 {
+	if x != nil {
+		return x.Block
+	}
+	return 0
+}
+
+func (x *RootCause) GetLayer() int32 {
+	if x != nil {
+		return x.Layer
+	}
+	return 0
+}
+
+func (x *RootCause) GetTimeUnixNano() uint64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
+}
+
+func (x *RootCause) GetOrigin() *Origin {
+	if x != nil {
+		return x.Origin
+	}
+	return nil
+}
+
+func (x *RootCause) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+// LayerCount is one row of an incident's per-layer heatmap.
+type LayerCount struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Layer int32                  `protobuf:"varint,1,opt,name=layer,proto3" json:"layer,omitempty"`
+	// Foreign or out-of-bounds writes that landed in the layer.
+	Hits uint32 `protobuf:"varint,2,opt,name=hits,proto3" json:"hits,omitempty"`
+	// Reads of the layer that returned polluted content.
+	CorruptedReads uint32 `protobuf:"varint,3,opt,name=corrupted_reads,json=corruptedReads,proto3" json:"corrupted_reads,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *LayerCount) Reset() {
+	*x = LayerCount{}
+	mi := &file_braid_v1_kvgraph_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LayerCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LayerCount) ProtoMessage() {}
+
+func (x *LayerCount) ProtoReflect() protoreflect.Message {
+	mi := &file_braid_v1_kvgraph_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LayerCount.ProtoReflect.Descriptor instead.
+func (*LayerCount) Descriptor() ([]byte, []int) {
+	return file_braid_v1_kvgraph_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *LayerCount) GetLayer() int32 {
+	if x != nil {
+		return x.Layer
+	}
+	return 0
+}
+
+func (x *LayerCount) GetHits() uint32 {
+	if x != nil {
+		return x.Hits
+	}
+	return 0
+}
+
+func (x *LayerCount) GetCorruptedReads() uint32 {
+	if x != nil {
+		return x.CorruptedReads
+	}
+	return 0
+}
+
+// Evidence is a supporting log line (compute-sanitizer report, NVRM Xid)
+// on the incident's GPU within the incident window.
+type Evidence struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"` // "sanitizer" or "xid"
+	TimeUnixNano  uint64                 `protobuf:"fixed64,2,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	Text          string                 `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
+	Origin        *Origin                `protobuf:"bytes,4,opt,name=origin,proto3" json:"origin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Evidence) Reset() {
+	*x = Evidence{}
+	mi := &file_braid_v1_kvgraph_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Evidence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Evidence) ProtoMessage() {}
+
+func (x *Evidence) ProtoReflect() protoreflect.Message {
+	mi := &file_braid_v1_kvgraph_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Evidence.ProtoReflect.Descriptor instead.
+func (*Evidence) Descriptor() ([]byte, []int) {
+	return file_braid_v1_kvgraph_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Evidence) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Evidence) GetTimeUnixNano() uint64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
+}
+
+func (x *Evidence) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *Evidence) GetOrigin() *Origin {
+	if x != nil {
+		return x.Origin
+	}
+	return nil
+}
+
+// Incident groups connected pollution edges under one root cause: topic
+// braid.incidents, key = incident id. Re-emitted with revision+1 when it
+// grows; the last revision has state CLOSED.
+type Incident struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Revision uint32                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	State    IncidentState          `protobuf:"varint,3,opt,name=state,proto3,enum=braid.v1.IncidentState" json:"state,omitempty"`
+	Host     string                 `protobuf:"bytes,4,opt,name=host,proto3" json:"host,omitempty"`
+	Gpu      string                 `protobuf:"bytes,5,opt,name=gpu,proto3" json:"gpu,omitempty"`
+	// The root's pattern.
+	Pattern  PollutionKind      `protobuf:"varint,6,opt,name=pattern,proto3,enum=braid.v1.PollutionKind" json:"pattern,omitempty"`
+	Root     *RootCause         `protobuf:"bytes,7,opt,name=root,proto3" json:"root,omitempty"`
+	Polluted []*PollutedRequest `protobuf:"bytes,8,rep,name=polluted,proto3" json:"polluted,omitempty"`
+	// Edges in detection order, at most the processor's cap.
+	Edges         []*PollutionEdge `protobuf:"bytes,9,rep,name=edges,proto3" json:"edges,omitempty"`
+	EdgesDropped  uint32           `protobuf:"varint,10,opt,name=edges_dropped,json=edgesDropped,proto3" json:"edges_dropped,omitempty"`
+	Layers        []*LayerCount    `protobuf:"bytes,11,rep,name=layers,proto3" json:"layers,omitempty"`
+	Evidence      []*Evidence      `protobuf:"bytes,12,rep,name=evidence,proto3" json:"evidence,omitempty"`
+	FirstUnixNano uint64           `protobuf:"fixed64,13,opt,name=first_unix_nano,json=firstUnixNano,proto3" json:"first_unix_nano,omitempty"`
+	LastUnixNano  uint64           `protobuf:"fixed64,14,opt,name=last_unix_nano,json=lastUnixNano,proto3" json:"last_unix_nano,omitempty"`
+	// Watermark of the task when the revision was emitted.
+	WatermarkUnixNano uint64 `protobuf:"fixed64,15,opt,name=watermark_unix_nano,json=watermarkUnixNano,proto3" json:"watermark_unix_nano,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
 func (x *Incident) Reset() {
 	*x = Incident{}
-	mi := &file_braid_v1_kvgraph_proto_msgTypes[1]
+	mi := &file_braid_v1_kvgraph_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -100,7 +730,7 @@ func (x *Incident) String() string {
 func (*Incident) ProtoMessage() {}
 
 func (x *Incident) ProtoReflect() protoreflect.Message {
-	mi := &file_braid_v1_kvgraph_proto_msgTypes[1]
+	mi := &file_braid_v1_kvgraph_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -113,7 +743,7 @@ func (x *Incident) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Incident.ProtoReflect.Descriptor instead.
 func (*Incident) Descriptor() ([]byte, []int) {
-	return file_braid_v1_kvgraph_proto_rawDescGZIP(), []int{1}
+	return file_braid_v1_kvgraph_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Incident) GetId() string {
@@ -123,16 +753,188 @@ func (x *Incident) GetId() string {
 	return ""
 }
 
+func (x *Incident) GetRevision() uint32 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *Incident) GetState() IncidentState {
+	if x != nil {
+		return x.State
+	}
+	return IncidentState_INCIDENT_STATE_UNSPECIFIED
+}
+
+func (x *Incident) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *Incident) GetGpu() string {
+	if x != nil {
+		return x.Gpu
+	}
+	return ""
+}
+
+func (x *Incident) GetPattern() PollutionKind {
+	if x != nil {
+		return x.Pattern
+	}
+	return PollutionKind_POLLUTION_KIND_UNSPECIFIED
+}
+
+func (x *Incident) GetRoot() *RootCause {
+	if x != nil {
+		return x.Root
+	}
+	return nil
+}
+
+func (x *Incident) GetPolluted() []*PollutedRequest {
+	if x != nil {
+		return x.Polluted
+	}
+	return nil
+}
+
+func (x *Incident) GetEdges() []*PollutionEdge {
+	if x != nil {
+		return x.Edges
+	}
+	return nil
+}
+
+func (x *Incident) GetEdgesDropped() uint32 {
+	if x != nil {
+		return x.EdgesDropped
+	}
+	return 0
+}
+
+func (x *Incident) GetLayers() []*LayerCount {
+	if x != nil {
+		return x.Layers
+	}
+	return nil
+}
+
+func (x *Incident) GetEvidence() []*Evidence {
+	if x != nil {
+		return x.Evidence
+	}
+	return nil
+}
+
+func (x *Incident) GetFirstUnixNano() uint64 {
+	if x != nil {
+		return x.FirstUnixNano
+	}
+	return 0
+}
+
+func (x *Incident) GetLastUnixNano() uint64 {
+	if x != nil {
+		return x.LastUnixNano
+	}
+	return 0
+}
+
+func (x *Incident) GetWatermarkUnixNano() uint64 {
+	if x != nil {
+		return x.WatermarkUnixNano
+	}
+	return 0
+}
+
 var File_braid_v1_kvgraph_proto protoreflect.FileDescriptor
 
 const file_braid_v1_kvgraph_proto_rawDesc = "" +
 	"\n" +
-	"\x16braid/v1/kvgraph.proto\x12\bbraid.v1\"?\n" +
+	"\x16braid/v1/kvgraph.proto\x12\bbraid.v1\x1a\x14braid/v1/braid.proto\"\x93\x04\n" +
 	"\rPollutionEdge\x12\x16\n" +
 	"\x06source\x18\x01 \x01(\tR\x06source\x12\x16\n" +
-	"\x06target\x18\x02 \x01(\tR\x06target\"\x1a\n" +
+	"\x06target\x18\x02 \x01(\tR\x06target\x12+\n" +
+	"\x04kind\x18\x03 \x01(\x0e2\x17.braid.v1.PollutionKindR\x04kind\x12$\n" +
+	"\x0etime_unix_nano\x18\x04 \x01(\x06R\ftimeUnixNano\x12\x12\n" +
+	"\x04host\x18\x05 \x01(\tR\x04host\x12\x10\n" +
+	"\x03gpu\x18\x06 \x01(\tR\x03gpu\x12\x14\n" +
+	"\x05block\x18\a \x01(\x03R\x05block\x12\x14\n" +
+	"\x05layer\x18\b \x01(\x05R\x05layer\x12%\n" +
+	"\x0esource_request\x18\t \x01(\tR\rsourceRequest\x12%\n" +
+	"\x0etarget_request\x18\n" +
+	" \x01(\tR\rtargetRequest\x12&\n" +
+	"\x0fsource_trace_id\x18\v \x01(\fR\rsourceTraceId\x12&\n" +
+	"\x0ftarget_trace_id\x18\f \x01(\fR\rtargetTraceId\x12\x12\n" +
+	"\x04addr\x18\r \x01(\x03R\x04addr\x12\x14\n" +
+	"\x05bytes\x18\x0e \x01(\x03R\x05bytes\x12,\n" +
+	"\bevidence\x18\x0f \x03(\v2\x10.braid.v1.OriginR\bevidence\x12\x1f\n" +
+	"\vincident_id\x18\x10 \x01(\tR\n" +
+	"incidentId\x12\x16\n" +
+	"\x06detail\x18\x11 \x01(\tR\x06detail\"\xaf\x01\n" +
+	"\x0fPollutedRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x19\n" +
+	"\btrace_id\x18\x02 \x01(\fR\atraceId\x12(\n" +
+	"\x03via\x18\x03 \x01(\x0e2\x16.braid.v1.PollutionViaR\x03via\x12$\n" +
+	"\x0etime_unix_nano\x18\x04 \x01(\x06R\ftimeUnixNano\x12\x12\n" +
+	"\x04from\x18\x05 \x01(\tR\x04from\"\x9a\x02\n" +
+	"\tRootCause\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12+\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x17.braid.v1.PollutionKindR\x04kind\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\x12\x19\n" +
+	"\btrace_id\x18\x04 \x01(\fR\atraceId\x12\x14\n" +
+	"\x05block\x18\x05 \x01(\x03R\x05block\x12\x14\n" +
+	"\x05layer\x18\x06 \x01(\x05R\x05layer\x12$\n" +
+	"\x0etime_unix_nano\x18\a \x01(\x06R\ftimeUnixNano\x12(\n" +
+	"\x06origin\x18\b \x01(\v2\x10.braid.v1.OriginR\x06origin\x12\x16\n" +
+	"\x06detail\x18\t \x01(\tR\x06detail\"_\n" +
+	"\n" +
+	"LayerCount\x12\x14\n" +
+	"\x05layer\x18\x01 \x01(\x05R\x05layer\x12\x12\n" +
+	"\x04hits\x18\x02 \x01(\rR\x04hits\x12'\n" +
+	"\x0fcorrupted_reads\x18\x03 \x01(\rR\x0ecorruptedReads\"\x82\x01\n" +
+	"\bEvidence\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12$\n" +
+	"\x0etime_unix_nano\x18\x02 \x01(\x06R\ftimeUnixNano\x12\x12\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\x12(\n" +
+	"\x06origin\x18\x04 \x01(\v2\x10.braid.v1.OriginR\x06origin\"\xce\x04\n" +
 	"\bIncident\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02idB.Z,github.com/braidlabs/braid/operators/braidpbb\x06proto3"
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\rR\brevision\x12-\n" +
+	"\x05state\x18\x03 \x01(\x0e2\x17.braid.v1.IncidentStateR\x05state\x12\x12\n" +
+	"\x04host\x18\x04 \x01(\tR\x04host\x12\x10\n" +
+	"\x03gpu\x18\x05 \x01(\tR\x03gpu\x121\n" +
+	"\apattern\x18\x06 \x01(\x0e2\x17.braid.v1.PollutionKindR\apattern\x12'\n" +
+	"\x04root\x18\a \x01(\v2\x13.braid.v1.RootCauseR\x04root\x125\n" +
+	"\bpolluted\x18\b \x03(\v2\x19.braid.v1.PollutedRequestR\bpolluted\x12-\n" +
+	"\x05edges\x18\t \x03(\v2\x17.braid.v1.PollutionEdgeR\x05edges\x12#\n" +
+	"\redges_dropped\x18\n" +
+	" \x01(\rR\fedgesDropped\x12,\n" +
+	"\x06layers\x18\v \x03(\v2\x14.braid.v1.LayerCountR\x06layers\x12.\n" +
+	"\bevidence\x18\f \x03(\v2\x12.braid.v1.EvidenceR\bevidence\x12&\n" +
+	"\x0ffirst_unix_nano\x18\r \x01(\x06R\rfirstUnixNano\x12$\n" +
+	"\x0elast_unix_nano\x18\x0e \x01(\x06R\flastUnixNano\x12.\n" +
+	"\x13watermark_unix_nano\x18\x0f \x01(\x06R\x11watermarkUnixNano*\xae\x01\n" +
+	"\rPollutionKind\x12\x1e\n" +
+	"\x1aPOLLUTION_KIND_UNSPECIFIED\x10\x00\x12 \n" +
+	"\x1cPOLLUTION_KIND_DIRTY_RESIDUE\x10\x01\x12\x1e\n" +
+	"\x1aPOLLUTION_KIND_MIXED_WRITE\x10\x02\x12\x1c\n" +
+	"\x18POLLUTION_KIND_LAYER_OOB\x10\x03\x12\x1d\n" +
+	"\x19POLLUTION_KIND_PROPAGATED\x10\x04*c\n" +
+	"\rIncidentState\x12\x1e\n" +
+	"\x1aINCIDENT_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13INCIDENT_STATE_OPEN\x10\x01\x12\x19\n" +
+	"\x15INCIDENT_STATE_CLOSED\x10\x02*e\n" +
+	"\fPollutionVia\x12\x1d\n" +
+	"\x19POLLUTION_VIA_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14POLLUTION_VIA_DIRECT\x10\x01\x12\x1c\n" +
+	"\x18POLLUTION_VIA_PROPAGATED\x10\x02B.Z,github.com/braidlabs/braid/operators/braidpbb\x06proto3"
 
 var (
 	file_braid_v1_kvgraph_proto_rawDescOnce sync.Once
@@ -146,17 +948,39 @@ func file_braid_v1_kvgraph_proto_rawDescGZIP() []byte {
 	return file_braid_v1_kvgraph_proto_rawDescData
 }
 
-var file_braid_v1_kvgraph_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_braid_v1_kvgraph_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_braid_v1_kvgraph_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_braid_v1_kvgraph_proto_goTypes = []any{
-	(*PollutionEdge)(nil), // 0: braid.v1.PollutionEdge
-	(*Incident)(nil),      // 1: braid.v1.Incident
+	(PollutionKind)(0),      // 0: braid.v1.PollutionKind
+	(IncidentState)(0),      // 1: braid.v1.IncidentState
+	(PollutionVia)(0),       // 2: braid.v1.PollutionVia
+	(*PollutionEdge)(nil),   // 3: braid.v1.PollutionEdge
+	(*PollutedRequest)(nil), // 4: braid.v1.PollutedRequest
+	(*RootCause)(nil),       // 5: braid.v1.RootCause
+	(*LayerCount)(nil),      // 6: braid.v1.LayerCount
+	(*Evidence)(nil),        // 7: braid.v1.Evidence
+	(*Incident)(nil),        // 8: braid.v1.Incident
+	(*Origin)(nil),          // 9: braid.v1.Origin
 }
 var file_braid_v1_kvgraph_proto_depIdxs = []int32{
-	0, // [0:0] is the sub-list for method output_type
-	0, // [0:0] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	0,  // 0: braid.v1.PollutionEdge.kind:type_name -> braid.v1.PollutionKind
+	9,  // 1: braid.v1.PollutionEdge.evidence:type_name -> braid.v1.Origin
+	2,  // 2: braid.v1.PollutedRequest.via:type_name -> braid.v1.PollutionVia
+	0,  // 3: braid.v1.RootCause.kind:type_name -> braid.v1.PollutionKind
+	9,  // 4: braid.v1.RootCause.origin:type_name -> braid.v1.Origin
+	9,  // 5: braid.v1.Evidence.origin:type_name -> braid.v1.Origin
+	1,  // 6: braid.v1.Incident.state:type_name -> braid.v1.IncidentState
+	0,  // 7: braid.v1.Incident.pattern:type_name -> braid.v1.PollutionKind
+	5,  // 8: braid.v1.Incident.root:type_name -> braid.v1.RootCause
+	4,  // 9: braid.v1.Incident.polluted:type_name -> braid.v1.PollutedRequest
+	3,  // 10: braid.v1.Incident.edges:type_name -> braid.v1.PollutionEdge
+	6,  // 11: braid.v1.Incident.layers:type_name -> braid.v1.LayerCount
+	7,  // 12: braid.v1.Incident.evidence:type_name -> braid.v1.Evidence
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_braid_v1_kvgraph_proto_init() }
@@ -164,18 +988,20 @@ func file_braid_v1_kvgraph_proto_init() {
 	if File_braid_v1_kvgraph_proto != nil {
 		return
 	}
+	file_braid_v1_braid_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_braid_v1_kvgraph_proto_rawDesc), len(file_braid_v1_kvgraph_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   2,
+			NumEnums:      3,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_braid_v1_kvgraph_proto_goTypes,
 		DependencyIndexes: file_braid_v1_kvgraph_proto_depIdxs,
+		EnumInfos:         file_braid_v1_kvgraph_proto_enumTypes,
 		MessageInfos:      file_braid_v1_kvgraph_proto_msgTypes,
 	}.Build()
 	File_braid_v1_kvgraph_proto = out.File
