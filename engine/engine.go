@@ -23,7 +23,11 @@ type Input struct {
 	Topic string
 	// Internal marks a topic written by the tasks of this job (a
 	// repartition topic). Every task sends its watermark to every partition
-	// of every internal input at each checkpoint.
+	// of every internal input at each checkpoint. Internal inputs are stages
+	// in Inputs order: a task may forward what it reads from one internal
+	// input to a later one, never to an earlier one, and the watermark it
+	// sends on internal input k covers its sources and the internal inputs
+	// before k.
 	Internal bool
 }
 

@@ -50,8 +50,12 @@ type Task struct {
 	errc chan error
 	done chan struct{}
 
-	// src covers the source inputs only: the watermark sent downstream.
-	src *windows.Watermarks
+	// up[k] covers the source inputs and the internal inputs before k
+	// (in Topology.Inputs order): the watermark sent downstream on internal
+	// topic k. Internal topics form a chain of stages (a record read from
+	// internal topic j may be forwarded only to an internal topic k > j), so
+	// what a task forwards on topic k is never older than up[k] allows.
+	up []*windows.Watermarks
 	// all covers source inputs and every upstream task of every internal
 	// input: the watermark that fires timers.
 	all *windows.Watermarks
@@ -65,6 +69,17 @@ type Task struct {
 }
 
 var wmKey = []byte("\x00\x01watermark")
+
+// newWatermarks tracks the sources and the upstream tasks of the first n
+// internal inputs.
+func (e *Engine) newWatermarks(n int, now time.Time) *windows.Watermarks {
+	ups := n * int(e.topo.Partitions)
+	w := windows.NewWatermarks(e.sources+ups, e.cfg.OutOfOrderness, e.cfg.Idleness, now)
+	for i := e.sources; i < e.sources+ups; i++ {
+		w.MarkUpstream(i)
+	}
+	return w
+}
 
 func (e *Engine) openTask(p int32) (*Task, error) {
 	t, err := e.openTaskNoRun(p)
@@ -93,11 +108,10 @@ func (e *Engine) openTaskNoRun(p int32) (*Task, error) {
 		offsets:   map[string]int64{},
 		now:       now,
 	}
-	t.src = windows.NewWatermarks(e.sources, e.cfg.OutOfOrderness, e.cfg.Idleness, now)
-	ups := len(e.internal) * int(e.topo.Partitions)
-	t.all = windows.NewWatermarks(e.sources+ups, e.cfg.OutOfOrderness, e.cfg.Idleness, now)
-	for i := e.sources; i < e.sources+ups; i++ {
-		t.all.MarkUpstream(i)
+	t.all = e.newWatermarks(len(e.internal), now)
+	t.up = make([]*windows.Watermarks, len(e.internal))
+	for k := range t.up {
+		t.up[k] = e.newWatermarks(k, now)
 	}
 	if err := t.loadCommitted(); err != nil {
 		ks.Close()
@@ -133,7 +147,9 @@ func (t *Task) loadCommitted() error {
 			maxima = append(maxima, int64(binary.BigEndian.Uint64(b)))
 		}
 		t.all.RestoreMaxima(maxima)
-		t.src.RestoreMaxima(maxima[:min(len(maxima), t.e.sources)])
+		for _, w := range t.up {
+			w.RestoreMaxima(maxima)
+		}
 	}
 	t.lastWM = t.restoreWM
 	t.pub.watermark.Store(t.restoreWM)
@@ -238,7 +254,11 @@ func (t *Task) processRecord(r *kgo.Record, input int) error {
 				k = i
 			}
 		}
-		t.all.Report(t.e.sources+k*int(t.e.topo.Partitions)+int(up), wm, idle, t.now)
+		i := t.e.sources + k*int(t.e.topo.Partitions) + int(up)
+		t.all.Report(i, wm, idle, t.now)
+		for _, w := range t.up[k+1:] {
+			w.Report(i, wm, idle, t.now)
+		}
 		return nil
 	}
 	return t.proc.Process(t, r, input)
@@ -286,9 +306,9 @@ func (t *Task) prepare() error {
 		// restore replays up to the one whose offsets the group committed.
 		t.State.log(checkpointKey, encodeTaskOffsets(t.offsets))
 	}
-	wm, idle := t.src.Current(t.now), t.src.Idle(t.now)
-	marker := encodeMarker(t.Partition, wm, idle)
-	for _, topic := range t.e.internal {
+	for k, topic := range t.e.internal {
+		wm, idle := t.up[k].Current(t.now), t.up[k].Idle(t.now)
+		marker := encodeMarker(t.Partition, wm, idle)
 		for q := int32(0); q < t.e.topo.Partitions; q++ {
 			t.e.produce(&kgo.Record{Topic: topic, Partition: q, Headers: []kgo.RecordHeader{{Key: markerHeader, Value: marker}}})
 		}
@@ -336,7 +356,9 @@ func (t *Task) Observe(input int, ts int64) {
 		return
 	}
 	i := t.sourceIndex(input)
-	t.src.Observe(i, ts, t.now)
+	for _, w := range t.up {
+		w.Observe(i, ts, t.now)
+	}
 	t.all.Observe(i, ts, t.now)
 }
 
@@ -346,7 +368,9 @@ func (t *Task) Touch(input int) {
 		return
 	}
 	i := t.sourceIndex(input)
-	t.src.Touch(i, t.now)
+	for _, w := range t.up {
+		w.Touch(i, t.now)
+	}
 	t.all.Touch(i, t.now)
 }
 

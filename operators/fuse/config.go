@@ -26,6 +26,12 @@ type Config struct {
 	// RepartitionTopic carries trace groups to the task that owns their
 	// trace id. Default braid.fuse-repartition.
 	RepartitionTopic string
+	// ResolveTopic carries trace-less logs and request-id declarations to
+	// the task that owns their request id. Default braid.resolve-repartition.
+	ResolveTopic string
+	// RequestIDs extracts request ids from spans and trace-less logs (a
+	// compiled semconv.RequestIDs); nil turns the resolve stage off.
+	RequestIDs RequestIDs
 	// ChangelogTopic receives every state change, compacted; "" keeps
 	// state only locally. Default braid.fuse-changelog.
 	ChangelogTopic string
@@ -72,6 +78,7 @@ func (c *Config) EnsureDefaults() {
 		}
 	}
 	def(&c.RepartitionTopic, "braid.fuse-repartition")
+	def(&c.ResolveTopic, "braid.resolve-repartition")
 	def(&c.ChangelogTopic, "braid.fuse-changelog")
 	def(&c.FusedTopic, "braid.fused")
 	def(&c.LateTopic, "braid.late")
@@ -124,6 +131,9 @@ func (c *Config) Validate() error {
 	}
 	if seen[c.RepartitionTopic] {
 		errs = append(errs, fmt.Errorf("fuse: RepartitionTopic %s is also a source", c.RepartitionTopic))
+	}
+	if seen[c.ResolveTopic] || c.ResolveTopic == c.RepartitionTopic {
+		errs = append(errs, fmt.Errorf("fuse: ResolveTopic %s is also a source or the repartition topic", c.ResolveTopic))
 	}
 	if c.IdleGap < 0 || c.AllowedLateness < 0 {
 		errs = append(errs, errors.New("fuse: IdleGap and AllowedLateness must not be negative"))

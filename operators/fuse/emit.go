@@ -98,8 +98,13 @@ func (p *processor) emit(t *engine.Task, tr *trace, wm int64) error {
 			e.resIdx[string(m.resource)] = uint32(len(e.res))
 			e.res = append(e.res, m.resource)
 		}
-		if m.kind == kindSpan {
+		switch m.kind {
+		case kindSpan:
 			sum.addSpan(m.sortKey, m.resource)
+		case kindLog:
+			if !hasTraceID(m.sortKey) {
+				sum.resolvedLogs++
+			}
 		}
 	}
 
@@ -163,6 +168,9 @@ func (p *processor) emit(t *engine.Task, tr *trace, wm int64) error {
 	if tr.revision > 0 {
 		flags = append(flags, uint64(braidpb.Flag_FLAG_REVISED))
 	}
+	if sum.resolvedLogs > 0 {
+		flags = append(flags, uint64(braidpb.Flag_FLAG_RESOLVED_BY_REQUEST_ID))
+	}
 	if len(flags) > 0 {
 		n := 0
 		for _, f := range flags {
@@ -216,6 +224,23 @@ type summary struct {
 	duration            uint64
 	errors              uint32
 	minStart            uint64 // earliest span start, 0 if none
+	resolvedLogs        uint32 // logs without a trace id of their own (joined by request id)
+}
+
+// hasTraceID reports whether LogRecord log has a non-zero trace_id (9).
+func hasTraceID(log []byte) (ok bool) {
+	fields(log, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) bool {
+		if num == 9 && typ == protowire.BytesType {
+			for _, b := range v {
+				if b != 0 {
+					ok = true
+				}
+			}
+			return false
+		}
+		return true
+	})
+	return ok
 }
 
 func (s *summary) addSpan(span, resource []byte) {
@@ -342,6 +367,13 @@ func (s *summary) append(b []byte) []byte {
 // TracesData / LogsData / MetricsData share the field numbers
 // (resource_x=1 { resource=1, scope_x=2 { scope=1, items=2 } }).
 func (p *processor) late(t *engine.Task, id [16]byte, m *member) {
+	key := otlp.AppendTraceIDHex(make([]byte, 0, 32), id)
+	p.s.counters.Late.Add(1)
+	p.sendLate(t, key, m, "event time "+strconv.FormatInt(m.time, 10)+" is beyond allowed lateness at watermark "+strconv.FormatInt(t.Watermark(), 10))
+}
+
+// sendLate writes m to the late topic under key with reason.
+func (p *processor) sendLate(t *engine.Task, key []byte, m *member, reason string) {
 	scope, payload, origin := memberParts(m.body)
 	var inner []byte
 	if len(scope) > 0 {
@@ -369,15 +401,13 @@ func (p *processor) late(t *engine.Task, id [16]byte, m *member) {
 	case kindPoint:
 		signal = "metrics"
 	}
-	key := otlp.AppendTraceIDHex(make([]byte, 0, 32), id)
-	p.s.counters.Late.Add(1)
 	t.Emit(&kgo.Record{
 		Topic:     p.cfg.LateTopic,
 		Partition: otlp.HashPartition(key, p.cfg.LatePartitions),
 		Key:       key,
 		Value:     msg,
 		Headers: []kgo.RecordHeader{
-			{Key: "braid.reason", Value: []byte("event time " + strconv.FormatInt(m.time, 10) + " is beyond allowed lateness at watermark " + strconv.FormatInt(t.Watermark(), 10))},
+			{Key: "braid.reason", Value: []byte(reason)},
 			{Key: "braid.signal", Value: []byte(signal)},
 			{Key: "braid.topic", Value: []byte(topic)},
 			{Key: "braid.partition", Value: strconv.AppendInt(nil, int64(part), 10)},

@@ -30,6 +30,14 @@ type Counters struct {
 	UnjoinedPoint atomic.Int64 // metric points without an exemplar trace id
 	Truncated     atomic.Int64 // members cut by a per-trace cap
 	OpenTraces    atomic.Int64 // traces in state
+
+	// Resolve stage (request-id joins).
+	Declared           atomic.Int64 // request ids declared by spans
+	Resolved           atomic.Int64 // trace-less logs joined to a trace by request id
+	Unresolved         atomic.Int64 // trace-less logs whose request id no span declared in time (sent to the late topic)
+	ResolveForwarded   atomic.Int64 // resolve records sent to another task
+	RequestIDConflicts atomic.Int64 // request ids declared by a second trace (ignored)
+	OpenRequests       atomic.Int64 // request ids in state
 }
 
 // Stage is the fuse stage: its topology for the engine and its counters.
@@ -55,11 +63,14 @@ func (s *Stage) Counters() *Counters { return &s.counters }
 
 // Topology returns what the engine runs.
 func (s *Stage) Topology() engine.Topology {
-	inputs := make([]engine.Input, 0, len(s.cfg.Sources)+1)
+	inputs := make([]engine.Input, 0, len(s.cfg.Sources)+2)
 	for _, src := range s.cfg.Sources {
 		inputs = append(inputs, engine.Input{Topic: src.Topic})
 	}
-	inputs = append(inputs, engine.Input{Topic: s.cfg.RepartitionTopic, Internal: true})
+	// Internal inputs in stage order: resolve forwards to fuse.
+	inputs = append(inputs,
+		engine.Input{Topic: s.cfg.ResolveTopic, Internal: true},
+		engine.Input{Topic: s.cfg.RepartitionTopic, Internal: true})
 	return engine.Topology{
 		Name:       "fuse",
 		Inputs:     inputs,
@@ -115,6 +126,14 @@ type processor struct {
 	key       []byte
 	scratch   []byte
 	emitter   emitter
+
+	// resolve stage
+	requests    map[string]*request
+	reqTimers   reqTimerHeap
+	changedReqs []*request
+	rgroups     map[string]int
+	rids        []string
+	rwriters    []chunkWriter
 }
 
 func newProcessor(s *Stage, p int32) *processor {
@@ -125,13 +144,22 @@ func newProcessor(s *Stage, p int32) *processor {
 		dec:       otlp.NewDecoder(),
 		traces:    map[[16]byte]*trace{},
 		groups:    map[[16]byte]int{},
+		requests:  map[string]*request{},
+		rgroups:   map[string]int{},
 	}
 }
+
+// Input indexes of the internal topics (after the sources).
+func (p *processor) resolveInput() int     { return len(p.cfg.Sources) }
+func (p *processor) repartitionInput() int { return len(p.cfg.Sources) + 1 }
 
 // Process implements engine.Processor.
 func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 	p.lastInput = t.Now().UnixNano()
-	if input == len(p.cfg.Sources) {
+	switch input {
+	case p.resolveInput():
+		return p.processResolve(t, rec)
+	case p.repartitionInput():
 		return p.processRepartitioned(t, rec)
 	}
 	src := &p.cfg.Sources[input]
@@ -145,16 +173,36 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 	p.s.counters.Members.Add(int64(len(items)))
 	clear(p.groups)
 	p.ids = p.ids[:0]
+	clear(p.rgroups)
+	p.rids = p.rids[:0]
+	rids := p.cfg.RequestIDs
 	for i := range items {
 		it := &items[i]
 		t.Observe(input, it.Time)
 		if it.TraceID == ([16]byte{}) {
 			if src.Signal == otlp.SignalLogs {
+				if rids != nil {
+					if rid, ok := rids.FromLog(it.Payload); ok {
+						p.waitingLog(rid, it, src.Signal, rec)
+						continue
+					}
+				}
 				p.s.counters.UnjoinedLogs.Add(1)
 			} else {
 				p.s.counters.UnjoinedPoint.Add(1)
 			}
 			continue
+		}
+		if src.Signal == otlp.SignalSpans && rids != nil {
+			if rid, ok := rids.FromSpan(it.Payload); ok {
+				v := append(p.scratch[:0], tagDeclare)
+				v = append(v, it.TraceID[:]...)
+				v = binary.AppendVarint(v, it.Time)
+				p.scratch = v
+				if err := p.routeRequest(t, rid, v); err != nil {
+					return err
+				}
+			}
 		}
 		g, ok := p.groups[it.TraceID]
 		if !ok {
@@ -167,6 +215,15 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 			p.writers[g].reset(p.writers[g].buf[:0])
 		}
 		p.writers[g].appendItem(it, src.Signal, rec.Topic, rec.Partition, rec.Offset)
+	}
+	for g, rid := range p.rids {
+		w := &p.rwriters[g]
+		v := append(p.scratch[:0], tagLogs)
+		v = append(v, w.buf...)
+		p.scratch = v
+		if err := p.routeRequest(t, rid, v); err != nil {
+			return err
+		}
 	}
 	for g, id := range p.ids {
 		p.key = otlp.AppendTraceIDHex(p.key[:0], id)
@@ -187,6 +244,22 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 		})
 	}
 	return nil
+}
+
+// waitingLog adds a trace-less log naming request rid to the message's
+// group for rid.
+func (p *processor) waitingLog(rid string, it *otlp.Item, sig otlp.Signal, rec *kgo.Record) {
+	g, ok := p.rgroups[rid]
+	if !ok {
+		g = len(p.rids)
+		p.rgroups[rid] = g
+		p.rids = append(p.rids, rid)
+		if g == len(p.rwriters) {
+			p.rwriters = append(p.rwriters, chunkWriter{})
+		}
+		p.rwriters[g].reset(p.rwriters[g].buf[:0])
+	}
+	p.rwriters[g].appendItem(it, sig, rec.Topic, rec.Partition, rec.Offset)
 }
 
 func (p *processor) processRepartitioned(t *engine.Task, rec *kgo.Record) error {
@@ -353,7 +426,11 @@ func (p *processor) Backlog() bool { return p.backlog }
 
 func (p *processor) fireTimers(t *engine.Task, wm int64) error {
 	p.backlog = false
-	for fired := 0; len(p.timers) > 0 && p.timers[0].at <= wm; fired++ {
+	fired, err := p.fireRequests(t, wm, timerSlice)
+	if err != nil || p.backlog {
+		return err
+	}
+	for ; len(p.timers) > 0 && p.timers[0].at <= wm; fired++ {
 		if fired == timerSlice {
 			p.backlog = true
 			return nil
@@ -422,6 +499,9 @@ const maxChunk = 256 << 10
 // PrepareCheckpoint implements engine.Checkpointer: pending members become
 // a chunk, and every changed trace's record is written.
 func (p *processor) PrepareCheckpoint(t *engine.Task) error {
+	if err := p.checkpointRequests(t); err != nil {
+		return err
+	}
 	for _, tr := range p.changed {
 		tr.changed = false
 		if p.traces[tr.id] != tr {
@@ -457,6 +537,9 @@ func (p *processor) Restore(t *engine.Task) error {
 	clear(p.touched)
 	p.touched, p.touchHead = p.touched[:0], 0
 	p.changed = p.changed[:0]
+	if err := p.restoreRequests(t); err != nil {
+		return err
+	}
 	it, err := t.State.Iter([]byte{prefixMeta}, []byte{prefixMeta + 1})
 	if err != nil {
 		return err

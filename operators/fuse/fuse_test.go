@@ -26,7 +26,8 @@ const (
 	inSpans   = 0
 	inLogs    = 1
 	inMetrics = 2
-	inRepart  = 3
+	inResolve = 3
+	inRepart  = 4
 )
 
 var base = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -40,6 +41,12 @@ type harness struct {
 }
 
 func newHarness(t *testing.T, partitions int32, mod func(*Config)) *harness {
+	t.Helper()
+	return newTaskHarness(t, partitions, 0, mod)
+}
+
+// newTaskHarness opens task partition of a stage with partitions tasks.
+func newTaskHarness(t *testing.T, partitions, partition int32, mod func(*Config)) *harness {
 	t.Helper()
 	cfg := Config{Partitions: partitions, IdleGap: time.Second, AllowedLateness: 10 * time.Second}
 	if mod != nil {
@@ -55,7 +62,7 @@ func newHarness(t *testing.T, partitions int32, mod func(*Config)) *harness {
 	}
 	t.Cleanup(func() { store.Close() })
 	now := time.Unix(1000, 0)
-	h, err := engine.NewHarness(engine.Config{Store: store, OutOfOrderness: 2 * time.Second, Idleness: time.Second}, st.Topology(), 0, now)
+	h, err := engine.NewHarness(engine.Config{Store: store, OutOfOrderness: 2 * time.Second, Idleness: time.Second}, st.Topology(), partition, now)
 	if err != nil {
 		t.Fatal(err)
 	}

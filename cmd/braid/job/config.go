@@ -231,6 +231,7 @@ func (c *Config) FuseConfig(partitions int32) fuse.Config {
 		},
 		Partitions:       partitions,
 		RepartitionTopic: c.Group + ".fuse-repartition",
+		ResolveTopic:     c.Group + ".resolve-repartition",
 		ChangelogTopic:   c.Group + ".fuse-changelog",
 		FusedTopic:       c.Outputs.Fused,
 		LateTopic:        c.Outputs.Late,

@@ -57,6 +57,7 @@ func Prepare(ctx context.Context, cfg *Config, log *slog.Logger) (*Job, error) {
 	fc := stage.Config()
 	err = kafka.EnsureTopics(ctx, adm, cfg.Kafka.Replication,
 		kafka.Topic{Name: fc.RepartitionTopic, Partitions: partitions},
+		kafka.Topic{Name: fc.ResolveTopic, Partitions: partitions},
 		kafka.Topic{Name: fc.ChangelogTopic, Partitions: partitions, Compacted: true},
 		kafka.Topic{Name: fc.FusedTopic, Partitions: fc.FusedPartitions},
 		kafka.Topic{Name: fc.LateTopic, Partitions: fc.LatePartitions},

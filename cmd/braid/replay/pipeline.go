@@ -32,7 +32,7 @@ type pipeline struct {
 	topo     engine.Topology
 	ecfg     engine.Config
 	hs       []*engine.Harness
-	internal int // input index of the repartition topic
+	internal map[string]int // input index of each internal topic
 	now      time.Time
 	started  bool
 
@@ -76,7 +76,7 @@ func newPipeline(c pipelineConfig) *pipeline {
 			Idleness:       c.idleness,
 			Logger:         c.logger,
 		},
-		internal:          len(c.stage.Config().Sources),
+		internal:          internalInputs(c.stage.Topology()),
 		checkpointRecords: c.checkpointRecords,
 		checkpointEvery:   c.checkpointEvery,
 		sink:              c.sink,
@@ -158,7 +158,7 @@ func (pl *pipeline) finish() error {
 }
 
 // drain routes what task p emitted, in order: trace groups and watermark
-// markers for the repartition topic go at once to their task's internal
+// markers for the internal topics go at once to their task's internal
 // input (whose own emissions are drained before p's next record), the rest
 // to the sink.
 func (pl *pipeline) drain(p int32) error {
@@ -168,7 +168,8 @@ func (pl *pipeline) drain(p int32) error {
 		h.Out = nil
 		for i, r := range out {
 			out[i] = nil
-			if r.Topic != pl.cfg.RepartitionTopic {
+			in, ok := pl.internal[r.Topic]
+			if !ok {
 				if err := pl.sink(r); err != nil {
 					return err
 				}
@@ -178,7 +179,7 @@ func (pl *pipeline) drain(p int32) error {
 			if q < 0 || int(q) >= len(pl.hs) {
 				return fmt.Errorf("replay: task %d sent a record to repartition partition %d of %d", p, q, len(pl.hs))
 			}
-			if err := pl.hs[q].Process(pl.internal, r); err != nil {
+			if err := pl.hs[q].Process(in, r); err != nil {
 				return err
 			}
 			if err := pl.drain(q); err != nil {
@@ -187,6 +188,17 @@ func (pl *pipeline) drain(p int32) error {
 		}
 	}
 	return nil
+}
+
+// internalInputs maps each internal topic of topo to its input index.
+func internalInputs(topo engine.Topology) map[string]int {
+	m := map[string]int{}
+	for i, in := range topo.Inputs {
+		if in.Internal {
+			m[in.Topic] = i
+		}
+	}
+	return m
 }
 
 func (pl *pipeline) close() {

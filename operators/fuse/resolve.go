@@ -1,0 +1,370 @@
+package fuse
+
+import (
+	"container/heap"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/braidlabs/braid/connectors/otlp"
+	"github.com/braidlabs/braid/engine"
+	"github.com/braidlabs/braid/windows"
+)
+
+// The resolve stage joins log records that carry only a request id (no
+// trace id: what vLLM, SGLang, llama.cpp and Triton engine logs look like)
+// to the trace that a span declared for that request id.
+//
+// Keyed by request id: ingest sends every such log, and a declaration
+// (request id → trace id) for every span that names a request id, to the
+// task owning hash(request id) — in place when that is the task itself,
+// else through Config.ResolveTopic. There, whichever arrives first waits
+// for the other, in event time: a log whose request id is declared is
+// forwarded to fuse (in place or through the repartition topic, keyed by
+// the trace id); a log still undeclared when the watermark passes its time
+// plus AllowedLateness goes to the late topic with reason
+// "unresolved request id" (counted in Unresolved) — flagged, not lost.
+//
+// Watermarks stay correct across the extra hop: the resolve topic comes
+// before the repartition topic among the engine's internal inputs, so the
+// watermark a task sends on the repartition topic covers what it may still
+// forward from resolve (see engine.Input.Internal).
+
+// RequestIDs extracts request ids from serialized OTLP records; a compiled
+// semconv.RequestIDs implements it. Both methods must be safe for
+// concurrent use and must not retain their argument.
+type RequestIDs interface {
+	// FromSpan returns the request id a span declares (gen_ai.request.id,
+	// rid, request_id...).
+	FromSpan(span []byte) (string, bool)
+	// FromLog returns the request id a log record names in an attribute or
+	// its body.
+	FromLog(log []byte) (string, bool)
+}
+
+// Resolve record values: a tag byte, then
+//
+//	tagDeclare: trace id (16 bytes), event time (varint)
+//	tagLogs:    a chunk of log members
+const (
+	tagDeclare = 'D'
+	tagLogs    = 'L'
+)
+
+const prefixRequest = byte('q')
+
+// request is the resolve state of one request id.
+type request struct {
+	id       string
+	trace    [16]byte
+	declared bool
+	declTime int64  // latest event time of a declaring span
+	waiting  []byte // chunk of logs waiting for a declaration
+	first    int64  // earliest waiting log time
+	changed  bool
+	stored   bool // has a record in the keyspace
+	timerAt  int64
+}
+
+func (p *processor) requestFor(id string) *request {
+	r := p.requests[id]
+	if r == nil {
+		r = &request{id: id}
+		p.requests[id] = r
+		p.s.counters.OpenRequests.Add(1)
+	}
+	return r
+}
+
+// routeRequest sends a resolve record to the task owning request id rid.
+func (p *processor) routeRequest(t *engine.Task, rid string, value []byte) error {
+	q := otlp.HashPartition([]byte(rid), p.cfg.Partitions)
+	if q == p.partition {
+		return p.resolve(t, rid, value)
+	}
+	p.s.counters.ResolveForwarded.Add(1)
+	t.Emit(&kgo.Record{
+		Topic:     p.cfg.ResolveTopic,
+		Partition: q,
+		Key:       []byte(rid),
+		Value:     append([]byte(nil), value...),
+	})
+	return nil
+}
+
+func (p *processor) processResolve(t *engine.Task, rec *kgo.Record) error {
+	if len(rec.Key) == 0 || len(rec.Value) == 0 {
+		p.deadLetter(t, rec, "resolve record without a request id key or value")
+		return nil
+	}
+	return p.resolve(t, string(rec.Key), rec.Value)
+}
+
+// resolve applies a resolve record for request id rid.
+func (p *processor) resolve(t *engine.Task, rid string, v []byte) error {
+	switch v[0] {
+	case tagDeclare:
+		if len(v) < 18 {
+			return fmt.Errorf("fuse: short declaration for request %q", rid)
+		}
+		var id [16]byte
+		copy(id[:], v[1:17])
+		ts, n := binary.Varint(v[17:])
+		if n <= 0 {
+			return fmt.Errorf("fuse: corrupt declaration for request %q", rid)
+		}
+		return p.declare(t, rid, id, ts)
+	case tagLogs:
+		return p.waitOrForward(t, rid, v[1:])
+	}
+	return fmt.Errorf("fuse: unknown resolve record tag %q", v[0])
+}
+
+func (p *processor) declare(t *engine.Task, rid string, id [16]byte, ts int64) error {
+	r := p.requestFor(rid)
+	if r.declared && r.trace != id {
+		// A request id reused by another trace (a client retry with the
+		// same id): the first declaration stands.
+		p.s.counters.RequestIDConflicts.Add(1)
+		return nil
+	}
+	if !r.declared {
+		p.s.counters.Declared.Add(1)
+	}
+	r.declared, r.trace = true, id
+	r.declTime = max(r.declTime, ts)
+	if len(r.waiting) > 0 {
+		chunk := r.waiting
+		r.waiting, r.first = nil, 0
+		if err := p.forward(t, r, chunk); err != nil {
+			return err
+		}
+	}
+	p.requestChanged(r)
+	return nil
+}
+
+// waitOrForward handles logs naming request r: forwarded when the request
+// is declared, else kept until it is or allowed lateness runs out.
+func (p *processor) waitOrForward(t *engine.Task, rid string, chunk []byte) error {
+	r := p.requestFor(rid)
+	if r.declared {
+		return p.forward(t, r, chunk)
+	}
+	wm := t.Watermark()
+	err := readMembers(chunk, func(m *member) error {
+		if windows.IsLate(m.time, wm, p.cfg.AllowedLateness) {
+			p.unresolved(t, rid, m)
+			return nil
+		}
+		w := chunkWriter{buf: r.waiting}
+		w.appendMember(m)
+		if len(r.waiting) == 0 || m.time < r.first {
+			r.first = m.time
+		}
+		r.waiting = w.buf
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if len(r.waiting) == 0 && !r.stored {
+		p.forget(r)
+		return nil
+	}
+	p.requestChanged(r)
+	return nil
+}
+
+// forward sends resolved logs to the fuse task of r's trace.
+func (p *processor) forward(t *engine.Task, r *request, chunk []byte) error {
+	n := 0
+	if err := readMembers(chunk, func(*member) error { n++; return nil }); err != nil {
+		return err
+	}
+	p.s.counters.Resolved.Add(int64(n))
+	p.key = otlp.AppendTraceIDHex(p.key[:0], r.trace)
+	q := otlp.HashPartition(p.key, p.cfg.Partitions)
+	if q == p.partition {
+		return p.add(t, r.trace, chunk)
+	}
+	p.s.counters.Repartitioned.Add(1)
+	t.Emit(&kgo.Record{
+		Topic:     p.cfg.RepartitionTopic,
+		Partition: q,
+		Key:       append([]byte(nil), p.key...),
+		Value:     append([]byte(nil), chunk...),
+	})
+	return nil
+}
+
+func (p *processor) unresolved(t *engine.Task, rid string, m *member) {
+	p.s.counters.Unresolved.Add(1)
+	p.sendLate(t, []byte(rid), m, "unresolved request id "+rid+": no span declared it within allowed lateness")
+}
+
+func (p *processor) requestChanged(r *request) {
+	if !r.changed {
+		r.changed = true
+		p.changedReqs = append(p.changedReqs, r)
+	}
+	p.scheduleRequest(r)
+}
+
+// requestAction is when r's waiting logs are flagged or r is forgotten.
+func (p *processor) requestAction(r *request) int64 {
+	if len(r.waiting) > 0 {
+		return r.first + int64(p.cfg.AllowedLateness) + 1
+	}
+	return r.declTime + int64(p.cfg.IdleGap) + int64(p.cfg.AllowedLateness)
+}
+
+func (p *processor) scheduleRequest(r *request) {
+	at := p.requestAction(r)
+	if r.timerAt != 0 && r.timerAt <= at {
+		return
+	}
+	r.timerAt = at
+	heap.Push(&p.reqTimers, reqTimer{at: at, r: r})
+}
+
+// fireRequests flags and forgets requests due at wm; it shares the timer
+// slice budget with the trace timers.
+func (p *processor) fireRequests(t *engine.Task, wm int64, budget int) (int, error) {
+	fired := 0
+	for len(p.reqTimers) > 0 && p.reqTimers[0].at <= wm {
+		if fired == budget {
+			p.backlog = true
+			return fired, nil
+		}
+		fired++
+		tm := heap.Pop(&p.reqTimers).(reqTimer)
+		r := tm.r
+		if p.requests[r.id] != r || r.timerAt != tm.at {
+			continue
+		}
+		r.timerAt = 0
+		if at := p.requestAction(r); at > wm {
+			p.scheduleRequest(r)
+			continue
+		}
+		if len(r.waiting) > 0 {
+			err := readMembers(r.waiting, func(m *member) error {
+				p.unresolved(t, r.id, m)
+				return nil
+			})
+			if err != nil {
+				return fired, err
+			}
+			r.waiting, r.first = nil, 0
+			if r.declared {
+				p.requestChanged(r)
+				continue
+			}
+		}
+		p.forget(r)
+		if r.stored {
+			if err := t.State.Delete(requestKey(p.key[:0], r.id)); err != nil {
+				return fired, err
+			}
+		}
+	}
+	return fired, nil
+}
+
+func (p *processor) forget(r *request) {
+	delete(p.requests, r.id)
+	p.s.counters.OpenRequests.Add(-1)
+}
+
+func requestKey(dst []byte, id string) []byte { return append(append(dst, prefixRequest), id...) }
+
+// checkpointRequests writes the changed requests' records.
+func (p *processor) checkpointRequests(t *engine.Task) error {
+	for _, r := range p.changedReqs {
+		r.changed = false
+		if p.requests[r.id] != r {
+			continue
+		}
+		b := p.scratch[:0]
+		flags := byte(0)
+		if r.declared {
+			flags = 1
+		}
+		b = append(b, 1, flags)
+		b = append(b, r.trace[:]...)
+		b = binary.AppendVarint(b, r.declTime)
+		b = binary.AppendVarint(b, r.first)
+		b = append(b, r.waiting...)
+		p.scratch = b
+		if err := t.State.Set(requestKey(p.key[:0], r.id), b); err != nil {
+			return fmt.Errorf("fuse: write request record: %w", err)
+		}
+		r.stored = true
+	}
+	clear(p.changedReqs)
+	p.changedReqs = p.changedReqs[:0]
+	return nil
+}
+
+// restoreRequests reloads every request record.
+func (p *processor) restoreRequests(t *engine.Task) error {
+	p.s.counters.OpenRequests.Add(-int64(len(p.requests)))
+	defer func() { p.s.counters.OpenRequests.Add(int64(len(p.requests))) }()
+	clear(p.requests)
+	p.reqTimers = p.reqTimers[:0]
+	p.changedReqs = p.changedReqs[:0]
+	it, err := t.State.Iter([]byte{prefixRequest}, []byte{prefixRequest + 1})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		r := &request{id: string(it.Key()[1:]), stored: true}
+		v := it.Value()
+		if len(v) < 18 || v[0] != 1 {
+			return fmt.Errorf("fuse: request %q: unknown record version", r.id)
+		}
+		r.declared = v[1]&1 != 0
+		copy(r.trace[:], v[2:18])
+		v = v[18:]
+		var n int
+		if r.declTime, n = binary.Varint(v); n <= 0 {
+			return fmt.Errorf("fuse: request %q: %w", r.id, errCorruptChunk)
+		}
+		v = v[n:]
+		if r.first, n = binary.Varint(v); n <= 0 {
+			return fmt.Errorf("fuse: request %q: %w", r.id, errCorruptChunk)
+		}
+		r.waiting = append([]byte(nil), v[n:]...)
+		p.requests[r.id] = r
+		p.scheduleRequest(r)
+	}
+	return it.Error()
+}
+
+type reqTimer struct {
+	at int64
+	r  *request
+}
+
+// reqTimerHeap orders by time, then request id (deterministic output).
+type reqTimerHeap []reqTimer
+
+func (h reqTimerHeap) Len() int { return len(h) }
+func (h reqTimerHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].r.id < h[j].r.id
+}
+func (h reqTimerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *reqTimerHeap) Push(x any)   { *h = append(*h, x.(reqTimer)) }
+func (h *reqTimerHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	old[len(old)-1] = reqTimer{}
+	*h = old[:len(old)-1]
+	return x
+}
