@@ -491,8 +491,10 @@ type LogCompliance struct {
 	WithSchemaVersion int64                  `protobuf:"varint,2,opt,name=with_schema_version,json=withSchemaVersion,proto3" json:"with_schema_version,omitempty"`
 	WithValidHint     int64                  `protobuf:"varint,3,opt,name=with_valid_hint,json=withValidHint,proto3" json:"with_valid_hint,omitempty"`
 	WithInvalidHint   int64                  `protobuf:"varint,4,opt,name=with_invalid_hint,json=withInvalidHint,proto3" json:"with_invalid_hint,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Logs in which a request id was found (attribute or body).
+	WithRequestId int64 `protobuf:"varint,5,opt,name=with_request_id,json=withRequestId,proto3" json:"with_request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LogCompliance) Reset() {
@@ -553,6 +555,13 @@ func (x *LogCompliance) GetWithInvalidHint() int64 {
 	return 0
 }
 
+func (x *LogCompliance) GetWithRequestId() int64 {
+	if x != nil {
+		return x.WithRequestId
+	}
+	return 0
+}
+
 var File_braid_v1_derived_proto protoreflect.FileDescriptor
 
 const file_braid_v1_derived_proto_rawDesc = "" +
@@ -605,12 +614,13 @@ const file_braid_v1_derived_proto_rawDesc = "" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\".\n" +
 	"\x04Hint\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xa7\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xcf\x01\n" +
 	"\rLogCompliance\x12\x12\n" +
 	"\x04logs\x18\x01 \x01(\x03R\x04logs\x12.\n" +
 	"\x13with_schema_version\x18\x02 \x01(\x03R\x11withSchemaVersion\x12&\n" +
 	"\x0fwith_valid_hint\x18\x03 \x01(\x03R\rwithValidHint\x12*\n" +
-	"\x11with_invalid_hint\x18\x04 \x01(\x03R\x0fwithInvalidHintB.Z,github.com/braidlabs/braid/operators/braidpbb\x06proto3"
+	"\x11with_invalid_hint\x18\x04 \x01(\x03R\x0fwithInvalidHint\x12&\n" +
+	"\x0fwith_request_id\x18\x05 \x01(\x03R\rwithRequestIdB.Z,github.com/braidlabs/braid/operators/braidpbb\x06proto3"
 
 var (
 	file_braid_v1_derived_proto_rawDescOnce sync.Once

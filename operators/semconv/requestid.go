@@ -1,0 +1,339 @@
+package semconv
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"regexp"
+	"regexp/syntax"
+	"strings"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// RequestIDRules says where request ids are found in logs and spans. The
+// zero value finds nothing; start from DefaultRequestIDRules.
+//
+// Normal form: an id is the attribute value (ints in decimal) or the text
+// of the pattern's capture group, verbatim, except that a rule may give a
+// prefix: an attribute key written "key=prefix" and a capture group named
+// NAME ((?P<NAME>…)) put prefix, respectively "NAME-", before the id unless
+// it already starts with it. The defaults use this for llama.cpp, whose
+// "task 42" becomes "task-42" in logs and spans alike.
+type RequestIDRules struct {
+	// AttributeKeys are the attribute keys holding a request id, by
+	// priority: "key" or "key=prefix". Default: see DefaultRequestIDRules.
+	AttributeKeys []string `yaml:"attribute_keys"`
+	// BodyPatterns are regular expressions (Go RE2 syntax) with exactly
+	// one capture group, tried in order on a log body that is a string,
+	// when no attribute gave an id. The first match wins.
+	BodyPatterns []string `yaml:"body_patterns"`
+	// IDFormats are regular expressions a well-formed request id matches
+	// in full (they are anchored). An id that matches none has an unknown
+	// format (see Anchor validity). Empty: every non-empty id is known.
+	IDFormats []string `yaml:"id_formats"`
+}
+
+// DefaultRequestIDRules returns the rules for vLLM, SGLang, llama.cpp and
+// Triton (TensorRT-LLM):
+//
+//   - attributes gen_ai.request.id (vLLM, TensorRT-LLM, braid's simulator),
+//     rid (SGLang), request_id and triton.request_id (Triton), id_task and
+//     task_id (llama.cpp, as "task-N");
+//   - bodies: vLLM "cmpl-…" and "chatcmpl-…" ("Added request
+//     chatcmpl-9f…", "Finished request cmpl-3c…-0"); SGLang "rid=…" and
+//     "rid='…'" ("Receive: obj=GenerateReqInput(rid='3f2a…', …)"); llama.cpp
+//     "task 42" and JSON "id_task":42 → "task-42"; Triton "[request id: 7]"
+//     (not "<id_unknown>") and request_id=… / request_id: ….
+//   - formats: (chat)cmpl-…, task-N, 8–64 hex digits, a UUID, a decimal
+//     number.
+func DefaultRequestIDRules() RequestIDRules {
+	return RequestIDRules{
+		AttributeKeys: []string{
+			"gen_ai.request.id",
+			"rid",
+			"request_id",
+			"triton.request_id",
+			"id_task=task-",
+			"task_id=task-",
+		},
+		BodyPatterns: []string{
+			`\b((?:chat)?cmpl-[A-Za-z0-9_-]+)`,
+			`\brid=['"]?([A-Za-z0-9_.:-]+)`,
+			`\btask (?P<task>\d+)\b`,
+			`"id_task":\s*(?P<task>\d+)`,
+			`\[request id: ([^\]<>\s][^\]]*)\]`,
+			`\brequest_id[=:]\s*['"]?([A-Za-z0-9_.:-]+)`,
+		},
+		IDFormats: []string{
+			`(?:chat)?cmpl-[A-Za-z0-9_-]+`,
+			`task-\d+`,
+			`[0-9a-fA-F]{8,64}`,
+			`[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}`,
+			`\d{1,20}`,
+		},
+	}
+}
+
+// Validate reports every problem of the rules at once.
+func (r RequestIDRules) Validate() error {
+	_, err := r.compile()
+	return err
+}
+
+// Compile validates the rules and compiles them.
+func (r RequestIDRules) Compile() (*RequestIDs, error) {
+	return r.compile()
+}
+
+// RequestIDs extracts request ids from serialized OTLP spans and log
+// records. It is safe for concurrent use.
+type RequestIDs struct {
+	attrs   map[string]attrRule
+	bodies  []bodyRule
+	formats []*regexp.Regexp
+}
+
+type attrRule struct {
+	prio   int
+	prefix string
+}
+
+type bodyRule struct {
+	re      *regexp.Regexp
+	literal []byte // a substring every match contains; may be empty
+	prefix  string
+}
+
+func (r RequestIDRules) compile() (*RequestIDs, error) {
+	var errs []error
+	ids := &RequestIDs{attrs: make(map[string]attrRule, len(r.AttributeKeys))}
+	for i, k := range r.AttributeKeys {
+		key, prefix, _ := strings.Cut(k, "=")
+		switch {
+		case key == "":
+			errs = append(errs, fmt.Errorf("semconv: attribute_keys[%d] %q: empty key", i, k))
+		default:
+			if _, dup := ids.attrs[key]; dup {
+				errs = append(errs, fmt.Errorf("semconv: attribute_keys[%d] %q: duplicate key", i, k))
+				continue
+			}
+			ids.attrs[key] = attrRule{prio: i, prefix: prefix}
+		}
+	}
+	for i, p := range r.BodyPatterns {
+		re, err := regexp.Compile(p)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("semconv: body_patterns[%d] %q: %w", i, p, err))
+			continue
+		}
+		if n := re.NumSubexp(); n != 1 {
+			errs = append(errs, fmt.Errorf("semconv: body_patterns[%d] %q: %d capture groups, want 1", i, p, n))
+			continue
+		}
+		rule := bodyRule{re: re, literal: []byte(requiredLiteral(p))}
+		if name := re.SubexpNames()[1]; name != "" {
+			rule.prefix = name + "-"
+		}
+		ids.bodies = append(ids.bodies, rule)
+	}
+	for i, f := range r.IDFormats {
+		re, err := regexp.Compile(`^(?:` + f + `)$`)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("semconv: id_formats[%d] %q: %w", i, f, err))
+			continue
+		}
+		ids.formats = append(ids.formats, re)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return ids, nil
+}
+
+// requiredLiteral returns the longest case-sensitive literal that every
+// match of the pattern contains, or "".
+func requiredLiteral(pattern string) string {
+	re, err := syntax.Parse(pattern, syntax.Perl)
+	if err != nil {
+		return ""
+	}
+	var best string
+	var walk func(re *syntax.Regexp)
+	walk = func(re *syntax.Regexp) {
+		switch re.Op {
+		case syntax.OpLiteral:
+			if re.Flags&syntax.FoldCase == 0 && len(re.Rune) > len(best) {
+				if s := string(re.Rune); len(s) > len(best) {
+					best = s
+				}
+			}
+		case syntax.OpConcat:
+			for _, s := range re.Sub {
+				walk(s)
+			}
+		case syntax.OpCapture, syntax.OpPlus:
+			walk(re.Sub[0])
+		case syntax.OpRepeat:
+			if re.Min >= 1 {
+				walk(re.Sub[0])
+			}
+		}
+	}
+	walk(re)
+	return best
+}
+
+var defaultIDs = func() *RequestIDs {
+	ids, err := DefaultRequestIDRules().Compile()
+	if err != nil {
+		panic(err)
+	}
+	return ids
+}()
+
+// DefaultRequestIDs returns the compiled DefaultRequestIDRules.
+func DefaultRequestIDs() *RequestIDs { return defaultIDs }
+
+// KnownFormat reports whether id is non-empty and matches one of the
+// rules' IDFormats (any non-empty id when there are none).
+func (ids *RequestIDs) KnownFormat(id string) bool {
+	if id == "" {
+		return false
+	}
+	if len(ids.formats) == 0 {
+		return true
+	}
+	for _, re := range ids.formats {
+		if re.MatchString(id) {
+			return true
+		}
+	}
+	return false
+}
+
+// fromAttrs returns the id from the highest-priority attribute rule that
+// matches an attribute of field of msg.
+func (ids *RequestIDs) fromAttrs(msg []byte, field protowire.Number) (string, bool) {
+	if len(ids.attrs) == 0 {
+		return "", false
+	}
+	best := -1
+	var bestVal Value
+	var bestPrefix string
+	it := attrIter{msg: msg, field: field}
+	for {
+		k, v, ok := it.next()
+		if !ok {
+			break
+		}
+		r, ok := ids.attrs[string(k)]
+		if !ok || (best >= 0 && r.prio >= best) {
+			continue
+		}
+		if !v.IsScalar() || v.Type == ValueBool || (v.Type == ValueString && len(v.raw) == 0) {
+			continue
+		}
+		best, bestVal, bestPrefix = r.prio, v, r.prefix
+		if best == 0 {
+			break
+		}
+	}
+	if best < 0 {
+		return "", false
+	}
+	if bestVal.Type == ValueString && bestPrefix == "" {
+		return string(bestVal.raw), true
+	}
+	return withPrefix(bestPrefix, bestVal.String()), true
+}
+
+func withPrefix(prefix, id string) string {
+	if prefix == "" || strings.HasPrefix(id, prefix) {
+		return id
+	}
+	return prefix + id
+}
+
+// FromText returns the request id that the body patterns find in text.
+// It does not allocate when there is none.
+func (ids *RequestIDs) FromText(text []byte) (string, bool) {
+	var loc [4]int
+	for i := range ids.bodies {
+		r := &ids.bodies[i]
+		if len(r.literal) > 0 && !bytes.Contains(text, r.literal) {
+			continue
+		}
+		m := r.re.FindSubmatchIndex(text)
+		if m == nil || m[2] < 0 || m[3] <= m[2] {
+			continue
+		}
+		copy(loc[:], m)
+		return withPrefix(r.prefix, string(text[loc[2]:loc[3]])), true
+	}
+	return "", false
+}
+
+// FromLog returns the request id of a serialized LogRecord: from its
+// attributes (by the priority of AttributeKeys), else from its body when
+// the body is a string (LogRecord field 5, AnyValue field 1). It does not
+// allocate when there is none.
+func (ids *RequestIDs) FromLog(logRecord []byte) (string, bool) {
+	if id, ok := ids.fromAttrs(logRecord, LogRecordAttrs); ok {
+		return id, true
+	}
+	if len(ids.bodies) == 0 {
+		return "", false
+	}
+	body := logBody(logRecord)
+	if body.Type != ValueString {
+		return "", false
+	}
+	return ids.FromText(body.raw)
+}
+
+// logBody returns the body of a serialized LogRecord.
+func logBody(rec []byte) Value {
+	var body Value
+	for len(rec) > 0 {
+		num, typ, raw, _, rest, ok := consumeField(rec)
+		if !ok {
+			break
+		}
+		rec = rest
+		if num == 5 && typ == protowire.BytesType {
+			body = parseAnyValue(raw)
+		}
+	}
+	return body
+}
+
+// FromSpan returns the request id of a serialized Span: from its
+// attributes (by the priority of AttributeKeys), else from an SGLang span
+// name "… Req {rid}" (see SGLangRID). It does not allocate when there is
+// none.
+func (ids *RequestIDs) FromSpan(span []byte) (string, bool) {
+	if id, ok := ids.fromAttrs(span, SpanAttrs); ok {
+		return id, true
+	}
+	name := spanName(span)
+	if !bytes.Contains(name, []byte("Req ")) {
+		return "", false
+	}
+	return SGLangRID(string(name))
+}
+
+func spanName(span []byte) []byte {
+	var name []byte
+	for len(span) > 0 {
+		num, typ, raw, _, rest, ok := consumeField(span)
+		if !ok {
+			break
+		}
+		span = rest
+		if num == 5 && typ == protowire.BytesType {
+			name = raw
+		}
+	}
+	return name
+}
