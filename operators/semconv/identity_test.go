@@ -1,0 +1,98 @@
+package semconv
+
+import "testing"
+
+func TestIdentityOf(t *testing.T) {
+	cases := []struct {
+		name      string
+		res, attr []KV
+		want      Identity
+	}{
+		{
+			name: "vllm span",
+			res:  []KV{{"service.name", "vllm"}, {"service.instance.id", "i-1"}, {"host.name", "node-a"}, {"gpu.uuid", "GPU-aa"}, {"gpu.index", "0"}},
+			attr: []KV{{"gen_ai.request.model", "llama-8b"}, {"gen_ai.response.model", "meta/llama-8b"}},
+			want: Identity{Service: "vllm", Instance: "i-1", Host: "node-a", GPUUUID: "GPU-aa", GPUIndex: "0", Model: "meta/llama-8b"},
+		},
+		{
+			name: "request model only",
+			res:  []KV{{"host.name", "node-a"}},
+			attr: []KV{{"gen_ai.request.model", "llama-8b"}},
+			want: Identity{Host: "node-a", Model: "llama-8b"},
+		},
+		{
+			name: "dcgm hostname",
+			res:  []KV{{"service.name", "dcgm"}, {"host.name", "collector-0"}},
+			attr: []KV{{"gpu", "1"}, {"UUID", "GPU-bb"}, {"pci_bus_id", "00000000:3B:00.0"}, {"modelName", "NVIDIA H100 80GB HBM3"}, {"hostname", "node-b"}},
+			want: Identity{Service: "dcgm", Host: "node-b", GPUUUID: "GPU-bb", GPUIndex: "1"},
+		},
+		{
+			name: "dcgm old Hostname",
+			attr: []KV{{"gpu", "2"}, {"UUID", "GPU-cc"}, {"modelName", "NVIDIA H200"}, {"Hostname", "node-c"}},
+			want: Identity{Host: "node-c", GPUUUID: "GPU-cc", GPUIndex: "2"},
+		},
+		{
+			name: "vllm metric",
+			res:  []KV{{"service.name", "vllm"}, {"service.instance.id", "10.0.0.5:8000"}, {"host.name", "node-a"}},
+			attr: []KV{{"model_name", "llama-8b"}, {"engine", "0"}},
+			want: Identity{Service: "vllm", Instance: "10.0.0.5:8000", Host: "node-a", Model: "llama-8b"},
+		},
+		{
+			name: "empty values ignored, first wins",
+			res:  []KV{{"host.name", ""}, {"host.name", "h1"}, {"host.name", "h2"}},
+			attr: []KV{{"gpu", ""}},
+			want: Identity{Host: "h1"},
+		},
+	}
+	for _, c := range cases {
+		if got := IdentityOf(c.res, c.attr); got != c.want {
+			t.Errorf("%s: IdentityOf = %+v, want %+v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestIdentityString(t *testing.T) {
+	id := Identity{Service: "vllm", Instance: "i,1", Host: "node=a", GPUUUID: "GPU-aa", GPUIndex: "0", Model: `m\x`}
+	want := `service=vllm,instance=i\,1,host=node\=a,gpu_uuid=GPU-aa,gpu_index=0,model=m\\x`
+	if got := id.String(); got != want {
+		t.Errorf("String = %q, want %q", got, want)
+	}
+	if got := (Identity{Host: "h", Model: "m"}).String(); got != "host=h,model=m" {
+		t.Errorf("String = %q", got)
+	}
+	if got := (Identity{}).String(); got != "" {
+		t.Errorf("zero String = %q", got)
+	}
+}
+
+func TestMatches(t *testing.T) {
+	req := Identity{Service: "vllm", Instance: "i-1", Host: "node-a", GPUUUID: "GPU-aa", GPUIndex: "0", Model: "llama"}
+	cases := []struct {
+		name   string
+		req    Identity
+		series Identity
+		want   bool
+	}{
+		{"host only", req, Identity{Host: "node-a"}, true},
+		{"host differs", req, Identity{Host: "node-b"}, false},
+		{"both hosts empty", Identity{}, Identity{}, false},
+		{"request host empty", Identity{Model: "llama"}, Identity{Model: "llama"}, false},
+		{"service ignored", req, Identity{Service: "dcgm", Host: "node-a"}, true},
+		{"instance equal", req, Identity{Host: "node-a", Instance: "i-1"}, true},
+		{"instance differs", req, Identity{Host: "node-a", Instance: "i-2"}, false},
+		{"model equal", req, Identity{Host: "node-a", Model: "llama"}, true},
+		{"model differs", req, Identity{Host: "node-a", Model: "qwen"}, false},
+		{"gpu uuid equal", req, Identity{Host: "node-a", GPUUUID: "GPU-aa", GPUIndex: "7"}, true},
+		{"gpu uuid differs", req, Identity{Host: "node-a", GPUUUID: "GPU-bb", GPUIndex: "0"}, false},
+		{"gpu index equal", req, Identity{Host: "node-a", GPUIndex: "0"}, true},
+		{"gpu index differs", req, Identity{Host: "node-a", GPUIndex: "1"}, false},
+		{"index vs request uuid only", Identity{Host: "node-a", GPUUUID: "GPU-aa"}, Identity{Host: "node-a", GPUIndex: "0"}, false},
+		{"request without gpu", Identity{Host: "node-a"}, Identity{Host: "node-a", GPUUUID: "GPU-aa"}, false},
+		{"series without gpu", Identity{Host: "node-a"}, Identity{Host: "node-a"}, true},
+	}
+	for _, c := range cases {
+		if got := c.req.Matches(c.series); got != c.want {
+			t.Errorf("%s: Matches = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
