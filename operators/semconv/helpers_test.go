@@ -70,3 +70,7 @@ func logRecord(t testing.TB, ts uint64, body string, attrs ...*commonpb.KeyValue
 	}
 	return marshal(t, l)
 }
+
+func marshalLogWithBody(t testing.TB, body *commonpb.AnyValue) []byte {
+	return marshal(t, &logspb.LogRecord{TimeUnixNano: 1, Body: body})
+}
