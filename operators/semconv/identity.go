@@ -117,11 +117,14 @@ func (id Identity) HasGPU() bool { return id.GPUUUID != "" || id.GPUIndex != "" 
 // Matches reports whether a request (req, the identity of its spans) ran
 // on the resource a series comes from:
 //   - Host equal, both non-empty;
-//   - if the series has an Instance, the request's Instance equal;
-//   - if the series has a Model, the request's Model equal;
-//   - if the series has a GPU, the request's GPU equal: uuids compared when
-//     both have one, else indexes when both have one; a request without a
-//     comparable GPU does not match a GPU series.
+//   - a series with a GPU (a GPU exporter's: DCGM, NVML) matches when the
+//     request's GPU is the same: uuids compared when both have one, else
+//     indexes when both have one; a request without a comparable GPU does
+//     not match a GPU series. Its Instance is the exporter's scrape target,
+//     not the server's, and is not compared;
+//   - any other series (the server's own) matches when, if it has an
+//     Instance, the request's Instance is equal and, if it has a Model, the
+//     request's Model is equal.
 //
 // Service is not compared: a scraped series' service.name is the scrape
 // job, not the server's.
@@ -129,11 +132,13 @@ func (req Identity) Matches(series Identity) bool {
 	if req.Host == "" || req.Host != series.Host {
 		return false
 	}
-	if series.Instance != "" && req.Instance != series.Instance {
-		return false
-	}
-	if series.Model != "" && req.Model != series.Model {
-		return false
+	if !series.HasGPU() {
+		if series.Instance != "" && req.Instance != series.Instance {
+			return false
+		}
+		if series.Model != "" && req.Model != series.Model {
+			return false
+		}
 	}
 	if series.HasGPU() {
 		switch {
