@@ -48,6 +48,9 @@ type Topology struct {
 	Changelog string
 	// NewProcessor builds the processor of task t. t.State is open.
 	NewProcessor func(t *Task) (Processor, error)
+	// Globals are topics of Partitions partitions that every instance
+	// reads whole (see Global).
+	Globals []Global
 }
 
 // Config configures an Engine.
@@ -288,7 +291,17 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 	}
 	e.sess = sess
 	e.committed = e.fetchCommitted
+	gctx, stopGlobals := context.WithCancel(context.Background())
+	globalsDone := make(chan struct{})
+	go func() {
+		defer close(globalsDone)
+		if err := e.readGlobals(gctx); err != nil {
+			e.log.Error("global tables stopped", "err", err)
+		}
+	}()
 	defer func() {
+		stopGlobals()
+		<-globalsDone
 		e.closeTasks()
 		sess.Close()
 	}()

@@ -31,7 +31,19 @@ func NewHarness(cfg Config, topo Topology, partition int32, now time.Time) (*Har
 	if err != nil {
 		return nil, err
 	}
-	e.sink = func(r *kgo.Record) { h.Out = append(h.Out, r) }
+	globals := map[string]*Global{}
+	for i := range topo.Globals {
+		globals[topo.Globals[i].Topic] = &topo.Globals[i]
+	}
+	e.sink = func(r *kgo.Record) {
+		// What goes to a global topic is read back at once, as the
+		// engine's reader would (after the commit).
+		if g := globals[r.Topic]; g != nil {
+			g.Feed(r, h.now)
+			return
+		}
+		h.Out = append(h.Out, r)
+	}
 	h.e = e
 	if err := h.open(); err != nil {
 		return nil, err
@@ -76,8 +88,14 @@ func (h *Harness) Advance() error {
 	return h.err()
 }
 
-// Finish advances the watermark to the end of time: every timer fires.
+// Finish advances the watermark to the end of time: every timer fires. The
+// global topics end too.
 func (h *Harness) Finish() error {
+	for _, g := range h.e.topo.Globals {
+		if g.End != nil {
+			g.End()
+		}
+	}
 	h.t.all.Advance(1<<63 - 1)
 	return h.Advance()
 }

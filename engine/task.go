@@ -56,6 +56,9 @@ type Task struct {
 	// internal topic j may be forwarded only to an internal topic k > j), so
 	// what a task forwards on topic k is never older than up[k] allows.
 	up []*windows.Watermarks
+	// srcOnly covers the source inputs only: the watermark sent on global
+	// topics, which only records read from sources feed.
+	srcOnly *windows.Watermarks
 	// all covers source inputs and every upstream task of every internal
 	// input: the watermark that fires timers.
 	all *windows.Watermarks
@@ -109,6 +112,7 @@ func (e *Engine) openTaskNoRun(p int32) (*Task, error) {
 		now:       now,
 	}
 	t.all = e.newWatermarks(len(e.internal), now)
+	t.srcOnly = e.newWatermarks(0, now)
 	t.up = make([]*windows.Watermarks, len(e.internal))
 	for k := range t.up {
 		t.up[k] = e.newWatermarks(k, now)
@@ -150,6 +154,7 @@ func (t *Task) loadCommitted() error {
 		for _, w := range t.up {
 			w.RestoreMaxima(maxima)
 		}
+		t.srcOnly.RestoreMaxima(maxima)
 	}
 	t.lastWM = t.restoreWM
 	t.pub.watermark.Store(t.restoreWM)
@@ -306,6 +311,14 @@ func (t *Task) prepare() error {
 		// restore replays up to the one whose offsets the group committed.
 		t.State.log(checkpointKey, encodeTaskOffsets(t.offsets))
 	}
+	if len(t.e.topo.Globals) > 0 {
+		marker := encodeMarker(t.Partition, t.srcOnly.Current(t.now), t.srcOnly.Idle(t.now))
+		for _, g := range t.e.topo.Globals {
+			for q := int32(0); q < t.e.topo.Partitions; q++ {
+				t.e.produce(&kgo.Record{Topic: g.Topic, Partition: q, Headers: []kgo.RecordHeader{{Key: markerHeader, Value: marker}}})
+			}
+		}
+	}
 	for k, topic := range t.e.internal {
 		wm, idle := t.up[k].Current(t.now), t.up[k].Idle(t.now)
 		marker := encodeMarker(t.Partition, wm, idle)
@@ -359,6 +372,7 @@ func (t *Task) Observe(input int, ts int64) {
 	for _, w := range t.up {
 		w.Observe(i, ts, t.now)
 	}
+	t.srcOnly.Observe(i, ts, t.now)
 	t.all.Observe(i, ts, t.now)
 }
 
@@ -371,6 +385,7 @@ func (t *Task) Touch(input int) {
 	for _, w := range t.up {
 		w.Touch(i, t.now)
 	}
+	t.srcOnly.Touch(i, t.now)
 	t.all.Touch(i, t.now)
 }
 

@@ -70,13 +70,30 @@ func (x *ResourceContext) GetSeries() []*SeriesWindow {
 	return nil
 }
 
-// SeriesWindow summarises one series over a request's [start, end].
+// SeriesWindow summarises one series over a request's window [start, end]
+// (the root span's start and end):
+//
+//	at_start  the value of the last sample at or before start;
+//	at_end    the value of the last sample at or before end;
+//	min, max  over the at_start sample and the samples in (start, end];
+//	delta     at_end - at_start, for counters (e.g. preemptions during the
+//	          request);
+//	samples   the number of samples in (start, end].
+//
+// A series appears when it has a sample at or before end.
 type SeriesWindow struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Internal metric name (operators/semconv), e.g. kv_cache_usage.
 	Metric string `protobuf:"bytes,1,opt,name=metric,proto3" json:"metric,omitempty"`
-	// Identity of the series' resource, canonical "k=v,k=v" text.
-	Resource      string `protobuf:"bytes,2,opt,name=resource,proto3" json:"resource,omitempty"`
+	// Identity of the series' resource (semconv.Identity.String).
+	Resource      string   `protobuf:"bytes,2,opt,name=resource,proto3" json:"resource,omitempty"`
+	AtStart       *float64 `protobuf:"fixed64,3,opt,name=at_start,json=atStart,proto3,oneof" json:"at_start,omitempty"`
+	AtEnd         float64  `protobuf:"fixed64,4,opt,name=at_end,json=atEnd,proto3" json:"at_end,omitempty"`
+	Min           float64  `protobuf:"fixed64,5,opt,name=min,proto3" json:"min,omitempty"`
+	Max           float64  `protobuf:"fixed64,6,opt,name=max,proto3" json:"max,omitempty"`
+	Delta         *float64 `protobuf:"fixed64,7,opt,name=delta,proto3,oneof" json:"delta,omitempty"`
+	Samples       uint32   `protobuf:"varint,8,opt,name=samples,proto3" json:"samples,omitempty"`
+	Counter       bool     `protobuf:"varint,9,opt,name=counter,proto3" json:"counter,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -125,16 +142,74 @@ func (x *SeriesWindow) GetResource() string {
 	return ""
 }
 
+func (x *SeriesWindow) GetAtStart() float64 {
+	if x != nil && x.AtStart != nil {
+		return *x.AtStart
+	}
+	return 0
+}
+
+func (x *SeriesWindow) GetAtEnd() float64 {
+	if x != nil {
+		return x.AtEnd
+	}
+	return 0
+}
+
+func (x *SeriesWindow) GetMin() float64 {
+	if x != nil {
+		return x.Min
+	}
+	return 0
+}
+
+func (x *SeriesWindow) GetMax() float64 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+func (x *SeriesWindow) GetDelta() float64 {
+	if x != nil && x.Delta != nil {
+		return *x.Delta
+	}
+	return 0
+}
+
+func (x *SeriesWindow) GetSamples() uint32 {
+	if x != nil {
+		return x.Samples
+	}
+	return 0
+}
+
+func (x *SeriesWindow) GetCounter() bool {
+	if x != nil {
+		return x.Counter
+	}
+	return false
+}
+
 var File_braid_v1_resources_proto protoreflect.FileDescriptor
 
 const file_braid_v1_resources_proto_rawDesc = "" +
 	"\n" +
 	"\x18braid/v1/resources.proto\x12\bbraid.v1\"A\n" +
 	"\x0fResourceContext\x12.\n" +
-	"\x06series\x18\x01 \x03(\v2\x16.braid.v1.SeriesWindowR\x06series\"B\n" +
+	"\x06series\x18\x01 \x03(\v2\x16.braid.v1.SeriesWindowR\x06series\"\x83\x02\n" +
 	"\fSeriesWindow\x12\x16\n" +
 	"\x06metric\x18\x01 \x01(\tR\x06metric\x12\x1a\n" +
-	"\bresource\x18\x02 \x01(\tR\bresourceB.Z,github.com/braidlabs/braid/operators/braidpbb\x06proto3"
+	"\bresource\x18\x02 \x01(\tR\bresource\x12\x1e\n" +
+	"\bat_start\x18\x03 \x01(\x01H\x00R\aatStart\x88\x01\x01\x12\x15\n" +
+	"\x06at_end\x18\x04 \x01(\x01R\x05atEnd\x12\x10\n" +
+	"\x03min\x18\x05 \x01(\x01R\x03min\x12\x10\n" +
+	"\x03max\x18\x06 \x01(\x01R\x03max\x12\x19\n" +
+	"\x05delta\x18\a \x01(\x01H\x01R\x05delta\x88\x01\x01\x12\x18\n" +
+	"\asamples\x18\b \x01(\rR\asamples\x12\x18\n" +
+	"\acounter\x18\t \x01(\bR\acounterB\v\n" +
+	"\t_at_startB\b\n" +
+	"\x06_deltaB.Z,github.com/braidlabs/braid/operators/braidpbb\x06proto3"
 
 var (
 	file_braid_v1_resources_proto_rawDescOnce sync.Once
@@ -167,6 +242,7 @@ func file_braid_v1_resources_proto_init() {
 	if File_braid_v1_resources_proto != nil {
 		return
 	}
+	file_braid_v1_resources_proto_msgTypes[1].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

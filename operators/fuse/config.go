@@ -32,6 +32,19 @@ type Config struct {
 	// RequestIDs extracts request ids from spans and trace-less logs (a
 	// compiled semconv.RequestIDs); nil turns the resolve stage off.
 	RequestIDs RequestIDs
+	// ResourcesTopic is the global table of resource time series (see
+	// operators/resources): metric points without an exemplar go there and
+	// fuse attaches the values in force during each request. "" turns the
+	// resources stage off. The job sets <group>.resources.
+	ResourcesTopic string
+	// ResourceRetain: samples older than the table's watermark minus this
+	// are dropped (the last of each series stays). Default 10m; it must
+	// exceed the longest request plus AllowedLateness.
+	ResourceRetain time.Duration
+	// ResourceIdleness: a task that writes no marker to the resources topic
+	// for this long stops holding the table's watermark back. Default 30s
+	// (the engine's idleness).
+	ResourceIdleness time.Duration
 	// ChangelogTopic receives every state change, compacted; "" keeps
 	// state only locally. Default braid.fuse-changelog.
 	ChangelogTopic string
@@ -93,6 +106,12 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.AllowedLateness == 0 {
 		c.AllowedLateness = 60 * time.Second
+	}
+	if c.ResourceRetain == 0 {
+		c.ResourceRetain = 10 * time.Minute
+	}
+	if c.ResourceIdleness == 0 {
+		c.ResourceIdleness = 30 * time.Second
 	}
 	if c.FlushAfter == 0 {
 		c.FlushAfter = 10 * time.Second

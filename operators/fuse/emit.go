@@ -14,21 +14,25 @@ import (
 	"github.com/braidlabs/braid/connectors/otlp"
 	"github.com/braidlabs/braid/engine"
 	"github.com/braidlabs/braid/operators/braidpb"
+	"github.com/braidlabs/braid/operators/semconv"
 )
 
 // FusedTrace field numbers (operators/braidpb/braid/v1/braid.proto).
 const (
-	fTraceID   = 1
-	fRevision  = 2
-	fStart     = 3
-	fEnd       = 4
-	fResources = 5
-	fSpans     = 6
-	fLogs      = 7
-	fPoints    = 8
-	fSummary   = 9
-	fFlags     = 10
-	fWatermark = 11
+	fTraceID         = 1
+	fRevision        = 2
+	fStart           = 3
+	fEnd             = 4
+	fResources       = 5
+	fSpans           = 6
+	fLogs            = 7
+	fPoints          = 8
+	fSummary         = 9
+	fFlags           = 10
+	fWatermark       = 11
+	fDerived         = 12
+	fResourceContext = 13
+	fIncidents       = 14
 )
 
 // emitter holds the buffers of one emission, reused across emissions.
@@ -155,6 +159,12 @@ func (p *processor) emit(t *engine.Task, tr *trace, wm int64) error {
 		sum.duration = uint64(tr.last - start)
 	}
 	b = sum.append(b)
+	if p.s.table != nil {
+		var err error
+		if b, err = p.appendResourceContext(b, &sum, start, tr.last); err != nil {
+			return err
+		}
+	}
 	var flags []uint64
 	if !sum.haveRoot {
 		flags = append(flags, uint64(braidpb.Flag_FLAG_NO_ROOT_SPAN))
@@ -214,6 +224,40 @@ func (p *processor) emit(t *engine.Task, tr *trace, wm int64) error {
 	return nil
 }
 
+// appendResourceContext appends field 13: the resource series in force
+// during the request — the root span's window at the root span's place,
+// else the trace's window at its first span's place.
+func (p *processor) appendResourceContext(b []byte, sum *summary, start, end int64) ([]byte, error) {
+	span, res := sum.rootSpan, sum.rootRes
+	if span == nil {
+		for i := range p.emitter.members {
+			if m := &p.emitter.members[i]; m.kind == kindSpan {
+				span, res = m.sortKey, m.resource
+				break
+			}
+		}
+	}
+	if span == nil {
+		return b, nil
+	}
+	if sum.rootSpan != nil && sum.rootEnd >= sum.rootStart && sum.rootStart != 0 {
+		start, end = int64(sum.rootStart), int64(sum.rootEnd)
+	}
+	p.attrs = semconv.AppendAttrs(p.attrs[:0], res, 1)
+	p.pattrs = semconv.AppendAttrs(p.pattrs[:0], span, 9)
+	id := semconv.IdentityOf(p.attrs, p.pattrs)
+	ws := p.s.table.Windows(id, start, end)
+	if len(ws) == 0 {
+		return b, nil
+	}
+	rc, err := proto.MarshalOptions{Deterministic: true}.Marshal(&braidpb.ResourceContext{Series: ws})
+	if err != nil {
+		return b, err
+	}
+	b = protowire.AppendTag(b, fResourceContext, protowire.BytesType)
+	return protowire.AppendBytes(b, rc), nil
+}
+
 // summary derives the Summary message from the spans.
 type summary struct {
 	spans, logs, points uint32
@@ -225,6 +269,8 @@ type summary struct {
 	errors              uint32
 	minStart            uint64 // earliest span start, 0 if none
 	resolvedLogs        uint32 // logs without a trace id of their own (joined by request id)
+	rootSpan, rootRes   []byte
+	rootStart, rootEnd  uint64
 }
 
 // hasTraceID reports whether LogRecord log has a non-zero trace_id (9).
@@ -270,6 +316,8 @@ func (s *summary) addSpan(span, resource []byte) {
 	}
 	if len(parent) == 0 && !s.haveRoot {
 		s.haveRoot = true
+		s.rootSpan, s.rootRes = span, resource
+		s.rootStart, s.rootEnd = start, end
 		s.rootName = name
 		s.rootService = serviceName(resource)
 		if end > start {

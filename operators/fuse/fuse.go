@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/braidlabs/braid/connectors/otlp"
 	"github.com/braidlabs/braid/engine"
+	"github.com/braidlabs/braid/operators/resources"
+	"github.com/braidlabs/braid/operators/semconv"
 	"github.com/braidlabs/braid/windows"
 )
 
@@ -27,7 +30,8 @@ type Counters struct {
 	Late          atomic.Int64 // members sent to the late topic
 	DLQ           atomic.Int64 // messages sent to the dead-letter topic
 	UnjoinedLogs  atomic.Int64 // log records without a trace id
-	UnjoinedPoint atomic.Int64 // metric points without an exemplar trace id
+	UnjoinedPoint atomic.Int64 // metric points without an exemplar trace id, not kept as resource samples
+	ResourcePoint atomic.Int64 // metric points without an exemplar written to the resources table
 	Truncated     atomic.Int64 // members cut by a per-trace cap
 	OpenTraces    atomic.Int64 // traces in state
 
@@ -44,6 +48,7 @@ type Counters struct {
 type Stage struct {
 	cfg      Config
 	counters Counters
+	table    *resources.Table // nil when the resources stage is off
 }
 
 // New validates cfg and returns the stage.
@@ -52,8 +57,15 @@ func New(cfg Config) (*Stage, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Stage{cfg: cfg}, nil
+	s := &Stage{cfg: cfg}
+	if cfg.ResourcesTopic != "" {
+		s.table = resources.NewTable(cfg.Partitions, cfg.ResourceIdleness, cfg.ResourceRetain, time.Now())
+	}
+	return s, nil
 }
+
+// Resources is the resources stage's table; nil when it is off.
+func (s *Stage) Resources() *resources.Table { return s.table }
 
 // Config returns the stage's configuration with defaults filled in.
 func (s *Stage) Config() Config { return s.cfg }
@@ -71,7 +83,12 @@ func (s *Stage) Topology() engine.Topology {
 	inputs = append(inputs,
 		engine.Input{Topic: s.cfg.ResolveTopic, Internal: true},
 		engine.Input{Topic: s.cfg.RepartitionTopic, Internal: true})
+	var globals []engine.Global
+	if s.table != nil {
+		globals = append(globals, s.table.Global(s.cfg.ResourcesTopic))
+	}
 	return engine.Topology{
+		Globals:    globals,
 		Name:       "fuse",
 		Inputs:     inputs,
 		Partitions: s.cfg.Partitions,
@@ -127,6 +144,12 @@ type processor struct {
 	scratch   []byte
 	emitter   emitter
 
+	// resources stage: samples of the current message per identity
+	samples   map[semconv.Identity][]byte
+	sampleIDs []semconv.Identity
+	attrs     []semconv.KV
+	pattrs    []semconv.KV
+
 	// resolve stage
 	requests    map[string]*request
 	reqTimers   reqTimerHeap
@@ -145,6 +168,7 @@ func newProcessor(s *Stage, p int32) *processor {
 		traces:    map[[16]byte]*trace{},
 		groups:    map[[16]byte]int{},
 		requests:  map[string]*request{},
+		samples:   map[semconv.Identity][]byte{},
 		rgroups:   map[string]int{},
 	}
 }
@@ -188,7 +212,7 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 					}
 				}
 				p.s.counters.UnjoinedLogs.Add(1)
-			} else {
+			} else if p.s.table == nil || !p.resourceSample(it) {
 				p.s.counters.UnjoinedPoint.Add(1)
 			}
 			continue
@@ -216,6 +240,7 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 		}
 		p.writers[g].appendItem(it, src.Signal, rec.Topic, rec.Partition, rec.Offset)
 	}
+	p.flushSamples(t)
 	for g, rid := range p.rids {
 		w := &p.rwriters[g]
 		v := append(p.scratch[:0], tagLogs)
@@ -426,6 +451,11 @@ func (p *processor) Backlog() bool { return p.backlog }
 
 func (p *processor) fireTimers(t *engine.Task, wm int64) error {
 	p.backlog = false
+	if p.s.table != nil {
+		// A trace is emitted with the resource values of its window only
+		// once the table has them all.
+		wm = min(wm, p.s.table.Watermark(t.Now()))
+	}
 	fired, err := p.fireRequests(t, wm, timerSlice)
 	if err != nil || p.backlog {
 		return err

@@ -56,6 +56,13 @@ func newTaskHarness(t *testing.T, partitions, partition int32, mod func(*Config)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newStageHarness(t, st, partition)
+}
+
+// newStageHarness opens task partition of st (tasks of one stage share its
+// resources table, as the tasks of one instance do).
+func newStageHarness(t *testing.T, st *Stage, partition int32) *harness {
+	t.Helper()
 	store, err := state.Open(state.Options{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)

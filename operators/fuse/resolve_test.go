@@ -290,4 +290,3 @@ func appendHex(id [16]byte) []byte {
 	}
 	return b
 }
-

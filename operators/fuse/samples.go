@@ -1,0 +1,78 @@
+package fuse
+
+import (
+	"math"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/braidlabs/braid/connectors/otlp"
+	"github.com/braidlabs/braid/engine"
+	"github.com/braidlabs/braid/operators/resources"
+	"github.com/braidlabs/braid/operators/semconv"
+)
+
+// resourceSample turns a metric point without an exemplar into a sample of
+// its resource's series, buffered until the end of the message; false if
+// its name is not in braid's vocabulary or it is not a gauge or counter
+// value.
+func (p *processor) resourceSample(it *otlp.Item) bool {
+	if it.PointType != otlp.PointGauge && it.PointType != otlp.PointSum {
+		return false
+	}
+	// NumberDataPoint: attributes = 7, as_double = 4, as_int = 6.
+	m, ok := semconv.NormalizeMetric(string(it.Name), func(key string) (string, bool) {
+		return semconv.Lookup(it.Payload, 7, key)
+	})
+	if !ok || (m.Kind != semconv.Gauge && m.Kind != semconv.Counter) {
+		return false
+	}
+	v, ok := numberValue(it.Payload)
+	if !ok {
+		return false
+	}
+	if m.Scale != 0 && m.Scale != 1 {
+		v *= m.Scale
+	}
+	p.attrs = semconv.AppendAttrs(p.attrs[:0], it.Resource, 1)
+	p.pattrs = semconv.AppendAttrs(p.pattrs[:0], it.Payload, 7)
+	id := semconv.IdentityOf(p.attrs, p.pattrs)
+	b, seen := p.samples[id]
+	if !seen {
+		p.sampleIDs = append(p.sampleIDs, id)
+		b = resources.AppendIdentity(nil, id)
+	}
+	p.samples[id] = resources.AppendSample(b, m.Name, m.Kind == semconv.Counter, resources.Sample{T: it.Time, V: v})
+	p.s.counters.ResourcePoint.Add(1)
+	return true
+}
+
+// flushSamples writes the message's samples to the resources topic, one
+// record per identity, in the order identities first appeared.
+func (p *processor) flushSamples(t *engine.Task) {
+	for _, id := range p.sampleIDs {
+		key := []byte(id.String())
+		t.Emit(&kgo.Record{
+			Topic:     p.cfg.ResourcesTopic,
+			Partition: otlp.HashPartition(key, p.cfg.Partitions),
+			Key:       key,
+			Value:     p.samples[id],
+		})
+		delete(p.samples, id)
+	}
+	p.sampleIDs = p.sampleIDs[:0]
+}
+
+// numberValue reads NumberDataPoint's as_double (4) or as_int (6).
+func numberValue(pt []byte) (v float64, ok bool) {
+	fields(pt, func(num protowire.Number, typ protowire.Type, _ []byte, x uint64) bool {
+		switch {
+		case num == 4 && typ == protowire.Fixed64Type:
+			v, ok = math.Float64frombits(x), true
+		case num == 6 && typ == protowire.Fixed64Type:
+			v, ok = float64(int64(x)), true
+		}
+		return true
+	})
+	return v, ok
+}

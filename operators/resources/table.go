@@ -1,0 +1,268 @@
+package resources
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/braidlabs/braid/engine"
+	"github.com/braidlabs/braid/operators/braidpb"
+	"github.com/braidlabs/braid/operators/semconv"
+	"github.com/braidlabs/braid/windows"
+)
+
+// Sample is one value of a series at event time T (unix ns).
+type Sample struct {
+	T int64
+	V float64
+}
+
+type series struct {
+	id      semconv.Identity
+	idText  string
+	metric  string
+	counter bool
+	samples []Sample // by time
+}
+
+// Table holds the resource time series. Safe for concurrent use: the
+// engine's reader feeds it, tasks query it.
+type Table struct {
+	retain int64
+
+	mu struct {
+		sync.RWMutex
+		series map[string]*series // idText + "\x00" + metric
+		byHost map[string][]*series
+		wm     *engine.GlobalWatermark
+		fed    int
+	}
+	// Samples applied, records that did not decode, samples pruned.
+	Samples, Malformed, Pruned atomic.Int64
+}
+
+// NewTable returns a table for a topic of partitions partitions written by
+// as many tasks; samples older than the watermark minus retain go (the last
+// of each series stays).
+func NewTable(partitions int32, idleness, retain time.Duration, now time.Time) *Table {
+	t := &Table{retain: int64(retain)}
+	t.mu.series = map[string]*series{}
+	t.mu.byHost = map[string][]*series{}
+	t.mu.wm = engine.NewGlobalWatermark(partitions, partitions, idleness, now)
+	return t
+}
+
+// Global returns the engine.Global that feeds the table from topic.
+func (t *Table) Global(topic string) engine.Global {
+	return engine.Global{Topic: topic, Feed: t.Feed, End: t.End}
+}
+
+// Feed applies one record of the table's topic (data or marker).
+func (t *Table) Feed(r *kgo.Record, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mu.wm.Observe(r, now) {
+		return
+	}
+	if err := decodeSamples(r.Value, t.addLocked); err != nil {
+		t.Malformed.Add(1)
+	}
+	if t.mu.fed++; t.mu.fed%4096 == 0 {
+		t.pruneLocked(t.mu.wm.Current(now))
+	}
+}
+
+// End marks the input complete (replay).
+func (t *Table) End() {
+	t.mu.Lock()
+	t.mu.wm.End()
+	t.mu.Unlock()
+}
+
+// Watermark is the table's watermark at processing time now.
+func (t *Table) Watermark(now time.Time) int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.mu.wm.Current(now)
+}
+
+// Add inserts a sample (tests and in-process use; Feed decodes records).
+func (t *Table) Add(id semconv.Identity, metric string, counter bool, s Sample) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.addLocked(id, metric, counter, s)
+}
+
+// REQUIRES: t.mu held.
+func (t *Table) addLocked(id semconv.Identity, metric string, counter bool, s Sample) {
+	idText := id.String()
+	key := idText + "\x00" + metric
+	sr := t.mu.series[key]
+	if sr == nil {
+		sr = &series{id: id, idText: idText, metric: metric, counter: counter}
+		t.mu.series[key] = sr
+		t.mu.byHost[id.Host] = append(t.mu.byHost[id.Host], sr)
+	}
+	t.Samples.Add(1)
+	n := len(sr.samples)
+	if n == 0 || sr.samples[n-1].T < s.T {
+		sr.samples = append(sr.samples, s)
+		return
+	}
+	i := sort.Search(n, func(i int) bool { return sr.samples[i].T >= s.T })
+	if i < n && sr.samples[i].T == s.T {
+		sr.samples[i] = s // a re-scrape of the same instant: last wins
+		return
+	}
+	sr.samples = slices.Insert(sr.samples, i, s)
+}
+
+// REQUIRES: t.mu held.
+func (t *Table) pruneLocked(wm int64) {
+	if t.retain <= 0 || wm == windows.MinTime || wm == windows.MaxTime {
+		return
+	}
+	cut := wm - t.retain
+	for _, sr := range t.mu.series {
+		// Keep the last sample before cut: it is in force at cut.
+		i := sort.Search(len(sr.samples), func(i int) bool { return sr.samples[i].T >= cut })
+		if i > 1 {
+			n := copy(sr.samples, sr.samples[i-1:])
+			t.Pruned.Add(int64(len(sr.samples) - n))
+			sr.samples = sr.samples[:n]
+		}
+	}
+}
+
+// Windows returns, for every series that matches req (see
+// semconv.Identity.Matches), its window over [start, end], sorted by metric
+// then resource.
+func (t *Table) Windows(req semconv.Identity, start, end int64) []*braidpb.SeriesWindow {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	var out []*braidpb.SeriesWindow
+	for _, sr := range t.mu.byHost[req.Host] {
+		if !req.Matches(sr.id) {
+			continue
+		}
+		if w := window(sr, start, end); w != nil {
+			out = append(out, w)
+		}
+	}
+	slices.SortFunc(out, func(a, b *braidpb.SeriesWindow) int {
+		if c := strings.Compare(a.Metric, b.Metric); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Resource, b.Resource)
+	})
+	return out
+}
+
+// window summarises sr over [start, end]; nil if it has no sample at or
+// before end.
+func window(sr *series, start, end int64) *braidpb.SeriesWindow {
+	s := sr.samples
+	// first index with T > start, and with T > end
+	i := sort.Search(len(s), func(i int) bool { return s[i].T > start })
+	j := sort.Search(len(s), func(i int) bool { return s[i].T > end })
+	if j == 0 {
+		return nil
+	}
+	w := &braidpb.SeriesWindow{Metric: sr.metric, Resource: sr.idText, Counter: sr.counter,
+		AtEnd: s[j-1].V, Samples: uint32(j - i), Min: math.Inf(1), Max: math.Inf(-1)}
+	from := i
+	if i > 0 {
+		v := s[i-1].V
+		w.AtStart = &v
+		from = i - 1
+	}
+	for _, x := range s[from:j] {
+		w.Min = min(w.Min, x.V)
+		w.Max = max(w.Max, x.V)
+	}
+	if sr.counter && w.AtStart != nil {
+		d := w.AtEnd - *w.AtStart
+		w.Delta = &d
+	}
+	return w
+}
+
+// Record values of the table's topic: a sequence of samples of one
+// identity (the record key is its text):
+//
+//	value  = version(1) identity sample*
+//	identity = 6 × string (service, instance, host, gpu uuid, gpu index, model)
+//	sample = metric:string counter:byte time:varint value:float64 (big endian bits)
+//	string = uvarint length, bytes
+var errMalformed = errors.New("resources: malformed sample record")
+
+// AppendIdentity starts a record value for id.
+func AppendIdentity(b []byte, id semconv.Identity) []byte {
+	b = append(b, 1)
+	for _, s := range []string{id.Service, id.Instance, id.Host, id.GPUUUID, id.GPUIndex, id.Model} {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	return b
+}
+
+// AppendSample appends one sample to a record value.
+func AppendSample(b []byte, metric string, counter bool, s Sample) []byte {
+	b = binary.AppendUvarint(b, uint64(len(metric)))
+	b = append(b, metric...)
+	c := byte(0)
+	if counter {
+		c = 1
+	}
+	b = append(b, c)
+	b = binary.AppendVarint(b, s.T)
+	return binary.BigEndian.AppendUint64(b, math.Float64bits(s.V))
+}
+
+func decodeSamples(b []byte, fn func(semconv.Identity, string, bool, Sample)) error {
+	if len(b) < 1 || b[0] != 1 {
+		return errMalformed
+	}
+	b = b[1:]
+	str := func() (string, bool) {
+		n, k := binary.Uvarint(b)
+		if k <= 0 || uint64(len(b)-k) < n {
+			return "", false
+		}
+		s := string(b[k : k+int(n)])
+		b = b[k+int(n):]
+		return s, true
+	}
+	var id semconv.Identity
+	for _, p := range []*string{&id.Service, &id.Instance, &id.Host, &id.GPUUUID, &id.GPUIndex, &id.Model} {
+		s, ok := str()
+		if !ok {
+			return errMalformed
+		}
+		*p = s
+	}
+	for len(b) > 0 {
+		metric, ok := str()
+		if !ok || len(b) < 1 {
+			return errMalformed
+		}
+		counter := b[0] == 1
+		b = b[1:]
+		ts, k := binary.Varint(b)
+		if k <= 0 || len(b) < k+8 {
+			return errMalformed
+		}
+		v := math.Float64frombits(binary.BigEndian.Uint64(b[k:]))
+		b = b[k+8:]
+		fn(id, metric, counter, Sample{T: ts, V: v})
+	}
+	return nil
+}
