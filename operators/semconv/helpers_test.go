@@ -7,6 +7,7 @@ import (
 	logspb "go.opentelemetry.io/proto/otlp/logs/v1"
 	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -74,3 +75,5 @@ func logRecord(t testing.TB, ts uint64, body string, attrs ...*commonpb.KeyValue
 func marshalLogWithBody(t testing.TB, body *commonpb.AnyValue) []byte {
 	return marshal(t, &logspb.LogRecord{TimeUnixNano: 1, Body: body})
 }
+
+func prototextString(m proto.Message) string { return prototext.Format(m) }
