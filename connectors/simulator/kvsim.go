@@ -1,0 +1,740 @@
+package simulator
+
+import (
+	"container/heap"
+	"fmt"
+	"hash/fnv"
+	"math/rand"
+	"sort"
+	"time"
+)
+
+// KV simulates the KV-cache block pools of a fleet of GPUs. Requests are
+// added in arrival order (Add) and the simulation advances with Step or
+// Flush; requests on one GPU overlap in time and share its pool. A KV is not
+// safe for concurrent use.
+type KV struct {
+	cfg       KVConfig
+	gpus      []KVGPU
+	rng       *rand.Rand
+	layerSize int64
+	tokBytes  int64
+	pools     []*kvsPool
+
+	queue   kvsQueue
+	seq     uint64
+	now     time.Time // time of the action being run
+	horizon time.Time // Step's until so far: Add refuses earlier arrivals
+	buf     []KVEvent // emitted, not yet returned
+
+	reqs     []*kvsReq
+	pending  []*kvsFault // faults not realised yet
+	byID     []*kvsFault // by index in KVConfig.Faults
+	realised []*kvsFault
+	polluted []KVPolluted
+	stats    KVSummary
+}
+
+// kvsReq is one request's simulation state.
+type kvsReq struct {
+	KVRequest
+	id        int
+	prefix    int // shared-prefix group, -1 none
+	key       string
+	hashes    []string
+	chunks    int // decode chunks of BlockTokens tokens
+	next      int // next decode chunk
+	generated int
+	tokens    int // tokens whose KV is in the pool
+	dt        time.Duration
+	epoch     int
+	state     kvsState
+	blocks    []int
+	hit       []bool // block obtained as a prefix-cache hit
+
+	interruptAt int // decode chunk before which to preempt or swap, -1 none
+	swap        bool
+
+	polluted *KVPolluted
+
+	// Fault plumbing.
+	cancel    *kvsFault // CancelRetry: cancel in the middle of prefill
+	skip      int       // CancelRetry's retry: layers [0, skip) of new blocks not written
+	baseSwap  *kvsFault // KVBaseSwap: this prefill's writes of one layer go to the next
+	swapLayer int
+	retryOf   *kvsFault // CancelRetry: the fault whose retry this is
+	df        *kvsFault // DoubleFree: free one block twice at finish
+	dfBlock   int
+}
+
+type kvsState uint8
+
+const (
+	kvsWaiting kvsState = iota
+	kvsRunning
+	kvsPreempted
+	kvsSwapped
+	kvsDone
+)
+
+type kvsBlock struct {
+	ref     int       // the allocator's count, as reported in kv.block.ref_cnt
+	owners  []*kvsReq // the live owners, as they really are
+	hash    string    // registered content hash, "" none
+	cached  bool      // ref 0, kept for reuse under hash
+	lastUse uint64    // LRU order of cached blocks
+	writer  *kvsReq   // last writer of its content
+	taint   *kvsFault // its content is polluted by this fault
+	carrier string    // request whose polluted state tainted it
+	fault   *kvsFault // a fault that gave it a second owner
+	inFree  int       // entries in the free stack
+}
+
+type kvsPool struct {
+	gpu      int
+	blocks   []kvsBlock
+	free     []int // stack: the last freed block is reused first
+	byHash   map[string]int
+	stale    map[string]int // RadixStale: hash still pointing at a freed block
+	isPrefix map[string]bool
+	live     []*kvsReq
+	clock    time.Time
+}
+
+func newKVSPool(gpu, n int) *kvsPool {
+	p := &kvsPool{gpu: gpu, blocks: make([]kvsBlock, n), byHash: map[string]int{}, stale: map[string]int{}, isPrefix: map[string]bool{}}
+	for b := 0; b < n; b++ { // block n-1 on top: handed out first
+		p.free = append(p.free, b)
+		p.blocks[b].inFree = 1
+	}
+	return p
+}
+
+type kvsKind uint8
+
+const (
+	actPrefill kvsKind = iota // first prefill, or recompute after preemption
+	actChunk
+	actFinish
+	actSwapIn
+	actBody
+)
+
+type kvsAction struct {
+	t     time.Time
+	seq   uint64
+	kind  kvsKind
+	r     *kvsReq
+	epoch int
+	arg   int
+	gpu   int
+	body  string
+}
+
+type kvsQueue []*kvsAction
+
+func (q kvsQueue) Len() int { return len(q) }
+func (q kvsQueue) Less(i, j int) bool {
+	if !q[i].t.Equal(q[j].t) {
+		return q[i].t.Before(q[j].t)
+	}
+	return q[i].seq < q[j].seq
+}
+func (q kvsQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *kvsQueue) Push(x any)   { *q = append(*q, x.(*kvsAction)) }
+func (q *kvsQueue) Pop() any {
+	old := *q
+	a := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return a
+}
+
+func (k *KV) schedule(a *kvsAction) {
+	k.seq++
+	a.seq = k.seq
+	if a.r != nil {
+		a.epoch = a.r.epoch
+		a.gpu = a.r.GPU
+	}
+	heap.Push(&k.queue, a)
+}
+
+// GPUs returns the simulated GPUs.
+func (k *KV) GPUs() []KVGPU { return append([]KVGPU(nil), k.gpus...) }
+
+// LayerSize returns the byte size of one layer's region of a pool.
+func (k *KV) LayerSize() int64 { return k.layerSize }
+
+// Add enqueues a request. Requests must be added in the order of their
+// arrival, and not before the time already stepped to (ErrKVLate).
+func (k *KV) Add(in KVRequest) error {
+	if in.Arrival.Before(k.horizon) {
+		return fmt.Errorf("%w: %s arrives at %s, simulated up to %s", ErrKVLate, in.RequestID, in.Arrival.Format(time.RFC3339Nano), k.horizon.Format(time.RFC3339Nano))
+	}
+	switch {
+	case in.RequestID == "":
+		return fmt.Errorf("simulator: kv request without id")
+	case in.GPU < 0 || in.GPU >= len(k.gpus):
+		return fmt.Errorf("simulator: kv request %s: GPU %d: want 0..%d", in.RequestID, in.GPU, len(k.gpus)-1)
+	case !in.Finish.After(in.Arrival):
+		return fmt.Errorf("simulator: kv request %s: Finish not after Arrival", in.RequestID)
+	case in.PromptTokens < 1 || in.OutputTokens < 0:
+		return fmt.Errorf("simulator: kv request %s: PromptTokens %d, OutputTokens %d: want ≥1 and ≥0", in.RequestID, in.PromptTokens, in.OutputTokens)
+	case in.Prefix != KVAutoPrefix && (in.Prefix < -1 || in.Prefix >= k.cfg.PrefixGroups):
+		return fmt.Errorf("simulator: kv request %s: Prefix %d: want -1..%d or KVAutoPrefix", in.RequestID, in.Prefix, k.cfg.PrefixGroups-1)
+	}
+	r := k.newReq(in, in.RequestID)
+	k.schedule(&kvsAction{t: in.Arrival, kind: actPrefill, r: r})
+	return nil
+}
+
+func (k *KV) newReq(in KVRequest, key string) *kvsReq {
+	bt := k.cfg.BlockTokens
+	r := &kvsReq{KVRequest: in, id: len(k.reqs), key: key, interruptAt: -1, prefix: in.Prefix}
+	if r.prefix == KVAutoPrefix {
+		r.prefix = -1
+		if k.rng.Float64() < k.cfg.PrefixShare {
+			r.prefix = k.rng.Intn(k.cfg.PrefixGroups)
+		}
+	}
+	if pre := k.prefixBlocks(r.prefix) * bt; r.PromptTokens <= pre {
+		r.PromptTokens = pre + 1
+	}
+	maxTok := k.cfg.BlocksPerGPU / 4 * bt
+	if r.PromptTokens+r.OutputTokens > maxTok {
+		r.OutputTokens = max(0, maxTok-r.PromptTokens)
+		r.PromptTokens = min(r.PromptTokens, maxTok)
+	}
+	r.chunks = (r.OutputTokens + bt - 1) / bt
+	if r.chunks > 0 && k.rng.Float64() < k.cfg.Pressure {
+		r.interruptAt = k.rng.Intn(r.chunks)
+		r.swap = k.rng.Intn(2) == 0
+	}
+	r.dt = r.Finish.Sub(r.Arrival) / time.Duration(r.chunks+1)
+	k.reqs = append(k.reqs, r)
+	k.stats.Requests++
+	return r
+}
+
+// prefixBlocks is the number of full blocks of a shared-prefix group.
+func (k *KV) prefixBlocks(g int) int {
+	if g < 0 {
+		return 0
+	}
+	return 4 + (g*3)%5
+}
+
+// hash is the chained content hash of the request's full block i.
+func (k *KV) hash(r *kvsReq, i int) string {
+	for len(r.hashes) <= i {
+		j := len(r.hashes)
+		parent := ""
+		if j > 0 {
+			parent = r.hashes[j-1]
+		}
+		var content string
+		if j < k.prefixBlocks(r.prefix) {
+			content = fmt.Sprintf("prefix/%d/%d", r.prefix, j)
+		} else {
+			content = fmt.Sprintf("req/%s/%d", r.key, j)
+		}
+		h := fnv.New64a()
+		h.Write([]byte(parent))
+		h.Write([]byte{0})
+		h.Write([]byte(content))
+		r.hashes = append(r.hashes, fmt.Sprintf("%016x", h.Sum64()))
+	}
+	return r.hashes[i]
+}
+
+// Step runs the simulation up to until (exclusive) and returns the events
+// before until, time-ordered (ties: GPU order, then emission order). The
+// returned slice is the caller's.
+func (k *KV) Step(until time.Time) []KVEvent {
+	for len(k.queue) > 0 && k.queue[0].t.Before(until) {
+		k.do(heap.Pop(&k.queue).(*kvsAction))
+	}
+	if until.After(k.horizon) {
+		k.horizon = until
+	}
+	return k.drain(until, false)
+}
+
+// Flush runs the simulation to its end and returns the remaining events.
+func (k *KV) Flush() []KVEvent {
+	for len(k.queue) > 0 {
+		k.do(heap.Pop(&k.queue).(*kvsAction))
+	}
+	return k.drain(time.Time{}, true)
+}
+
+func (k *KV) drain(until time.Time, all bool) []KVEvent {
+	sort.SliceStable(k.buf, func(i, j int) bool {
+		if !k.buf[i].Time.Equal(k.buf[j].Time) {
+			return k.buf[i].Time.Before(k.buf[j].Time)
+		}
+		return k.buf[i].GPU < k.buf[j].GPU
+	})
+	n := len(k.buf)
+	if !all {
+		n = sort.Search(len(k.buf), func(i int) bool { return !k.buf[i].Time.Before(until) })
+	}
+	out := append([]KVEvent(nil), k.buf[:n]...)
+	k.buf = append(k.buf[:0], k.buf[n:]...)
+	return out
+}
+
+func (k *KV) do(a *kvsAction) {
+	k.now = a.t
+	if a.kind == actBody {
+		k.emitBody(k.pools[a.gpu], a.body)
+		return
+	}
+	r := a.r
+	if a.epoch != r.epoch || r.state == kvsDone {
+		return
+	}
+	switch a.kind {
+	case actPrefill:
+		k.prefill(r)
+	case actChunk:
+		k.chunk(r, a.arg)
+	case actFinish:
+		k.finish(r)
+	case actSwapIn:
+		k.swapIn(r)
+	}
+}
+
+// nextTime is the time of the next event on the pool: events of one GPU
+// are serialised, a microsecond apart at least.
+func (k *KV) nextTime(p *kvsPool) time.Time {
+	t := k.now
+	if !t.After(p.clock) {
+		t = p.clock.Add(time.Microsecond)
+	}
+	return t
+}
+
+func (k *KV) emit(p *kvsPool, ev KVEvent) {
+	ev.Time = k.nextTime(p)
+	p.clock = ev.Time
+	ev.GPU = p.gpu
+	ev.LayerCount = k.cfg.Layers
+	k.buf = append(k.buf, ev)
+	k.stats.Events++
+}
+
+func (k *KV) emitBody(p *kvsPool, body string) {
+	k.emit(p, KVEvent{Block: -1, RefCnt: -1, Layer: -1, Addr: -1, Bytes: -1, LayerBase: -1, LayerSize: -1, Body: body})
+}
+
+// blockOp emits a block-level op (alloc, free, evict, swap_*): all layers.
+func (k *KV) blockOp(p *kvsPool, r *kvsReq, op string, b int, hash string) {
+	ev := KVEvent{Op: op, Block: b, Hash: hash, RefCnt: p.blocks[b].ref, Layer: -1, Addr: -1, Bytes: -1, LayerBase: -1, LayerSize: -1}
+	if r != nil {
+		ev.RequestID, ev.TraceID, ev.SpanID = r.RequestID, r.TraceID, r.SpanID
+	}
+	k.emit(p, ev)
+}
+
+// rangeOp emits a write or read of [addr, addr+bytes) on behalf of layer l.
+func (k *KV) rangeOp(p *kvsPool, r *kvsReq, op string, b, l int, addr, bytes int64, hash string) {
+	k.emit(p, KVEvent{Op: op, Block: b, Hash: hash, RefCnt: -1, Layer: l, Addr: addr, Bytes: bytes,
+		LayerBase: int64(l) * k.layerSize, LayerSize: k.layerSize,
+		RequestID: r.RequestID, TraceID: r.TraceID, SpanID: r.SpanID})
+}
+
+func (k *KV) slot(l, b int) int64 { return int64(l)*k.layerSize + int64(b)*k.cfg.BlockBytes }
+
+func (p *kvsPool) owns(b int, r *kvsReq) bool {
+	for _, o := range p.blocks[b].owners {
+		if o == r {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *kvsPool) removeOwner(b int, r *kvsReq) {
+	blk := &p.blocks[b]
+	for i, o := range blk.owners {
+		if o == r {
+			blk.owners = append(blk.owners[:i:i], blk.owners[i+1:]...)
+			break
+		}
+	}
+	if len(blk.owners) == 0 {
+		blk.fault = nil
+	}
+}
+
+func (p *kvsPool) push(b int) {
+	p.free = append(p.free, b)
+	p.blocks[b].inFree++
+}
+
+func (p *kvsPool) removeLive(r *kvsReq) {
+	for i, o := range p.live {
+		if o == r {
+			p.live = append(p.live[:i:i], p.live[i+1:]...)
+			return
+		}
+	}
+}
+
+// take hands a block with no content worth keeping to r: the top of the
+// free stack, else the least recently used cached block (evicted), else a
+// block freed by preempting the latest running request. false: none left.
+func (k *KV) take(p *kvsPool, r *kvsReq) (int, bool) {
+	for {
+		var mine []int // entries of blocks r holds (a double free): left for others
+		found := -1
+		for len(p.free) > 0 {
+			b := p.free[len(p.free)-1]
+			p.free = p.free[:len(p.free)-1]
+			p.blocks[b].inFree--
+			if p.owns(b, r) {
+				mine = append(mine, b)
+				continue
+			}
+			found = b
+			break
+		}
+		for i := len(mine) - 1; i >= 0; i-- {
+			p.push(mine[i])
+		}
+		if found >= 0 {
+			return found, true
+		}
+		lru := -1
+		for b := range p.blocks {
+			if blk := &p.blocks[b]; blk.cached && (lru < 0 || blk.lastUse < p.blocks[lru].lastUse) {
+				lru = b
+			}
+		}
+		if lru >= 0 {
+			blk := &p.blocks[lru]
+			delete(p.byHash, blk.hash)
+			blk.hash, blk.cached = "", false
+			k.blockOp(p, nil, OpEvict, lru, "")
+			k.stats.Evictions++
+			return lru, true
+		}
+		var victim *kvsReq
+		for _, o := range p.live {
+			if o != r && o.state == kvsRunning && len(o.blocks) > 0 && (victim == nil || o.id > victim.id) {
+				victim = o
+			}
+		}
+		if victim == nil {
+			return 0, false
+		}
+		k.preempt(victim)
+	}
+}
+
+// allocUpTo gives r the blocks holding tokens [0, n): prefix-cache hits
+// (chained from block 0) for full blocks when hits is set, new blocks
+// otherwise. It returns the indexes of r's new blocks; false when the pool
+// could not serve r, which is then aborted.
+func (k *KV) allocUpTo(r *kvsReq, n int, hits bool) ([]int, bool) {
+	p := k.pools[r.GPU]
+	bt := k.cfg.BlockTokens
+	var fresh []int
+	for i := len(r.blocks); i*bt < n; i++ {
+		if hits && (i+1)*bt <= n && (i == 0 || r.hit[i-1]) {
+			h := k.hash(r, i)
+			if b, ok := k.radixStale(p, r, h); ok {
+				r.blocks, r.hit = append(r.blocks, b), append(r.hit, false)
+				fresh = append(fresh, i)
+				continue
+			}
+			if b, ok := p.byHash[h]; ok {
+				blk := &p.blocks[b]
+				blk.ref++
+				blk.owners = append(blk.owners, r)
+				blk.cached = false
+				r.blocks, r.hit = append(r.blocks, b), append(r.hit, true)
+				k.blockOp(p, r, OpAlloc, b, h)
+				continue
+			}
+		}
+		b, ok := k.take(p, r)
+		if !ok {
+			k.abort(r)
+			return nil, false
+		}
+		blk := &p.blocks[b]
+		blk.ref = 1
+		if len(blk.owners) == 0 {
+			blk.taint, blk.carrier = nil, ""
+		}
+		blk.owners = append(blk.owners, r)
+		r.blocks, r.hit = append(r.blocks, b), append(r.hit, false)
+		fresh = append(fresh, i)
+		k.blockOp(p, r, OpAlloc, b, "")
+	}
+	return fresh, true
+}
+
+// writeLayers writes r's tokens [from, to) in layers [l0, l1), layer by
+// layer as the forward pass does, skipping hit blocks; the write that fills
+// a block carries its hash.
+func (k *KV) writeLayers(r *kvsReq, from, to, l0, l1 int) {
+	p := k.pools[r.GPU]
+	bt := k.cfg.BlockTokens
+	for l := l0; l < l1; l++ {
+		for i := from / bt; i*bt < to; i++ {
+			if r.hit[i] {
+				continue
+			}
+			s, e := max(from, i*bt), min(to, (i+1)*bt)
+			b := r.blocks[i]
+			h := ""
+			if e == (i+1)*bt {
+				h = k.hash(r, i)
+			}
+			addr := k.slot(l, b) + int64(s-i*bt)*k.tokBytes
+			bytes := int64(e-s) * k.tokBytes
+			if r.baseSwap != nil && l == r.swapLayer {
+				k.baseSwapWrite(p, r, b, l, addr, bytes, h)
+				continue
+			}
+			k.rangeOp(p, r, OpWrite, b, l, addr, bytes, h)
+			k.wrote(p, r, b)
+		}
+	}
+	if l1 == k.cfg.Layers {
+		for i := from / bt; (i+1)*bt <= to; i++ {
+			if r.hit[i] {
+				continue
+			}
+			h := k.hash(r, i)
+			if _, dup := p.byHash[h]; !dup {
+				p.byHash[h] = r.blocks[i]
+				p.blocks[r.blocks[i]].hash = h
+				if i < k.prefixBlocks(r.prefix) {
+					p.isPrefix[h] = true
+				}
+			}
+		}
+	}
+}
+
+// wrote records that w wrote into block b: any other live owner now holds
+// content it did not write (a mixed write); a polluted writer taints it.
+func (k *KV) wrote(p *kvsPool, w *kvsReq, b int) {
+	blk := &p.blocks[b]
+	for _, o := range blk.owners {
+		if o != w && blk.fault != nil {
+			k.pollute(p, o, blk.fault, "direct", "")
+			if blk.taint == nil {
+				blk.taint, blk.carrier = blk.fault, o.RequestID
+			}
+		}
+	}
+	if w.polluted != nil && blk.taint == nil {
+		blk.taint, blk.carrier = k.faultOf(w), w.RequestID
+	}
+	blk.writer = w
+}
+
+// readBlock reads r's content of its block i in layer l.
+func (k *KV) readBlock(r *kvsReq, i, l int) {
+	p := k.pools[r.GPU]
+	bt := k.cfg.BlockTokens
+	e := min(r.tokens, (i+1)*bt)
+	if e <= i*bt {
+		return
+	}
+	b := r.blocks[i]
+	k.rangeOp(p, r, OpRead, b, l, k.slot(l, b), int64(e-i*bt)*k.tokBytes, "")
+	if blk := &p.blocks[b]; blk.taint != nil && r.polluted == nil {
+		k.pollute(p, r, blk.taint, "propagated", blk.carrier)
+	}
+}
+
+// readAll is the read pass after a prefill: every block in every layer.
+func (k *KV) readAll(r *kvsReq) {
+	for l := 0; l < k.cfg.Layers; l++ {
+		for i := range r.blocks {
+			k.readBlock(r, i, l)
+		}
+	}
+}
+
+func (k *KV) prefill(r *kvsReq) {
+	p := k.pools[r.GPU]
+	fresh := r.state == kvsWaiting
+	if fresh {
+		r.tokens = r.PromptTokens
+		p.live = append(p.live, r)
+		k.beforePrefill(p, r)
+	}
+	r.state = kvsRunning
+	newBlocks, ok := k.allocUpTo(r, r.tokens, true)
+	if !ok {
+		return
+	}
+	if fresh {
+		k.afterAlloc(p, r, newBlocks)
+	}
+	from := 0
+	for from < len(r.hit)*k.cfg.BlockTokens && r.hit[from/k.cfg.BlockTokens] {
+		from += k.cfg.BlockTokens
+	}
+	if f := r.cancel; f != nil {
+		k.cancelPrefill(p, r, f, from)
+		return
+	}
+	if r.skip > 0 {
+		k.writeLayers(r, from, r.tokens, r.skip, k.cfg.Layers)
+		r.skip = 0
+		k.pollute(p, r, r.retryOf, "direct", "")
+	} else {
+		k.writeLayers(r, from, r.tokens, 0, k.cfg.Layers)
+	}
+	if fresh {
+		k.afterWrites(p, r, newBlocks)
+	}
+	k.readAll(r)
+	k.scheduleDecode(r)
+}
+
+// scheduleDecode schedules the remaining decode chunks from now, then the
+// finish.
+func (k *KV) scheduleDecode(r *kvsReq) {
+	for j := r.next; j < r.chunks; j++ {
+		k.schedule(&kvsAction{t: k.now.Add(time.Duration(j-r.next+1) * r.dt), kind: actChunk, r: r, arg: j})
+	}
+	k.schedule(&kvsAction{t: k.now.Add(time.Duration(r.chunks-r.next+1) * r.dt), kind: actFinish, r: r})
+}
+
+func (k *KV) chunk(r *kvsReq, j int) {
+	p := k.pools[r.GPU]
+	if j == r.interruptAt {
+		r.interruptAt = -1
+		if r.swap {
+			k.swapOut(r)
+		} else {
+			k.preempt(r)
+		}
+		return
+	}
+	n := min(k.cfg.BlockTokens, r.OutputTokens-r.generated)
+	from, to := r.tokens, r.tokens+n
+	if _, ok := k.allocUpTo(r, to, false); !ok {
+		return
+	}
+	k.writeLayers(r, from, to, 0, k.cfg.Layers)
+	r.tokens, r.generated, r.next = to, r.generated+n, j+1
+	k.afterDecodeWrite(p, r)
+	// Sampled reads: every block in one layer, the last block in all.
+	sampled := j % k.cfg.Layers
+	last := len(r.blocks) - 1
+	for i := range r.blocks {
+		k.readBlock(r, i, sampled)
+	}
+	for l := 0; l < k.cfg.Layers; l++ {
+		if l != sampled {
+			k.readBlock(r, last, l)
+		}
+	}
+}
+
+// release gives back all of r's blocks with op (free or swap_out).
+func (k *KV) release(r *kvsReq, op string) {
+	p := k.pools[r.GPU]
+	for _, b := range r.blocks {
+		k.freeBlock(p, r, b, op)
+	}
+	r.blocks, r.hit = nil, nil
+}
+
+func (k *KV) freeBlock(p *kvsPool, r *kvsReq, b int, op string) {
+	blk := &p.blocks[b]
+	blk.ref = max(0, blk.ref-1)
+	p.removeOwner(b, r)
+	if op == OpSwapOut && blk.hash != "" && p.byHash[blk.hash] == b && blk.ref == 0 {
+		delete(p.byHash, blk.hash)
+		blk.hash = ""
+	}
+	k.blockOp(p, r, op, b, "")
+	if blk.ref > 0 || len(blk.owners) > 0 {
+		return
+	}
+	if blk.hash != "" && p.byHash[blk.hash] == b {
+		k.seq++
+		blk.cached, blk.lastUse = true, k.seq
+		return
+	}
+	blk.hash = ""
+	if blk.inFree == 0 {
+		p.push(b)
+	}
+}
+
+func (k *KV) finish(r *kvsReq) {
+	p := k.pools[r.GPU]
+	k.beforeFinish(p, r)
+	k.release(r, OpFree)
+	k.afterFinish(p, r)
+	r.state = kvsDone
+	p.removeLive(r)
+}
+
+func (k *KV) abort(r *kvsReq) {
+	k.release(r, OpFree)
+	r.state = kvsDone
+	r.epoch++
+	k.pools[r.GPU].removeLive(r)
+	k.stats.Aborted++
+}
+
+// preempt frees all of r's blocks; r recomputes them later.
+func (k *KV) preempt(r *kvsReq) {
+	k.release(r, OpFree)
+	r.state = kvsPreempted
+	r.epoch++
+	k.stats.Preemptions++
+	k.schedule(&kvsAction{t: k.now.Add(k.pause()), kind: actPrefill, r: r})
+}
+
+func (k *KV) pause() time.Duration {
+	return 20*time.Millisecond + time.Duration(k.rng.Intn(180))*time.Millisecond
+}
+
+// swapOut moves r's blocks to host memory; swapIn brings them back into
+// new blocks.
+func (k *KV) swapOut(r *kvsReq) {
+	k.release(r, OpSwapOut)
+	r.state = kvsSwapped
+	r.epoch++
+	k.stats.Swaps++
+	k.schedule(&kvsAction{t: k.now.Add(k.pause()), kind: actSwapIn, r: r})
+}
+
+func (k *KV) swapIn(r *kvsReq) {
+	p := k.pools[r.GPU]
+	n := (r.tokens + k.cfg.BlockTokens - 1) / k.cfg.BlockTokens
+	for i := 0; i < n; i++ {
+		b, ok := k.take(p, r)
+		if !ok {
+			k.abort(r)
+			return
+		}
+		blk := &p.blocks[b]
+		blk.ref = 1
+		if len(blk.owners) == 0 {
+			blk.taint, blk.carrier = nil, ""
+		}
+		blk.owners = append(blk.owners, r)
+		r.blocks, r.hit = append(r.blocks, b), append(r.hit, false)
+		k.blockOp(p, r, OpSwapIn, b, "")
+		k.wrote(p, r, b)
+	}
+	r.state = kvsRunning
+	k.readAll(r)
+	k.scheduleDecode(r)
+}
