@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net"
 	"sort"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -98,6 +100,8 @@ type Topic struct {
 	Partitions int32
 	// Compacted topics keep the last value per key.
 	Compacted bool
+	// Retention, if set, deletes records older than this (retention.ms).
+	Retention time.Duration
 }
 
 // EnsureTopics creates the topics that do not exist and checks that the
@@ -123,6 +127,10 @@ func EnsureTopics(ctx context.Context, adm *kadm.Client, replication int16, topi
 		if t.Compacted {
 			v := "compact"
 			cfg["cleanup.policy"] = &v
+		}
+		if t.Retention > 0 {
+			v := strconv.FormatInt(t.Retention.Milliseconds(), 10)
+			cfg["retention.ms"] = &v
 		}
 		resp, err := adm.CreateTopic(ctx, t.Partitions, replication, cfg, t.Name)
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/braidlabs/braid/connectors/kafka"
 	"github.com/braidlabs/braid/connectors/otlp"
 	"github.com/braidlabs/braid/operators/fuse"
+	"github.com/braidlabs/braid/operators/semconv"
 )
 
 // Config is the whole configuration of a braid job. Every field can be set
@@ -92,6 +93,25 @@ type Config struct {
 		Points int `yaml:"points"`
 		Bytes  int `yaml:"bytes"`
 	} `yaml:"caps"`
+
+	Correlation struct {
+		// RequestIDs: where log records name their request (attribute keys,
+		// body patterns) so that the resolve stage joins them to the trace
+		// whose span declared that request id. Unset: semconv's defaults
+		// for vLLM, SGLang, llama.cpp and Triton.
+		RequestIDs *semconv.RequestIDRules `yaml:"request_ids"`
+		// Resources attaches to each request the resource series (KV-cache
+		// usage, preemptions, GPU memory, Xid…) in force during it.
+		// Default true.
+		Resources *bool `yaml:"resources"`
+		// ResourceRetain: how much event time of resource samples the
+		// table keeps (the last sample of each series always stays).
+		// Default 10m.
+		ResourceRetain time.Duration `yaml:"resource_retain"`
+	} `yaml:"correlation"`
+
+	// requestIDs is Correlation.RequestIDs compiled by Validate.
+	requestIDs *semconv.RequestIDs
 
 	Admin struct {
 		// Addr is the host:port of the admin HTTP server (/metrics,
@@ -180,6 +200,17 @@ func (c *Config) EnsureDefaults() {
 	if c.LogInterval == 0 {
 		c.LogInterval = 30 * time.Second
 	}
+	if c.Correlation.RequestIDs == nil {
+		r := semconv.DefaultRequestIDRules()
+		c.Correlation.RequestIDs = &r
+	}
+	if c.Correlation.Resources == nil {
+		on := true
+		c.Correlation.Resources = &on
+	}
+	if c.Correlation.ResourceRetain == 0 {
+		c.Correlation.ResourceRetain = 10 * time.Minute
+	}
 }
 
 // Validate reports every problem at once, naming the offending field.
@@ -207,6 +238,13 @@ func (c *Config) Validate() error {
 	if c.InstanceID == "" {
 		errs = append(errs, errors.New("config: instance_id is empty and the host name is unknown"))
 	}
+	if c.Correlation.RequestIDs != nil {
+		ids, err := c.Correlation.RequestIDs.Compile()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("config: correlation.request_ids: %w", err))
+		}
+		c.requestIDs = ids
+	}
 	if c.Admin.Addr != "" {
 		if err := admin.CheckAddr(c.Admin.Addr); err != nil {
 			errs = append(errs, fmt.Errorf("config: admin.addr: %w", err))
@@ -223,7 +261,26 @@ func (c *Config) FuseConfig(partitions int32) fuse.Config {
 		return fuse.Source{Topic: in.Topic, Signal: sig, Encoding: enc}
 	}
 	out := c.Outputs.Partitions
+	var rids fuse.RequestIDs
+	switch {
+	case c.requestIDs != nil:
+		rids = c.requestIDs
+	case c.Correlation.RequestIDs != nil:
+		if ids, err := c.Correlation.RequestIDs.Compile(); err == nil {
+			rids = ids
+		}
+	default:
+		rids = semconv.DefaultRequestIDs()
+	}
+	var resourcesTopic string
+	if c.Correlation.Resources == nil || *c.Correlation.Resources {
+		resourcesTopic = c.Group + ".resources"
+	}
 	return fuse.Config{
+		RequestIDs:       rids,
+		ResourcesTopic:   resourcesTopic,
+		ResourceRetain:   c.Correlation.ResourceRetain,
+		ResourceIdleness: c.EventTime.Idleness,
 		Sources: []fuse.Source{
 			src(c.Inputs.Spans, otlp.SignalSpans),
 			src(c.Inputs.Logs, otlp.SignalLogs),

@@ -55,15 +55,20 @@ func Prepare(ctx context.Context, cfg *Config, log *slog.Logger) (*Job, error) {
 		return nil, err
 	}
 	fc := stage.Config()
-	err = kafka.EnsureTopics(ctx, adm, cfg.Kafka.Replication,
-		kafka.Topic{Name: fc.RepartitionTopic, Partitions: partitions},
-		kafka.Topic{Name: fc.ResolveTopic, Partitions: partitions},
-		kafka.Topic{Name: fc.ChangelogTopic, Partitions: partitions, Compacted: true},
-		kafka.Topic{Name: fc.FusedTopic, Partitions: fc.FusedPartitions},
-		kafka.Topic{Name: fc.LateTopic, Partitions: fc.LatePartitions},
-		kafka.Topic{Name: fc.DLQTopic, Partitions: fc.DLQPartitions},
-	)
-	if err != nil {
+	topics := []kafka.Topic{
+		{Name: fc.RepartitionTopic, Partitions: partitions},
+		{Name: fc.ResolveTopic, Partitions: partitions},
+		{Name: fc.ChangelogTopic, Partitions: partitions, Compacted: true},
+		{Name: fc.FusedTopic, Partitions: fc.FusedPartitions},
+		{Name: fc.LateTopic, Partitions: fc.LatePartitions},
+		{Name: fc.DLQTopic, Partitions: fc.DLQPartitions},
+	}
+	if fc.ResourcesTopic != "" {
+		// Read whole by every instance at start: keep an hour, at least
+		// the table's retention.
+		topics = append(topics, kafka.Topic{Name: fc.ResourcesTopic, Partitions: partitions, Retention: max(time.Hour, 2*fc.ResourceRetain)})
+	}
+	if err = kafka.EnsureTopics(ctx, adm, cfg.Kafka.Replication, topics...); err != nil {
 		return nil, fmt.Errorf("job: %w", err)
 	}
 	obs, err := newObservability()
