@@ -34,6 +34,9 @@ type Options struct {
 	RetryInitial time.Duration
 	// RetryMax caps the backoff. Default 5m.
 	RetryMax time.Duration
+	// ExportTimeout bounds each Export, so that an unreachable sink does
+	// not hold back sampling or Xid events. Default 30s.
+	ExportTimeout time.Duration
 	// Logger; default discards.
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
@@ -54,6 +57,9 @@ func (o *Options) EnsureDefaults() {
 	if o.RetryMax == 0 {
 		o.RetryMax = 5 * time.Minute
 	}
+	if o.ExportTimeout == 0 {
+		o.ExportTimeout = 30 * time.Second
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -73,6 +79,9 @@ func (o *Options) Validate() error {
 	}
 	if o.RetryMax < o.RetryInitial {
 		errs = append(errs, fmt.Errorf("nvml: retry max backoff %v is below the initial %v", o.RetryMax, o.RetryInitial))
+	}
+	if o.ExportTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("nvml: export timeout %v must be > 0", o.ExportTimeout))
 	}
 	return errors.Join(errs...)
 }
@@ -157,7 +166,9 @@ func Run(ctx context.Context, lib Library, sink Sink, opts Options) error {
 	xids := watch // nil once closed
 
 	export := func(md *metricspb.MetricsData, what string) {
-		if err := sink.Export(ctx, md); err != nil && ctx.Err() == nil {
+		ectx, cancel := context.WithTimeout(ctx, opts.ExportTimeout)
+		defer cancel()
+		if err := sink.Export(ectx, md); err != nil && ctx.Err() == nil {
 			log.Warn("export failed; dropped", "what", what, "err", err)
 		}
 	}

@@ -334,7 +334,9 @@ func TestMockRun(t *testing.T) {
 	sink := &memSink{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- nvml.Run(ctx, nvml.NewLibrary(r.srv), sink, nvml.Options{Interval: time.Hour, Host: "h"}) }()
+	go func() {
+		done <- nvml.Run(ctx, nvml.NewLibrary(r.srv), sink, nvml.Options{Interval: time.Hour, Host: "h"})
+	}()
 	md := sink.wait(t, 1)[0]
 	if n := len(md.GetResourceMetrics()); n != 8 {
 		t.Fatalf("%d resources, want 8", n)
@@ -394,4 +396,3 @@ func TestRealLibrary(t *testing.T) {
 		t.Logf("gpu %d: %v", i, g.names)
 	}
 }
-
