@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"regexp/syntax"
 	"strings"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -58,7 +59,8 @@ func DefaultRequestIDRules() RequestIDRules {
 			"task_id=task-",
 		},
 		BodyPatterns: []string{
-			`\b((?:chat)?cmpl-[A-Za-z0-9_-]+)`,
+			`\b(chatcmpl-[A-Za-z0-9_-]+)`,
+			`\b(cmpl-[A-Za-z0-9_-]+)`,
 			`\brid=['"]?([A-Za-z0-9_.:-]+)`,
 			`\btask (?P<task>\d+)\b`,
 			`"id_task":\s*(?P<task>\d+)`,
@@ -102,6 +104,7 @@ type attrRule struct {
 type bodyRule struct {
 	re      *regexp.Regexp
 	literal []byte // a substring every match contains; may be empty
+	before  int    // most bytes a match spans before literal; -1: unbounded
 	prefix  string
 }
 
@@ -131,7 +134,8 @@ func (r RequestIDRules) compile() (*RequestIDs, error) {
 			errs = append(errs, fmt.Errorf("semconv: body_patterns[%d] %q: %d capture groups, want 1", i, p, n))
 			continue
 		}
-		rule := bodyRule{re: re, literal: []byte(requiredLiteral(p))}
+		lit, before := requiredLiteral(p)
+		rule := bodyRule{re: re, literal: []byte(lit), before: before}
 		if name := re.SubexpNames()[1]; name != "" {
 			rule.prefix = name + "-"
 		}
@@ -152,36 +156,84 @@ func (r RequestIDRules) compile() (*RequestIDs, error) {
 }
 
 // requiredLiteral returns the longest case-sensitive literal that every
-// match of the pattern contains, or "".
-func requiredLiteral(pattern string) string {
+// match of the pattern contains, and the most bytes a match can span
+// before it (-1: unbounded). The literal is "" when there is none.
+func requiredLiteral(pattern string) (lit string, before int) {
 	re, err := syntax.Parse(pattern, syntax.Perl)
 	if err != nil {
-		return ""
+		return "", -1
 	}
-	var best string
-	var walk func(re *syntax.Regexp)
-	walk = func(re *syntax.Regexp) {
+	before = -1
+	var walk func(re *syntax.Regexp, pre int)
+	walk = func(re *syntax.Regexp, pre int) {
 		switch re.Op {
 		case syntax.OpLiteral:
-			if re.Flags&syntax.FoldCase == 0 && len(re.Rune) > len(best) {
-				if s := string(re.Rune); len(s) > len(best) {
-					best = s
-				}
+			if s := string(re.Rune); re.Flags&syntax.FoldCase == 0 && len(s) > len(lit) {
+				lit, before = s, pre
 			}
 		case syntax.OpConcat:
-			for _, s := range re.Sub {
-				walk(s)
+			for _, sub := range re.Sub {
+				walk(sub, pre)
+				pre = addWidth(pre, maxWidth(sub))
 			}
 		case syntax.OpCapture, syntax.OpPlus:
-			walk(re.Sub[0])
+			walk(re.Sub[0], pre)
 		case syntax.OpRepeat:
 			if re.Min >= 1 {
-				walk(re.Sub[0])
+				walk(re.Sub[0], pre)
 			}
 		}
 	}
-	walk(re)
-	return best
+	walk(re, 0)
+	return lit, before
+}
+
+func addWidth(a, b int) int {
+	if a < 0 || b < 0 {
+		return -1
+	}
+	return a + b
+}
+
+// maxWidth returns the most bytes a match of re can span, -1 if unbounded.
+func maxWidth(re *syntax.Regexp) int {
+	switch re.Op {
+	case syntax.OpEmptyMatch, syntax.OpBeginLine, syntax.OpEndLine, syntax.OpBeginText,
+		syntax.OpEndText, syntax.OpWordBoundary, syntax.OpNoWordBoundary:
+		return 0
+	case syntax.OpLiteral:
+		return len(re.Rune) * utf8.UTFMax
+	case syntax.OpCharClass, syntax.OpAnyChar, syntax.OpAnyCharNotNL:
+		return utf8.UTFMax
+	case syntax.OpCapture, syntax.OpQuest:
+		return maxWidth(re.Sub[0])
+	case syntax.OpConcat:
+		w := 0
+		for _, sub := range re.Sub {
+			w = addWidth(w, maxWidth(sub))
+		}
+		return w
+	case syntax.OpAlternate:
+		w := 0
+		for _, sub := range re.Sub {
+			sw := maxWidth(sub)
+			if sw < 0 {
+				return -1
+			}
+			w = max(w, sw)
+		}
+		return w
+	case syntax.OpRepeat:
+		if re.Max < 0 {
+			return -1
+		}
+		sw := maxWidth(re.Sub[0])
+		if sw < 0 {
+			return -1
+		}
+		return re.Max * sw
+	}
+	return -1
 }
 
 var defaultIDs = func() *RequestIDs {
@@ -261,15 +313,30 @@ func (ids *RequestIDs) FromText(text []byte) (string, bool) {
 	var loc [4]int
 	for i := range ids.bodies {
 		r := &ids.bodies[i]
-		if len(r.literal) > 0 && !bytes.Contains(text, r.literal) {
-			continue
+		off := 0
+		if len(r.literal) > 0 {
+			i := bytes.Index(text, r.literal)
+			if i < 0 {
+				continue
+			}
+			// No match starts before the first literal minus before; keep
+			// one byte of left context for \b and multi-line ^.
+			if r.before >= 0 {
+				off = max(0, i-r.before-1)
+			}
 		}
-		m := r.re.FindSubmatchIndex(text)
+		m := r.re.FindSubmatchIndex(text[off:])
+		if off > 0 && m != nil && m[0] == 0 {
+			// Matched at the cut, where ^ and \b lack context: impossible
+			// in the whole text unless by them; search the whole text.
+			off = 0
+			m = r.re.FindSubmatchIndex(text)
+		}
 		if m == nil || m[2] < 0 || m[3] <= m[2] {
 			continue
 		}
 		copy(loc[:], m)
-		return withPrefix(r.prefix, string(text[loc[2]:loc[3]])), true
+		return withPrefix(r.prefix, string(text[off+loc[2]:off+loc[3]])), true
 	}
 	return "", false
 }
@@ -317,10 +384,11 @@ func (ids *RequestIDs) FromSpan(span []byte) (string, bool) {
 		return id, true
 	}
 	name := spanName(span)
-	if !bytes.Contains(name, []byte("Req ")) {
+	i, j, ok := sglangRID(name)
+	if !ok {
 		return "", false
 	}
-	return SGLangRID(string(name))
+	return string(name[i:j]), true
 }
 
 func spanName(span []byte) []byte {

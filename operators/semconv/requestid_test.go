@@ -91,9 +91,11 @@ func TestFromNoAlloc(t *testing.T) {
 	ids := DefaultRequestIDs()
 	l := logRecord(t, 1, "INFO 11-30 02:41:07 [metrics.py:455] Avg prompt throughput: 812.3 tokens/s, Running: 12 reqs, GPU KV cache usage: 41.2%", str("code.function", "log"))
 	s := span(t, "llm.decode.layer.3", 1, 2, []*commonpb.KeyValue{i64("layer_id", 3), i64("seq_len", 128)})
+	s2 := span(t, "DetokReq 3f2a", 1, 2, []*commonpb.KeyValue{i64("pid", 3)})
 	n := testing.AllocsPerRun(100, func() {
 		ids.FromLog(l)
 		ids.FromSpan(s)
+		ids.FromSpan(s2)
 	})
 	if n != 0 {
 		t.Errorf("allocs = %v, want 0", n)
@@ -170,15 +172,56 @@ func TestKnownFormat(t *testing.T) {
 }
 
 func TestRequiredLiteral(t *testing.T) {
-	for p, want := range map[string]string{
-		`\b((?:chat)?cmpl-[A-Za-z0-9_-]+)`: "cmpl-",
-		`\brid=['"]?([A-Za-z0-9_.:-]+)`:    "rid=",
-		`(?i)rid=(\w+)`:                    "",
-		`(a|b)`:                            "",
-		`\[request id: ([^\]]+)\]`:         "[request id: ",
+	type want struct {
+		lit    string
+		before int
+	}
+	for p, w := range map[string]want{
+		`\b((?:chat)?cmpl-[A-Za-z0-9_-]+)`: {"cmpl-", 16},
+		`\brid=['"]?([A-Za-z0-9_.:-]+)`:    {"rid=", 0},
+		`(?i)rid=(\w+)`:                    {"", -1},
+		`(a|b)`:                            {"", -1},
+		`\[request id: ([^\]]+)\]`:         {"[request id: ", 0},
+		`(\w+) done`:                       {" done", -1},
+		`x{2,3}(ab)`:                       {"ab", 12},
 	} {
-		if got := requiredLiteral(p); got != want {
-			t.Errorf("requiredLiteral(%q) = %q, want %q", p, got, want)
+		lit, before := requiredLiteral(p)
+		if lit != w.lit || (lit != "" && before != w.before) {
+			t.Errorf("requiredLiteral(%q) = %q, %d; want %q, %d", p, lit, before, w.lit, w.before)
+		}
+	}
+}
+
+// TestFromTextLiteralWindow checks that searching from the first literal
+// finds what a whole-text search finds, at the cut and around assertions.
+func TestFromTextLiteralWindow(t *testing.T) {
+	rules := RequestIDRules{BodyPatterns: []string{
+		`(?:^|\s)id=(\d+)`,
+		`\bx?x?key:(\w+)`,
+		`(?m)^tag (\w+)`,
+	}}
+	ids, err := rules.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for text, want := range map[string]string{
+		"id=1":                  "1",
+		"aid=2 id=3":            "3",
+		"zzzzzzzzid=4 id=5":     "5",
+		"key:a":                 "a",
+		"xkey:b":                "b",
+		"yxxkey:c xkey:d":       "d",
+		"ykey:e key:f":          "f",
+		"blah\ntag t1":          "t1",
+		"blah tag t2\ntag t3":   "t3",
+		"nothing":               "",
+		"mykey:z":               "",
+		"grid id=":              "",
+		"abcdefghijklmno key:g": "g",
+	} {
+		got, _ := ids.FromText([]byte(text))
+		if got != want {
+			t.Errorf("FromText(%q) = %q, want %q", text, got, want)
 		}
 	}
 }

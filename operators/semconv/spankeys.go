@@ -1,6 +1,5 @@
 package semconv
 
-import "strings"
 
 // Canonical span attribute keys.
 const (
@@ -107,22 +106,42 @@ const (
 // the last "Req " that starts the name or follows a space. Braces around
 // the id are removed. It does not allocate.
 func SGLangRID(name string) (string, bool) {
-	i := strings.LastIndex(name, "Req ")
-	for i >= 0 {
-		if i == 0 || name[i-1] == ' ' {
-			id := name[i+len("Req "):]
-			if j := strings.IndexByte(id, ' '); j >= 0 {
-				id = id[:j]
-			}
-			if len(id) >= 2 && id[0] == '{' && id[len(id)-1] == '}' {
-				id = id[1 : len(id)-1]
-			}
-			if id == "" {
-				return "", false
-			}
-			return id, true
+	i, j, ok := sglangRID(name)
+	return name[i:j], ok
+}
+
+// sglangRID returns the bounds of the rid in name.
+func sglangRID[S string | []byte](name S) (int, int, bool) {
+	const req = "Req "
+	for end := len(name); end >= len(req); {
+		i := lastIndex(name[:end], req)
+		if i < 0 {
+			break
 		}
-		i = strings.LastIndex(name[:i], "Req ")
+		if i == 0 || name[i-1] == ' ' {
+			start := i + len(req)
+			stop := start
+			for stop < len(name) && name[stop] != ' ' {
+				stop++
+			}
+			if stop-start >= 2 && name[start] == '{' && name[stop-1] == '}' {
+				start, stop = start+1, stop-1
+			}
+			if stop == start {
+				return 0, 0, false
+			}
+			return start, stop, true
+		}
+		end = i + len(req) - 1
 	}
-	return "", false
+	return 0, 0, false
+}
+
+func lastIndex[S string | []byte](s S, sub string) int {
+	for i := len(s) - len(sub); i >= 0; i-- {
+		if string(s[i:i+len(sub)]) == sub {
+			return i
+		}
+	}
+	return -1
 }
