@@ -442,7 +442,7 @@ func (d *Deriver) AddLog(log, resource []byte) {
 	if l.time == 0 {
 		l.time = observed
 	}
-	_, l.hasRID = d.ids().FromLog(log)
+	l.hasRID = d.ids().hasLogID(log)
 	d.logs = append(d.logs, l)
 	if !d.Quiet {
 		Counters.Logs.Add(1)

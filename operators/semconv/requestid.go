@@ -27,7 +27,9 @@ type RequestIDRules struct {
 	AttributeKeys []string `yaml:"attribute_keys"`
 	// BodyPatterns are regular expressions (Go RE2 syntax) with exactly
 	// one capture group, tried in order on a log body that is a string,
-	// when no attribute gave an id. The first match wins.
+	// when no attribute gave an id. The first match wins. The group must
+	// take part in every match and cannot match the empty string, so a
+	// match always gives an id.
 	BodyPatterns []string `yaml:"body_patterns"`
 	// IDFormats are regular expressions a well-formed request id matches
 	// in full (they are anchored). An id that matches none has an unknown
@@ -134,6 +136,10 @@ func (r RequestIDRules) compile() (*RequestIDs, error) {
 			errs = append(errs, fmt.Errorf("semconv: body_patterns[%d] %q: %d capture groups, want 1", i, p, n))
 			continue
 		}
+		if err := checkCapture(p); err != nil {
+			errs = append(errs, fmt.Errorf("semconv: body_patterns[%d] %q: %w", i, p, err))
+			continue
+		}
 		lit, before := requiredLiteral(p)
 		rule := bodyRule{re: re, literal: []byte(lit), before: before}
 		if name := re.SubexpNames()[1]; name != "" {
@@ -186,6 +192,46 @@ func requiredLiteral(pattern string) (lit string, before int) {
 	}
 	walk(re, 0)
 	return lit, before
+}
+
+// checkCapture requires the pattern's capture group to take part in every
+// match and to match at least one character, so that a match always
+// yields an id.
+func checkCapture(pattern string) error {
+	re, err := syntax.Parse(pattern, syntax.Perl)
+	if err != nil {
+		return err
+	}
+	var capture *syntax.Regexp
+	var find func(re *syntax.Regexp)
+	find = func(re *syntax.Regexp) {
+		switch re.Op {
+		case syntax.OpCapture:
+			capture = re
+		case syntax.OpConcat:
+			for _, sub := range re.Sub {
+				find(sub)
+			}
+		case syntax.OpPlus:
+			find(re.Sub[0])
+		case syntax.OpRepeat:
+			if re.Min >= 1 {
+				find(re.Sub[0])
+			}
+		}
+	}
+	find(re)
+	if capture == nil {
+		return errors.New("the capture group must take part in every match (not under ?, *, | or {0,n})")
+	}
+	empty, err := regexp.Compile(`^(?:` + capture.Sub[0].String() + `)$`)
+	if err != nil {
+		return err
+	}
+	if empty.MatchString("") {
+		return errors.New("the capture group can match the empty string")
+	}
+	return nil
 }
 
 func addWidth(a, b int) int {
@@ -267,8 +313,20 @@ func (ids *RequestIDs) KnownFormat(id string) bool {
 // fromAttrs returns the id from the highest-priority attribute rule that
 // matches an attribute of field of msg.
 func (ids *RequestIDs) fromAttrs(msg []byte, field protowire.Number) (string, bool) {
-	if len(ids.attrs) == 0 {
+	v, prefix, ok := ids.attrValue(msg, field)
+	if !ok {
 		return "", false
+	}
+	if v.Type == ValueString && prefix == "" {
+		return string(v.raw), true
+	}
+	return withPrefix(prefix, v.String()), true
+}
+
+// attrValue returns the value holding the id, without allocating.
+func (ids *RequestIDs) attrValue(msg []byte, field protowire.Number) (Value, string, bool) {
+	if len(ids.attrs) == 0 {
+		return Value{}, "", false
 	}
 	best := -1
 	var bestVal Value
@@ -291,13 +349,28 @@ func (ids *RequestIDs) fromAttrs(msg []byte, field protowire.Number) (string, bo
 			break
 		}
 	}
-	if best < 0 {
-		return "", false
+	return bestVal, bestPrefix, best >= 0
+}
+
+// hasLogID reports whether FromLog would find an id, without allocating.
+func (ids *RequestIDs) hasLogID(logRecord []byte) bool {
+	if _, _, ok := ids.attrValue(logRecord, LogRecordAttrs); ok {
+		return true
 	}
-	if bestVal.Type == ValueString && bestPrefix == "" {
-		return string(bestVal.raw), true
+	body := logBody(logRecord)
+	if body.Type != ValueString {
+		return false
 	}
-	return withPrefix(bestPrefix, bestVal.String()), true
+	for i := range ids.bodies {
+		r := &ids.bodies[i]
+		if len(r.literal) > 0 && !bytes.Contains(body.raw, r.literal) {
+			continue
+		}
+		if r.re.Match(body.raw) {
+			return true // the capture is required and non-empty (compile)
+		}
+	}
+	return false
 }
 
 func withPrefix(prefix, id string) string {

@@ -108,14 +108,15 @@ func TestRequestIDRulesValidate(t *testing.T) {
 	}
 	bad := RequestIDRules{
 		AttributeKeys: []string{"ok", "", "ok=x"},
-		BodyPatterns:  []string{`(a`, `no group`, `(a)(b)`, `good (\d+)`},
+		BodyPatterns:  []string{`(a`, `no group`, `(a)(b)`, `good (\d+)`, `id=(\w*)`, `x(y)?`, `a|(b)`},
 		IDFormats:     []string{`[z-a]`},
 	}
 	err := bad.Validate()
 	if err == nil {
 		t.Fatal("no error")
 	}
-	for _, want := range []string{"attribute_keys[1]", "attribute_keys[2]", "body_patterns[0]", "body_patterns[1]", "body_patterns[2]", "id_formats[0]"} {
+	for _, want := range []string{"attribute_keys[1]", "attribute_keys[2]", "body_patterns[0]", "body_patterns[1]", "body_patterns[2]",
+		"body_patterns[4]", "body_patterns[5]", "body_patterns[6]", "id_formats[0]"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %s", err, want)
 		}
