@@ -1,6 +1,5 @@
 package semconv
 
-
 // Canonical span attribute keys.
 const (
 	KeyInputTokens         = "input_tokens"
