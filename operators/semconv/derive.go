@@ -192,8 +192,9 @@ type Deriver struct {
 	layerCount int64 // from resources
 
 	computed bool
-	counted  bool
 	invalid  int
+	// anchors and invalid anchors already added to Counters
+	countedAnchors, countedInvalid int
 }
 
 func (d *Deriver) ids() *RequestIDs {
@@ -210,7 +211,8 @@ func (d *Deriver) Reset() {
 	clear(d.logs)
 	d.logs = d.logs[:0]
 	d.layerCount = 0
-	d.computed, d.counted, d.invalid = false, false, 0
+	d.computed, d.invalid = false, 0
+	d.countedAnchors, d.countedInvalid = 0, 0
 }
 
 // AddSpan adds a serialized Span and its serialized Resource (may be nil).
@@ -334,8 +336,9 @@ func (r *spanRec) attr(k []byte, v Value) {
 			r.op = internStr(r.op, v.raw)
 		}
 	case KeyProvider:
-		if v.Type == ValueString && len(v.raw) > 0 && r.provider == "" {
-			r.provider = string(v.raw)
+		// gen_ai.provider.name wins over the older gen_ai.system.
+		if v.Type == ValueString && len(v.raw) > 0 && (r.provider == "" || string(k) == "gen_ai.provider.name") {
+			r.provider = internStr(r.provider, v.raw)
 		}
 	case KeyLayerID:
 		if n, ok := v.Int(); ok {
@@ -740,10 +743,11 @@ func (d *Deriver) Derived() *braidpb.Derived {
 	}
 
 	d.computed, d.invalid = true, invalid
-	if !d.Quiet && !d.counted {
-		d.counted = true
-		Counters.Anchors.Add(int64(len(out.Anchors)))
-		Counters.InvalidAnchors.Add(int64(invalid))
+	if !d.Quiet {
+		// Counters hold the anchors of each Deriver's latest derivation.
+		Counters.Anchors.Add(int64(len(out.Anchors) - d.countedAnchors))
+		Counters.InvalidAnchors.Add(int64(invalid - d.countedInvalid))
+		d.countedAnchors, d.countedInvalid = len(out.Anchors), invalid
 	}
 	return out
 }

@@ -314,7 +314,7 @@ func TestCounters(t *testing.T) {
 	add(&d, detailedRequest(t))
 	d.AddSpan(span(t, "llm.decode.layer.0", t0, t0+ms, nil, child), nil) // one invalid anchor
 	d.Derived()
-	d.Derived() // counted once
+	d.Derived() // anchors counted once
 	after := Counters.Snapshot()
 	wantDelta := map[string]int64{
 		"spans": 12, "layer_spans": 9, "logs": 4, "logs_with_request_id": 2, "logs_with_schema_version": 3,
@@ -328,6 +328,17 @@ func TestCounters(t *testing.T) {
 	if len(after) != len(wantDelta) {
 		t.Errorf("Snapshot has %d counters, test knows %d", len(after), len(wantDelta))
 	}
+	// A late layer span: the next derivation adds only its anchor.
+	d.AddSpan(span(t, "llm.decode.layer.1", t0+400*ms, t0+401*ms, []*commonpb.KeyValue{i64("layer_id", 1)}, child), nil)
+	d.Derived()
+	late := Counters.Snapshot()
+	if got := late["anchors"] - after["anchors"]; got != 1 {
+		t.Errorf("late anchors += %d, want 1", got)
+	}
+	if got := late["invalid_anchors"] - after["invalid_anchors"]; got != 0 {
+		t.Errorf("late invalid anchors += %d, want 0", got)
+	}
+	after = late
 	// Quiet derivers count nothing.
 	d2 := Deriver{Quiet: true}
 	add(&d2, detailedRequest(t))

@@ -170,8 +170,12 @@
 //   - log_schema_versions: the distinct log_schema_version values.
 //   - logs: per request, logs; logs with a request id (RequestIDs.FromLog);
 //     with log_schema_version; with a valid and with an invalid hint (a
-//     non-string hint is invalid).
+//     non-string hint is invalid). Absent when the request has no logs.
 //
 // Counters adds the same figures up process-wide (plus spans, layer spans,
 // anchors and invalid anchors) for the admin endpoint; see CounterSet.
+// Spans and logs count when added; anchors hold each Deriver's latest
+// derivation (a re-derivation after late members adds only the
+// difference). A Deriver with Quiet set counts nothing: use it to
+// re-derive members already counted.
 package semconv
