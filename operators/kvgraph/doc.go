@@ -1,0 +1,110 @@
+// Package kvgraph detects KV-cache pollution in LLM inference servers from
+// per-block KV events (the convention of INPUTS.md §5) and builds the
+// pollution graph and its incidents.
+//
+// # Input
+//
+// One OTLP log record per KV op, attributes kv.op (alloc, write, read,
+// free, zero, evict, swap_out, swap_in), kv.block.id, kv.block.hash (16 hex
+// digits, on the alloc of a prefix-cache hit and on a write of full-block
+// content), kv.block.ref_cnt, kv.layer.index, kv.layer.count,
+// kv.write.addr + kv.write.bytes (the byte range touched, an offset in the
+// GPU's KV pool; also on reads), kv.layer.base + kv.layer.size and
+// gen_ai.request.id; resource host.name, gpu.uuid / gpu.index,
+// service.instance.id; trace and span id when known. The pool is
+// layer-major: layer L owns [L·size, (L+1)·size) and block b of layer L
+// starts at L·size + b·blockBytes (kv.block.bytes if sent, else Config.
+// BlockBytes, else inferred from clean writes). Log bodies of
+// compute-sanitizer reports ("========= Invalid __global__ write …") and
+// kernel "NVRM: Xid (PCI:…): N, …" lines are supporting evidence. ParseEvent
+// reads all of these from wire bytes without allocating.
+//
+// # Keys and routing
+//
+// State is keyed by (GPU, block): each GPU's pool is followed on its own.
+// The job routes KV-event logs by host.name, so a task handles every GPU of
+// the hosts routed to it, and everything a GPU's prefix cache can propagate
+// stays inside one task. The processor does not route: it runs inside the
+// fuse stage's task (fuse owns the input and calls Add, OnWatermark,
+// PrepareCheckpoint and Restore), or alone in the Standalone topology
+// (replay, tests, benchmarks), whose input must be partitioned by host.
+//
+// # What a clean block's life looks like
+//
+// A request reads only: ranges it wrote since it got the block; the
+// content it shares with a prefix-cache hit whose kv.block.hash equals the
+// hash the block's content was written with; zeroed (or never written)
+// bytes; content swapped in for it. A non-shared block has one live writer
+// (its owner), and writes stay inside the writer's layer range and the
+// owner's block slot.
+//
+// # Detectors
+//
+// Dirty block residue: a read by request R of bytes of block b whose last
+// writer W ≠ R, where W's content was neither zeroed since nor shared with
+// R by matching hash, and W is no longer an owner of b (it freed the
+// block). Edge W → b → R, kind DIRTY_RESIDUE; the fault's time is R's
+// alloc of b (the handover of a dirty block). A prefix-hit alloc whose hash
+// does not match the block's content hash is not sharing.
+//
+// Cross-request mixed writes: (1) an alloc of a block that already has a
+// live owner, without a matching content hash: the block now has two live
+// owners (edge R → b, kind MIXED_WRITE; the source is the request that
+// freed the block twice when one did); (2) a write by W into block b while
+// W is not its owner (a stale write after free, preemption or a radix tree
+// pointing at freed pages) or while b has another live owner that does not
+// share it by hash: each other live owner O whose content the write
+// overlaps (or who shares the block by hash, or had it swapped in) is
+// polluted now (W → b → O); the others when they read W's bytes (a read
+// of bytes written by a co-owner or by a non-owner is MIXED_WRITE, not
+// residue).
+//
+// Layer out-of-bounds: a write whose range leaves [kv.layer.base,
+// kv.layer.base+kv.layer.size), or whose layer index is ≥ kv.layer.count.
+// The part outside lands in layer L' = addr / layer size (beyond the pool
+// when L' ≥ the layer count) and block slot (addr − L'·size) / blockBytes:
+// edge W → layer L' (kind LAYER_OOB), and the slot's live owners whose
+// bytes it overwrote are polluted (W → b' → O); later reads of those bytes
+// by the slot's owner are LAYER_OOB too. A write inside its layer but
+// outside its block's slot (when the slot size is known exactly) is a
+// write into the other block: a mixed write.
+//
+// Propagation: bytes written by a polluted request after it was polluted
+// are tainted; a request that reads them through legitimate prefix sharing
+// (matching hash) is polluted too: edge P → b → Q, kind PROPAGATED.
+//
+// Supporting lines (sanitizer, Xid) never open an incident: they attach to
+// the open incidents of the same host and GPU (uuid or index; a line that
+// names no GPU matches every GPU of its host) whose time span, widened by
+// IncidentWindow, contains them, or wait up to IncidentWindow for one.
+//
+// # Graph and incidents
+//
+// Nodes are "req:<gpu>/<request id>", "blk:<gpu>/<block>" and
+// "layer:<gpu>/<layer>"; edges request → block → request and request →
+// layer go to braid.pollution (key = source node id) as PollutionEdge, with
+// kind, time, GPU, block, layer, byte range, trace ids and the input
+// origins (topic/partition/offset) of the ops behind them. Edges that share
+// a node on the same GPU belong to one incident (when an edge joins two,
+// the one whose root is earlier absorbs the other, which closes). An
+// incident's root is its earliest fault (by the fault's event time); its id
+// is "inc-" + FNV-64a of the GPU and the root's kind, source, block, layer
+// and time, so the same input gives the same ids. It lists the polluted
+// requests (direct or propagated, with trace ids), the edges (capped), the
+// per-layer hits and corrupted reads (heatmap data) and the supporting
+// lines. An Incident record goes to braid.incidents (key = incident id)
+// after each batch that changed it, with revision+1; when event time passes
+// its last edge + IncidentWindow it is emitted a last time with state
+// CLOSED and forgotten, so a later fault on the same nodes opens a new one.
+// Config.OnIncident hands each emission's polluted trace ids to fuse.
+//
+// # State
+//
+// In memory, written under key prefix 'k' of the task's keyspace at each
+// checkpoint (only what changed) and reloaded by Restore: per block its
+// owners, hash, content spans per layer (byte range, writer, time, how it
+// got there); per request its trace id and pollution; per GPU its pool
+// geometry; open incidents; supporting lines waiting for an incident. A
+// block or request that saw no op for BlockTTL of event time is forgotten
+// (at most 512 per OnWatermark call; Backlog reports more).
+package kvgraph

@@ -1,0 +1,439 @@
+package kvgraph
+
+import (
+	"bytes"
+	"math"
+	"strconv"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// Op is what a KV event reports.
+type Op uint8
+
+// The ops of the KV-block convention, and the two kinds of supporting log
+// lines.
+const (
+	OpNone Op = iota
+	OpAlloc
+	OpWrite
+	OpRead
+	OpFree
+	OpZero
+	OpEvict
+	OpSwapOut
+	OpSwapIn
+	OpSanitizer // a compute-sanitizer report line
+	OpXid       // an NVRM Xid line
+)
+
+var opNames = [...]string{"none", "alloc", "write", "read", "free", "zero", "evict", "swap_out", "swap_in", "sanitizer", "xid"}
+
+func (o Op) String() string {
+	if int(o) < len(opNames) {
+		return opNames[o]
+	}
+	return "Op(" + strconv.Itoa(int(o)) + ")"
+}
+
+// Origin is the input record an event was read from: evidence.
+type Origin struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+}
+
+// Event is one parsed KV op or supporting line. Its byte slices alias the
+// buffers given to ParseEvent and are valid only as long as they are.
+type Event struct {
+	Op   Op
+	Time int64 // event time, unix ns
+	// Where: resource host.name, gpu.uuid (or gpu.index), service.instance.id.
+	Host, GPUUUID, Instance []byte
+	GPUIndex                int64 // -1 when absent
+	// Request is gen_ai.request.id; TraceID/SpanID the record's ids (zero
+	// when unknown).
+	Request []byte
+	TraceID [16]byte
+	SpanID  [8]byte
+	Block   int64 // kv.block.id, -1 when absent
+	// Hash is kv.block.hash (HasHash when present).
+	Hash    uint64
+	HasHash bool
+	RefCnt  int64 // kv.block.ref_cnt, -1 when absent
+	Layer   int64 // kv.layer.index, -1 when absent
+	Layers  int64 // kv.layer.count, 0 when absent
+	// Addr/Bytes: kv.write.addr/kv.write.bytes (HasRange when both present).
+	Addr, Bytes int64
+	HasRange    bool
+	// LayerBase/LayerSize: kv.layer.base/kv.layer.size (HasLayerRange).
+	LayerBase, LayerSize int64
+	HasLayerRange        bool
+	// BlockBytes is kv.block.bytes, 0 when absent (an optional extension).
+	BlockBytes int64
+	// Body is the log body for sanitizer and Xid lines.
+	Body []byte
+	// Xid is the Xid number of an OpXid line.
+	Xid int64
+	// Kernel is the kernel named by a sanitizer report (may be empty).
+	Kernel []byte
+	Origin Origin
+}
+
+// ParseEvent reads one OTLP LogRecord (wire bytes) and its Resource (wire
+// bytes) as a KV event, a compute-sanitizer line or an Xid line; ok is false
+// for any other log record or malformed bytes. ts is the record's event
+// time. It does not allocate; the event's slices alias resource and
+// logRecord.
+func ParseEvent(resource, logRecord []byte, ts int64, origin Origin) (ev Event, ok bool) {
+	ev = Event{Time: ts, GPUIndex: -1, Block: -1, RefCnt: -1, Layer: -1, Origin: origin}
+	var addrOK, bytesOK, baseOK, sizeOK bool
+	b := logRecord
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return ev, false
+		}
+		b = b[n:]
+		switch {
+		case num == 5 && typ == protowire.BytesType: // body
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return ev, false
+			}
+			ev.Body = anyString(v)
+			b = b[n:]
+			continue
+		case num == 6 && typ == protowire.BytesType: // attributes
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return ev, false
+			}
+			k, val := keyValue(v)
+			switch string(k) {
+			case "kv.op":
+				ev.Op = parseOp(anyString(val))
+			case "kv.block.id":
+				ev.Block, _ = anyInt(val)
+			case "kv.block.hash":
+				ev.Hash, ev.HasHash = anyHash(val)
+			case "kv.block.ref_cnt":
+				ev.RefCnt, _ = anyInt(val)
+			case "kv.layer.index":
+				ev.Layer, _ = anyInt(val)
+			case "kv.layer.count":
+				ev.Layers, _ = anyInt(val)
+			case "kv.write.addr":
+				ev.Addr, addrOK = anyInt(val)
+			case "kv.write.bytes":
+				ev.Bytes, bytesOK = anyInt(val)
+			case "kv.layer.base":
+				ev.LayerBase, baseOK = anyInt(val)
+			case "kv.layer.size":
+				ev.LayerSize, sizeOK = anyInt(val)
+			case "kv.block.bytes":
+				ev.BlockBytes, _ = anyInt(val)
+			case "gen_ai.request.id":
+				ev.Request = anyString(val)
+			}
+			b = b[n:]
+			continue
+		case num == 9 && typ == protowire.BytesType: // trace_id
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return ev, false
+			}
+			if len(v) == 16 {
+				copy(ev.TraceID[:], v)
+			}
+			b = b[n:]
+			continue
+		case num == 10 && typ == protowire.BytesType: // span_id
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return ev, false
+			}
+			if len(v) == 8 {
+				copy(ev.SpanID[:], v)
+			}
+			b = b[n:]
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return ev, false
+		}
+		b = b[n:]
+	}
+	ev.HasRange = addrOK && bytesOK
+	ev.HasLayerRange = baseOK && sizeOK && ev.LayerSize > 0
+	if ev.Op == OpNone {
+		switch {
+		case bytes.Contains(ev.Body, []byte("NVRM: Xid")):
+			ev.Op = OpXid
+			ev.Xid = parseXid(ev.Body)
+		case isSanitizer(ev.Body):
+			ev.Op = OpSanitizer
+			ev.Kernel = sanitizerKernel(ev.Body)
+		default:
+			return ev, false
+		}
+	}
+	if !parseResource(resource, &ev) {
+		return ev, false
+	}
+	return ev, true
+}
+
+func parseResource(b []byte, ev *Event) bool {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		if num == 1 && typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return false
+			}
+			k, val := keyValue(v)
+			switch string(k) {
+			case "host.name":
+				ev.Host = anyString(val)
+			case "gpu.uuid":
+				ev.GPUUUID = anyString(val)
+			case "gpu.index":
+				ev.GPUIndex, _ = anyInt(val)
+			case "service.instance.id":
+				ev.Instance = anyString(val)
+			}
+			b = b[n:]
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+	}
+	return true
+}
+
+// keyValue splits a KeyValue message into its key and AnyValue bytes.
+func keyValue(b []byte) (key, val []byte) {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil, nil
+		}
+		b = b[n:]
+		if typ == protowire.BytesType && (num == 1 || num == 2) {
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return nil, nil
+			}
+			if num == 1 {
+				key = v
+			} else {
+				val = v
+			}
+			b = b[n:]
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return nil, nil
+		}
+		b = b[n:]
+	}
+	return key, val
+}
+
+// anyString returns an AnyValue's string_value (or bytes_value).
+func anyString(b []byte) []byte {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil
+		}
+		b = b[n:]
+		if typ == protowire.BytesType && (num == 1 || num == 7) {
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return nil
+			}
+			return v
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return nil
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// anyInt returns an AnyValue's int_value, or a decimal string_value, or an
+// integral double_value.
+func anyInt(b []byte) (int64, bool) {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return 0, false
+		}
+		b = b[n:]
+		switch {
+		case num == 3 && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return 0, false
+			}
+			return int64(v), true
+		case num == 1 && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return 0, false
+			}
+			return atoi(v)
+		case num == 4 && typ == protowire.Fixed64Type:
+			v, n := protowire.ConsumeFixed64(b)
+			if n < 0 {
+				return 0, false
+			}
+			f := math.Float64frombits(v)
+			return int64(f), f == math.Trunc(f)
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return 0, false
+		}
+		b = b[n:]
+	}
+	return 0, false
+}
+
+// anyHash reads kv.block.hash: hex text (up to 16 digits, optional 0x) or
+// an integer.
+func anyHash(b []byte) (uint64, bool) {
+	if s := anyString(b); s != nil {
+		s = bytes.TrimPrefix(s, []byte("0x"))
+		if len(s) == 0 || len(s) > 16 {
+			return 0, false
+		}
+		var h uint64
+		for _, c := range s {
+			d, ok := hexDigit(c)
+			if !ok {
+				return 0, false
+			}
+			h = h<<4 | uint64(d)
+		}
+		return h, true
+	}
+	v, ok := anyInt(b)
+	return uint64(v), ok
+}
+
+func hexDigit(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	case c >= 'A' && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
+func atoi(s []byte) (int64, bool) {
+	neg := len(s) > 0 && s[0] == '-'
+	if neg {
+		s = s[1:]
+	}
+	if len(s) == 0 || len(s) > 18 {
+		return 0, false
+	}
+	var v int64
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + int64(c-'0')
+	}
+	if neg {
+		v = -v
+	}
+	return v, true
+}
+
+func parseOp(s []byte) Op {
+	switch string(s) {
+	case "alloc":
+		return OpAlloc
+	case "write":
+		return OpWrite
+	case "read":
+		return OpRead
+	case "free":
+		return OpFree
+	case "zero":
+		return OpZero
+	case "evict":
+		return OpEvict
+	case "swap_out":
+		return OpSwapOut
+	case "swap_in":
+		return OpSwapIn
+	}
+	return OpNone
+}
+
+// isSanitizer recognises a compute-sanitizer report line
+// ("========= Invalid __global__ write of size 4 bytes", "========= Race
+// reported between …", "========= ERROR SUMMARY: N errors" with N > 0).
+func isSanitizer(b []byte) bool {
+	i := bytes.Index(b, []byte("========="))
+	if i < 0 {
+		return false
+	}
+	rest := b[i:]
+	return bytes.Contains(rest, []byte("Invalid ")) || bytes.Contains(rest, []byte("Race reported")) ||
+		bytes.Contains(rest, []byte("Out-of-range")) || bytes.Contains(rest, []byte("Address "))
+}
+
+// sanitizerKernel returns the name after " in " on an "at 0x… in kernel"
+// line of the report, if the body holds one.
+func sanitizerKernel(b []byte) []byte {
+	i := bytes.Index(b, []byte("at 0x"))
+	if i < 0 {
+		return nil
+	}
+	rest := b[i:]
+	j := bytes.Index(rest, []byte(" in "))
+	if j < 0 {
+		return nil
+	}
+	k := rest[j+4:]
+	if e := bytes.IndexAny(k, "\n\r"); e >= 0 {
+		k = k[:e]
+	}
+	return bytes.TrimSpace(k)
+}
+
+// parseXid reads N from "NVRM: Xid (PCI:0000:3b:00): N, …".
+func parseXid(b []byte) int64 {
+	i := bytes.Index(b, []byte("NVRM: Xid"))
+	rest := b[i+len("NVRM: Xid"):]
+	if j := bytes.Index(rest, []byte("):")); j >= 0 {
+		rest = rest[j+2:]
+	}
+	rest = bytes.TrimLeft(rest, " ")
+	e := 0
+	for e < len(rest) && rest[e] >= '0' && rest[e] <= '9' {
+		e++
+	}
+	v, _ := atoi(rest[:e])
+	return v
+}

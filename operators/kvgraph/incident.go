@@ -1,0 +1,83 @@
+package kvgraph
+
+import (
+	"encoding/hex"
+	"hash/fnv"
+	"strconv"
+
+	"github.com/braidlabs/braid/operators/braidpb"
+)
+
+// incident is one open (or just closed) incident of a GPU.
+type incident struct {
+	pb *braidpb.Incident
+	g  *gpu
+	// nodes: every node id of its edges; edgeKeys: edges already in pb
+	// (source|target|kind), so that repeated evidence does not repeat them.
+	nodes    []string
+	edgeKeys map[string]struct{}
+	victims  map[string]struct{}
+	layers   map[int64]*braidpb.LayerCount
+	dirty    bool
+	closed   bool
+	changed  bool
+	// merged: closed because it merged into another incident.
+	merged bool
+	// order is the creation order among the processor's incidents.
+	order int64
+}
+
+// incidentID is a hash of the GPU and the root edge: the same input gives
+// the same id.
+func incidentID(g *gpu, kind braidpb.PollutionKind, src string, blk, layer int64, at int64) string {
+	h := fnv.New64a()
+	h.Write([]byte(g.id))
+	h.Write([]byte{0, byte(kind), 0})
+	h.Write([]byte(src))
+	var b [8 * 3]byte
+	for i, v := range []int64{blk, layer, at} {
+		for j := 0; j < 8; j++ {
+			b[i*8+j] = byte(uint64(v) >> (8 * j))
+		}
+	}
+	h.Write(b[:])
+	return "inc-" + hex.EncodeToString(h.Sum(nil))
+}
+
+func (inc *incident) addNode(n string) {
+	if _, ok := inc.g.nodes[n]; ok && inc.g.nodes[n] == inc {
+		return
+	}
+	inc.g.nodes[n] = inc
+	inc.nodes = append(inc.nodes, n)
+}
+
+func (inc *incident) layer(l int64) *braidpb.LayerCount {
+	lc := inc.layers[l]
+	if lc == nil {
+		lc = &braidpb.LayerCount{Layer: int32(l)}
+		inc.layers[l] = lc
+		inc.pb.Layers = append(inc.pb.Layers, lc)
+	}
+	return lc
+}
+
+func edgeKey(e *braidpb.PollutionEdge) string {
+	return e.Source + "|" + e.Target + "|" + strconv.Itoa(int(e.Kind))
+}
+
+// KindName is the short name of a pollution kind (dirty_residue,
+// mixed_write, layer_oob, propagated).
+func KindName(k braidpb.PollutionKind) string {
+	switch k {
+	case braidpb.PollutionKind_POLLUTION_KIND_DIRTY_RESIDUE:
+		return "dirty_residue"
+	case braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE:
+		return "mixed_write"
+	case braidpb.PollutionKind_POLLUTION_KIND_LAYER_OOB:
+		return "layer_oob"
+	case braidpb.PollutionKind_POLLUTION_KIND_PROPAGATED:
+		return "propagated"
+	}
+	return "unspecified"
+}

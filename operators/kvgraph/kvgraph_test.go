@@ -1,0 +1,282 @@
+package kvgraph
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/braidlabs/braid/operators/braidpb"
+	"github.com/braidlabs/braid/operators/kvgraph/kvlog"
+)
+
+func TestCleanLifecyclesMakeNoIncident(t *testing.T) {
+	h := newHarness(t, nil)
+	h.feed(gpu0, seq(
+		// A request fills block 1 and reads it; frees it; the block is
+		// zeroed and handed to another request that writes before reading.
+		alloc(0, "r1", 1), fill(1, "r1", 1, 0xaa), readAll(2, "r1", 1), free(3, "r1", 1),
+		zero(4, 1), alloc(5, "r2", 1), readAll(6, "r2", 1), fill(7, "r2", 1, 0), readAll(8, "r2", 1),
+		// Legitimate prefix sharing: r3 fills block 2 with hash 0xbb; r4
+		// and, after r3 freed it, r5 hit it by hash and read it.
+		alloc(10, "r3", 2), fill(11, "r3", 2, 0xbb), allocHit(12, "r4", 2, 0xbb), readAll(13, "r4", 2),
+		free(14, "r3", 2), allocHit(15, "r5", 2, 0xbb), readAll(16, "r5", 2),
+		// Recycling without zeroing is fine when the new owner reads only
+		// what it wrote: token by token, partial ranges.
+		free(20, "r4", 2), free(20, "r5", 2), kvlog.Op{Time: at(21), Op: "evict", Block: 2},
+		alloc(22, "r6", 2), pool.Write(at(23), "r6", 2, 0, 0, 64), pool.Read(at(24), "r6", 2, 0, 0, 64),
+		// Preemption by swap: r7 swaps block 3 out, frees it, gets block 4,
+		// swaps in, reads.
+		alloc(30, "r7", 3), fill(31, "r7", 3, 0), kvlog.Op{Time: at(32), Op: "swap_out", Request: "r7", Block: 3}, free(33, "r7", 3),
+		alloc(34, "r8", 4), fill(35, "r8", 4, 0), free(36, "r8", 4),
+		alloc(37, "r7", 4), kvlog.Op{Time: at(38), Op: "swap_in", Request: "r7", Block: 4}, readAll(39, "r7", 4),
+		// Preemption by recompute: r8 gets block 3 (r7's residue), rewrites it, reads.
+		alloc(40, "r8", 3), fill(41, "r8", 3, 0), readAll(42, "r8", 3),
+	)...)
+	if err := h.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	if es := h.edges(); len(es) != 0 {
+		t.Fatalf("clean run made %d edges: %v", len(es), es[0])
+	}
+	if latest, _ := h.incidents(); len(latest) != 0 {
+		t.Fatalf("clean run made incidents: %v", latest)
+	}
+}
+
+func TestDirtyResidue(t *testing.T) {
+	h := newHarness(t, nil)
+	tr := [16]byte{1, 2, 3}
+	r2 := alloc(5, "r2", 1)
+	r2.TraceID = tr
+	h.feed(gpu0, seq(alloc(0, "r1", 1), fill(1, "r1", 1, 0), free(3, "r1", 1))...)
+	h.feed(gpu0, r2, pool.Write(at(6), "r2", 1, 2, 0, 128), pool.Read(at(7), "r2", 1, 2, 0, 1024))
+	es := h.edges()
+	if len(es) != 2 || es[0].Source != "req:GPU-0/r1" || es[0].Target != "blk:GPU-0/1" || es[1].Target != "req:GPU-0/r2" {
+		t.Fatalf("edges %v", es)
+	}
+	if es[1].Kind != braidpb.PollutionKind_POLLUTION_KIND_DIRTY_RESIDUE || es[1].Layer != 2 || string(es[1].TargetTraceId) != string(tr[:]) {
+		t.Fatalf("edge %v", es[1])
+	}
+	if len(es[1].Evidence) != 2 || es[1].Evidence[0].Topic != "kv" {
+		t.Fatalf("evidence %v", es[1].Evidence)
+	}
+	inc := h.only()
+	if inc.Pattern != braidpb.PollutionKind_POLLUTION_KIND_DIRTY_RESIDUE || inc.Root.RequestId != "r1" || inc.Root.Block != 1 ||
+		inc.Root.TimeUnixNano != uint64(at(5)) || inc.Gpu != "GPU-0" || inc.Host != "node-a" {
+		t.Fatalf("incident %v", inc)
+	}
+	if got := polluted(inc); !slices.Equal(got, []string{"r2"}) || string(inc.Polluted[0].TraceId) != string(tr[:]) {
+		t.Fatalf("polluted %v", inc.Polluted)
+	}
+	if len(inc.Layers) != 1 || inc.Layers[0].Layer != 2 || inc.Layers[0].CorruptedReads != 1 {
+		t.Fatalf("layers %v", inc.Layers)
+	}
+	if !strings.HasPrefix(inc.Id, "inc-") || inc.State != braidpb.IncidentState_INCIDENT_STATE_OPEN {
+		t.Fatalf("id %q state %v", inc.Id, inc.State)
+	}
+}
+
+func TestZeroedOrSharedBlockIsNotResidue(t *testing.T) {
+	h := newHarness(t, nil)
+	h.feed(gpu0, seq(
+		alloc(0, "r1", 1), fill(1, "r1", 1, 0x11), free(3, "r1", 1), zero(4, 1),
+		alloc(5, "r2", 1), readAll(6, "r2", 1),
+		alloc(10, "r3", 2), fill(11, "r3", 2, 0x22), free(12, "r3", 2),
+		allocHit(13, "r4", 2, 0x22), readAll(14, "r4", 2),
+	)...)
+	if es := h.edges(); len(es) != 0 {
+		t.Fatalf("edges %v", es)
+	}
+	// A prefix hit whose hash does not match the content is not sharing.
+	h.feed(gpu0, seq(free(15, "r4", 2), alloc(16, "r5", 2), fill(17, "r5", 2, 0x33), free(18, "r5", 2),
+		allocHit(19, "r6", 2, 0x22), readAll(20, "r6", 2))...)
+	if got := polluted(h.only()); !slices.Equal(got, []string{"r6"}) {
+		t.Fatalf("polluted %v", got)
+	}
+}
+
+func TestMixedWriteAfterDoubleFree(t *testing.T) {
+	h := newHarness(t, nil)
+	h.feed(gpu0, seq(
+		alloc(0, "r1", 5), fill(1, "r1", 5, 0), free(2, "r1", 5), free(3, "r1", 5), // double free
+		zero(4, 5), alloc(5, "r2", 5), alloc(6, "r3", 5), // handed out twice
+		pool.Write(at(7), "r2", 5, 0, 0, 512), pool.Write(at(8), "r3", 5, 0, 256, 512), // r3 overwrites r2's bytes
+		pool.Read(at(9), "r2", 5, 0, 0, 512),
+	)...)
+	inc := h.only()
+	if inc.Pattern != braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE || inc.Root.RequestId != "r1" || inc.Root.TimeUnixNano != uint64(at(3)) {
+		t.Fatalf("root %v", inc.Root)
+	}
+	if got := polluted(inc); !slices.Equal(got, []string{"r2"}) {
+		t.Fatalf("polluted %v", got)
+	}
+	for _, e := range h.edges() {
+		if e.Kind != braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE {
+			t.Fatalf("edge kind %v", e)
+		}
+	}
+}
+
+func TestStaleWriteIntoAnotherRequestsBlock(t *testing.T) {
+	h := newHarness(t, nil)
+	h.feed(gpu0, seq(
+		alloc(0, "r1", 7), fill(1, "r1", 7, 0), free(2, "r1", 7), // preempted
+		alloc(3, "r2", 7), fill(4, "r2", 7, 0),
+		pool.Write(at(5), "r1", 7, 1, 0, 1024), // async offload of r1 still writing
+	)...)
+	inc := h.only()
+	if inc.Root.RequestId != "r1" || inc.Pattern != braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE {
+		t.Fatalf("root %v", inc.Root)
+	}
+	if got := polluted(inc); !slices.Equal(got, []string{"r2"}) {
+		t.Fatalf("polluted %v", got)
+	}
+	if len(inc.Layers) != 1 || inc.Layers[0].Layer != 1 || inc.Layers[0].Hits != 1 {
+		t.Fatalf("layers %v", inc.Layers)
+	}
+}
+
+func TestLayerOutOfBounds(t *testing.T) {
+	h := newHarness(t, nil)
+	// r2 owns block 3 and has written layer 2; r1's write for layer 1 of
+	// block 3 lands one layer further (a wrong stride).
+	oob := pool.Write(at(5), "r1", 3, 1, 0, 1024)
+	oob.Addr += pool.LayerSize()
+	h.feed(gpu0, seq(
+		alloc(0, "r1", 9), fill(1, "r1", 9, 0), // teaches the block size
+		alloc(2, "r2", 3), fill(3, "r2", 3, 0), oob, pool.Read(at(6), "r2", 3, 2, 0, 1024),
+	)...)
+	inc := h.only()
+	if inc.Pattern != braidpb.PollutionKind_POLLUTION_KIND_LAYER_OOB || inc.Root.RequestId != "r1" || inc.Root.Layer != 2 {
+		t.Fatalf("root %v", inc.Root)
+	}
+	if got := polluted(inc); !slices.Equal(got, []string{"r2"}) {
+		t.Fatalf("polluted %v", got)
+	}
+	var sawLayer bool
+	for _, e := range h.edges() {
+		if e.Target == "layer:GPU-0/2" && e.Source == "req:GPU-0/r1" {
+			sawLayer = true
+		}
+	}
+	if !sawLayer {
+		t.Fatalf("no request → layer edge: %v", h.edges())
+	}
+	if len(inc.Layers) != 1 || inc.Layers[0].Layer != 2 || inc.Layers[0].Hits != 1 || inc.Layers[0].CorruptedReads != 1 {
+		t.Fatalf("layers %v", inc.Layers)
+	}
+	// Beyond the layer count: no victim, still an incident.
+	h2 := newHarness(t, nil)
+	w := pool.Write(at(1), "r9", 15, 3, 0, 2048) // the last slot of the last layer, overflowing the pool
+	h2.feed(gpu0, alloc(0, "r9", 15), w)
+	inc = h2.only()
+	if inc.Pattern != braidpb.PollutionKind_POLLUTION_KIND_LAYER_OOB || len(inc.Polluted) != 0 {
+		t.Fatalf("incident %v", inc)
+	}
+}
+
+func TestPropagationThroughPrefixSharing(t *testing.T) {
+	h := newHarness(t, nil)
+	h.feed(gpu0, seq(
+		alloc(0, "r1", 1), fill(1, "r1", 1, 0), free(2, "r1", 1),
+		alloc(3, "r2", 1), readAll(4, "r2", 1), // r2 polluted by residue
+		alloc(5, "r2", 2), fill(6, "r2", 2, 0xcafe), // r2 fills a block from polluted state
+		allocHit(7, "r3", 2, 0xcafe), readAll(8, "r3", 2), // r3 shares it
+		alloc(9, "r4", 4), fill(10, "r4", 4, 0xbeef), allocHit(11, "r5", 4, 0xbeef), readAll(12, "r5", 4), // unrelated
+	)...)
+	inc := h.only()
+	if got := polluted(inc); !slices.Equal(got, []string{"r2", "r3"}) {
+		t.Fatalf("polluted %v", got)
+	}
+	for _, p := range inc.Polluted {
+		want := braidpb.PollutionVia_POLLUTION_VIA_DIRECT
+		if p.RequestId == "r3" {
+			want = braidpb.PollutionVia_POLLUTION_VIA_PROPAGATED
+		}
+		if p.Via != want {
+			t.Fatalf("%s via %v", p.RequestId, p.Via)
+		}
+	}
+	if inc.Root.RequestId != "r1" || inc.Pattern != braidpb.PollutionKind_POLLUTION_KIND_DIRTY_RESIDUE {
+		t.Fatalf("root %v", inc.Root)
+	}
+}
+
+func TestSupportingEvidenceAttachesButNeverOpens(t *testing.T) {
+	h := newHarness(t, nil)
+	san := kvlog.Op{Time: at(1), Body: "========= Invalid __global__ write of size 16 bytes\n=========     at 0x1a0 in reshape_and_cache_kernel"}
+	xid := kvlog.Op{Time: at(9000), Body: "NVRM: Xid (PCI:0000:3b:00): 13, pid=1234, Graphics Exception"}
+	h.feed(gpu0, san)
+	h.feed(gpu1, kvlog.Op{Time: at(2), Body: "========= Invalid __global__ write of size 4 bytes"})
+	if latest, _ := h.incidents(); len(latest) != 0 {
+		t.Fatal("a sanitizer line alone opened an incident")
+	}
+	h.feed(gpu0, seq(alloc(10, "r1", 1), fill(11, "r1", 1, 0), free(12, "r1", 1), alloc(13, "r2", 1), readAll(14, "r2", 1))...)
+	h.feed(kvlog.Where{Host: "node-a", GPUIndex: 0}, xid)                                                                      // names the GPU by index only
+	h.feed(kvlog.Where{Host: "node-a", GPUIndex: -1}, kvlog.Op{Time: at(9001), Body: "NVRM: Xid (PCI:0000:3b:00): 31, pid=1"}) // the host's kernel log
+	h.feed(kvlog.Where{Host: "node-b", GPUIndex: -1}, kvlog.Op{Time: at(9002), Body: "NVRM: Xid (PCI:0000:3b:00): 31, pid=1"}) // another host
+	inc := h.only()
+	var kinds []string
+	for _, e := range inc.Evidence {
+		kinds = append(kinds, e.Kind)
+	}
+	if !slices.Equal(kinds, []string{"sanitizer", "xid", "xid"}) {
+		t.Fatalf("evidence %v", inc.Evidence)
+	}
+	if !strings.Contains(inc.Evidence[1].Text, "Xid") || inc.Evidence[0].Origin.Topic != "kv" {
+		t.Fatalf("evidence %v", inc.Evidence)
+	}
+}
+
+func TestIncidentRevisionsAndClose(t *testing.T) {
+	var calls []string
+	var traces int
+	h := newHarness(t, func(c *Config) {
+		c.OnIncident = func(id string, tr [][16]byte) { calls = append(calls, id); traces += len(tr) }
+	})
+	r2 := alloc(3, "r2", 1)
+	r2.TraceID = [16]byte{9}
+	h.feed(gpu0, seq(alloc(0, "r1", 1), fill(1, "r1", 1, 0), free(2, "r1", 1), r2, readAll(4, "r2", 1))...)
+	h.feed(gpu0, seq(alloc(5, "r1", 2), fill(6, "r1", 2, 0), free(7, "r1", 2), alloc(8, "r3", 2), readAll(9, "r3", 2))...)
+	_, all := h.incidents()
+	if len(all) != 2 || all[0].Revision != 0 || all[1].Revision != 1 || len(all[1].Polluted) != 2 {
+		t.Fatalf("revisions %v", all)
+	}
+	// Event time moves past the window: the incident closes.
+	h.feed(gpu0, alloc(20000, "r9", 9))
+	latest, all := h.incidents()
+	inc := latest[all[0].Id]
+	if inc.State != braidpb.IncidentState_INCIDENT_STATE_CLOSED || inc.Revision != 2 {
+		t.Fatalf("after the window: %v", inc)
+	}
+	if len(calls) != 3 || traces != 3 {
+		t.Fatalf("OnIncident calls %v, %d trace ids", calls, traces)
+	}
+	// A new fault on the same block opens a new incident.
+	h.feed(gpu0, seq(free(20001, "r3", 2), alloc(20002, "r4", 2), readAll(20003, "r4", 2))...)
+	if latest, _ := h.incidents(); len(latest) != 2 {
+		t.Fatalf("%d incidents", len(latest))
+	}
+	c := h.cfg.Counters
+	if c.Incidents.Load() != 2 || c.Closed.Load() != 1 || c.Edges.Load() == 0 {
+		t.Fatalf("counters incidents %d closed %d edges %d", c.Incidents.Load(), c.Closed.Load(), c.Edges.Load())
+	}
+}
+
+func TestBlocksExpire(t *testing.T) {
+	h := newHarness(t, nil)
+	h.feed(gpu0, seq(alloc(0, "r1", 1), fill(1, "r1", 1, 0), free(2, "r1", 1))...)
+	c := h.cfg.Counters
+	if c.Blocks.Load() != 1 {
+		t.Fatalf("blocks %d", c.Blocks.Load())
+	}
+	h.feed(gpu0, alloc(120000, "r2", 2)) // two minutes later: block 1 and r1 are forgotten
+	if c.Blocks.Load() != 1 {
+		t.Fatalf("blocks %d after the TTL", c.Blocks.Load())
+	}
+	// Forgotten content cannot be blamed: reading block 1 is clean now.
+	h.feed(gpu0, seq(alloc(120001, "r3", 1), readAll(120002, "r3", 1))...)
+	if es := h.edges(); len(es) != 0 {
+		t.Fatalf("edges %v", es)
+	}
+}

@@ -1,0 +1,533 @@
+package kvgraph
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/braidlabs/braid/engine"
+	"github.com/braidlabs/braid/operators/braidpb"
+)
+
+// Keys, all under 'k' in the task's keyspace:
+//
+//	k b <gpu len> <gpu> <block, 8 bytes BE>   a block
+//	k e                                       pending supporting lines
+//	k g <gpu>                                 a GPU's pool geometry
+//	k i <incident id>                         an open incident
+//	k r <gpu len> <gpu> <request id>          a request
+const prefix = 'k'
+
+func gpuKey(dst []byte, g string) []byte  { return append(append(dst, prefix, 'g'), g...) }
+func incKey(dst []byte, id string) []byte { return append(append(dst, prefix, 'i'), id...) }
+
+func blockKey(dst []byte, g string, id int64) []byte {
+	dst = binary.AppendUvarint(append(dst, prefix, 'b'), uint64(len(g)))
+	return binary.BigEndian.AppendUint64(append(dst, g...), uint64(id))
+}
+
+func reqKey(dst []byte, g, id string) []byte {
+	dst = binary.AppendUvarint(append(dst, prefix, 'r'), uint64(len(g)))
+	return append(append(dst, g...), id...)
+}
+
+var evidenceKey = []byte{prefix, 'e'}
+
+var errCorrupt = errors.New("kvgraph: corrupt state record")
+
+// PrepareCheckpoint writes what changed since the last checkpoint under
+// prefix 'k' of t.State.
+func (p *Processor) PrepareCheckpoint(t *engine.Task) error {
+	for _, k := range p.deleted {
+		if err := t.State.Delete(k); err != nil {
+			return fmt.Errorf("kvgraph: delete state: %w", err)
+		}
+	}
+	clear(p.deleted)
+	p.deleted = p.deleted[:0]
+	for _, g := range p.changedGPUs {
+		g.changed = false
+		if p.gpus[g.id] != g {
+			continue
+		}
+		p.buf = encodeGPU(p.buf[:0], g)
+		if err := t.State.Set(gpuKey(p.key[:0], g.id), p.buf); err != nil {
+			return fmt.Errorf("kvgraph: write gpu: %w", err)
+		}
+	}
+	p.changedGPUs = p.changedGPUs[:0]
+	for _, br := range p.changedBlocks {
+		br.b.changed = false
+		if p.gpus[br.g.id] != br.g || br.g.blocks[br.b.id] != br.b {
+			continue
+		}
+		p.buf = encodeBlock(p.buf[:0], br.b)
+		if err := t.State.Set(blockKey(p.key[:0], br.g.id, br.b.id), p.buf); err != nil {
+			return fmt.Errorf("kvgraph: write block: %w", err)
+		}
+	}
+	clear(p.changedBlocks)
+	p.changedBlocks = p.changedBlocks[:0]
+	for _, rr := range p.changedReqs {
+		rr.r.changed = false
+		if p.gpus[rr.g.id] != rr.g || rr.g.reqs[rr.r.id] != rr.r {
+			continue
+		}
+		p.buf = encodeReq(p.buf[:0], rr.r)
+		if err := t.State.Set(reqKey(p.key[:0], rr.g.id, rr.r.id), p.buf); err != nil {
+			return fmt.Errorf("kvgraph: write request: %w", err)
+		}
+	}
+	clear(p.changedReqs)
+	p.changedReqs = p.changedReqs[:0]
+	for _, inc := range p.changedIncs {
+		inc.changed = false
+		if inc.closed {
+			continue
+		}
+		b, err := encodeIncident(p.buf[:0], inc)
+		if err != nil {
+			return err
+		}
+		p.buf = b
+		if err := t.State.Set(incKey(p.key[:0], inc.pb.Id), p.buf); err != nil {
+			return fmt.Errorf("kvgraph: write incident: %w", err)
+		}
+	}
+	clear(p.changedIncs)
+	p.changedIncs = p.changedIncs[:0]
+	if p.pendingChanged {
+		p.pendingChanged = false
+		b, err := encodePending(p.buf[:0], p.pending)
+		if err != nil {
+			return err
+		}
+		p.buf = b
+		if err := t.State.Set(evidenceKey, p.buf); err != nil {
+			return fmt.Errorf("kvgraph: write evidence: %w", err)
+		}
+	}
+	return nil
+}
+
+// Restore reloads the processor from t.State (prefix 'k'), dropping
+// whatever it held in memory.
+func (p *Processor) Restore(t *engine.Task) error {
+	for _, g := range p.gpus {
+		p.c.Blocks.Add(-int64(len(g.blocks)))
+	}
+	p.gpus = map[string]*gpu{}
+	p.open = nil
+	p.pending = nil
+	p.pendingChanged = false
+	p.timers = p.timers[:0]
+	p.backlog = false
+	p.changedBlocks, p.changedReqs, p.changedGPUs, p.changedIncs = p.changedBlocks[:0], p.changedReqs[:0], p.changedGPUs[:0], p.changedIncs[:0]
+	p.deleted, p.dirtyIncs = p.deleted[:0], p.dirtyIncs[:0]
+
+	if err := p.iter(t, 'g', func(k, v []byte) error {
+		g := newGPU(string(k[2:]), "")
+		p.gpus[g.id] = g
+		return decodeGPU(v, g)
+	}); err != nil {
+		return err
+	}
+	gpuOf := func(k []byte) (*gpu, []byte, error) {
+		n, m := binary.Uvarint(k[2:])
+		if m <= 0 || uint64(len(k)-2-m) < n {
+			return nil, nil, errCorrupt
+		}
+		rest := k[2+m:]
+		g := p.gpus[string(rest[:n])]
+		if g == nil {
+			return nil, nil, fmt.Errorf("kvgraph: state of unknown gpu %q", rest[:n])
+		}
+		return g, rest[n:], nil
+	}
+	if err := p.iter(t, 'b', func(k, v []byte) error {
+		g, rest, err := gpuOf(k)
+		if err != nil {
+			return err
+		}
+		if len(rest) != 8 {
+			return errCorrupt
+		}
+		b := &block{id: int64(binary.BigEndian.Uint64(rest))}
+		if err := decodeBlock(v, b); err != nil {
+			return err
+		}
+		g.blocks[b.id] = b
+		p.c.Blocks.Add(1)
+		p.scheduleBlock(g, b)
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := p.iter(t, 'r', func(k, v []byte) error {
+		g, rest, err := gpuOf(k)
+		if err != nil {
+			return err
+		}
+		r := &request{id: string(rest)}
+		if err := decodeReq(v, r); err != nil {
+			return err
+		}
+		g.reqs[r.id] = r
+		p.scheduleReq(g, r)
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := p.iter(t, 'i', func(k, v []byte) error {
+		inc, err := decodeIncident(v, p.gpus)
+		if err != nil {
+			return err
+		}
+		p.open = append(p.open, inc)
+		if inc.dirty {
+			p.dirtyIncs = append(p.dirtyIncs, inc)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	slices.SortFunc(p.open, func(a, b *incident) int {
+		if a.order != b.order {
+			return int(a.order - b.order)
+		}
+		return 0
+	})
+	for _, inc := range p.open {
+		if inc.order >= p.nextOrder {
+			p.nextOrder = inc.order + 1
+		}
+	}
+	v, ok, err := t.State.Get(nil, evidenceKey)
+	if err != nil {
+		return err
+	}
+	if ok {
+		if p.pending, err = decodePending(v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *Processor) iter(t *engine.Task, kind byte, f func(k, v []byte) error) error {
+	it, err := t.State.Iter([]byte{prefix, kind}, []byte{prefix, kind + 1})
+	if err != nil {
+		return err
+	}
+	for it.First(); it.Valid(); it.Next() {
+		if err := f(it.Key(), it.Value()); err != nil {
+			it.Close()
+			return err
+		}
+	}
+	if err := it.Error(); err != nil {
+		it.Close()
+		return err
+	}
+	return it.Close()
+}
+
+// enc/dec: varints and length-prefixed strings.
+
+func putStr(b []byte, s string) []byte { return append(binary.AppendUvarint(b, uint64(len(s))), s...) }
+
+type dec struct {
+	b   []byte
+	err bool
+}
+
+func (d *dec) varint() int64 {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.err = true
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *dec) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = true
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *dec) str() string {
+	n := d.uvarint()
+	if d.err || uint64(len(d.b)) < n {
+		d.err = true
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+func (d *dec) raw(n int) []byte {
+	if d.err || len(d.b) < n {
+		d.err = true
+		return nil
+	}
+	v := d.b[:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *dec) done() error {
+	if d.err {
+		return errCorrupt
+	}
+	return nil
+}
+
+func encodeGPU(b []byte, g *gpu) []byte {
+	b = append(b, 1)
+	b = putStr(b, g.host)
+	for _, v := range []int64{g.index, g.layerSize, g.layers, g.bbLo, g.bbHi, g.bbAttr} {
+		b = binary.AppendVarint(b, v)
+	}
+	return b
+}
+
+func decodeGPU(v []byte, g *gpu) error {
+	if len(v) < 1 || v[0] != 1 {
+		return errCorrupt
+	}
+	d := dec{b: v[1:]}
+	g.host = d.str()
+	for _, p := range []*int64{&g.index, &g.layerSize, &g.layers, &g.bbLo, &g.bbHi, &g.bbAttr} {
+		*p = d.varint()
+	}
+	if g.bbHi == 0 {
+		g.bbHi = math.MaxInt64
+	}
+	return d.done()
+}
+
+func encodeBlock(b []byte, bl *block) []byte {
+	b = append(b, 1)
+	b = binary.AppendUvarint(b, uint64(len(bl.owners)))
+	for _, o := range bl.owners {
+		b = putStr(b, o.req)
+		b = binary.AppendVarint(b, o.at)
+		b = append(b, boolByte(o.shared))
+	}
+	b = binary.BigEndian.AppendUint64(b, bl.hash)
+	b = append(b, boolByte(bl.hasHash))
+	b = putStr(b, bl.hashWriter)
+	b = putStr(b, bl.base)
+	b = binary.AppendVarint(b, bl.baseAt)
+	b = binary.AppendVarint(b, bl.last)
+	b = putStr(b, bl.lastFreed)
+	b = putStr(b, bl.doubleFree)
+	b = binary.AppendVarint(b, bl.doubleFreeAt)
+	b = binary.AppendUvarint(b, uint64(len(bl.layers)))
+	for _, ls := range bl.layers {
+		b = binary.AppendVarint(b, ls.layer)
+		b = binary.AppendUvarint(b, uint64(len(ls.spans)))
+		for _, s := range ls.spans {
+			b = binary.AppendVarint(b, s.lo)
+			b = binary.AppendVarint(b, s.hi)
+			b = putStr(b, s.writer)
+			b = binary.AppendVarint(b, s.at)
+			b = append(b, s.kind)
+			b = putStr(b, s.origin.Topic)
+			b = binary.AppendVarint(b, int64(s.origin.Partition))
+			b = binary.AppendVarint(b, s.origin.Offset)
+		}
+	}
+	return b
+}
+
+func boolByte(v bool) byte {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+func decodeBlock(v []byte, bl *block) error {
+	if len(v) < 1 || v[0] != 1 {
+		return errCorrupt
+	}
+	d := dec{b: v[1:]}
+	n := d.uvarint()
+	for i := uint64(0); i < n && !d.err; i++ {
+		o := owner{req: d.str(), at: d.varint()}
+		if x := d.raw(1); x != nil {
+			o.shared = x[0] == 1
+		}
+		bl.owners = append(bl.owners, o)
+	}
+	if h := d.raw(8); h != nil {
+		bl.hash = binary.BigEndian.Uint64(h)
+	}
+	if x := d.raw(1); x != nil {
+		bl.hasHash = x[0] == 1
+	}
+	bl.hashWriter = d.str()
+	bl.base = d.str()
+	bl.baseAt = d.varint()
+	bl.last = d.varint()
+	bl.lastFreed = d.str()
+	bl.doubleFree = d.str()
+	bl.doubleFreeAt = d.varint()
+	nl := d.uvarint()
+	for i := uint64(0); i < nl && !d.err; i++ {
+		ls := layerSpans{layer: d.varint()}
+		ns := d.uvarint()
+		for j := uint64(0); j < ns && !d.err; j++ {
+			s := span{lo: d.varint(), hi: d.varint(), writer: d.str(), at: d.varint()}
+			if x := d.raw(1); x != nil {
+				s.kind = x[0]
+			}
+			s.origin.Topic = d.str()
+			s.origin.Partition = int32(d.varint())
+			s.origin.Offset = d.varint()
+			ls.spans = append(ls.spans, s)
+		}
+		bl.layers = append(bl.layers, ls)
+	}
+	return d.done()
+}
+
+func encodeReq(b []byte, r *request) []byte {
+	b = append(b, 1)
+	b = append(b, r.trace[:]...)
+	b = binary.AppendVarint(b, r.polluted)
+	b = append(b, r.via)
+	b = putStr(b, r.incident)
+	return binary.AppendVarint(b, r.last)
+}
+
+func decodeReq(v []byte, r *request) error {
+	if len(v) < 1 || v[0] != 1 {
+		return errCorrupt
+	}
+	d := dec{b: v[1:]}
+	copy(r.trace[:], d.raw(16))
+	r.polluted = d.varint()
+	if x := d.raw(1); x != nil {
+		r.via = x[0]
+	}
+	r.incident = d.str()
+	r.last = d.varint()
+	return d.done()
+}
+
+// An incident record: its Incident message (revision = the next one to
+// emit), then its creation order, nodes and edge keys.
+func encodeIncident(b []byte, inc *incident) ([]byte, error) {
+	b = append(b, 1)
+	m, err := proto.MarshalOptions{Deterministic: true}.Marshal(inc.pb)
+	if err != nil {
+		return nil, fmt.Errorf("kvgraph: encode incident: %w", err)
+	}
+	b = putStr(b, string(m))
+	b = binary.AppendVarint(b, inc.order)
+	b = append(b, boolByte(inc.dirty))
+	b = binary.AppendUvarint(b, uint64(len(inc.nodes)))
+	for _, n := range inc.nodes {
+		b = putStr(b, n)
+	}
+	keys := make([]string, 0, len(inc.edgeKeys))
+	for k := range inc.edgeKeys {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b = binary.AppendUvarint(b, uint64(len(keys)))
+	for _, k := range keys {
+		b = putStr(b, k)
+	}
+	return b, nil
+}
+
+func decodeIncident(v []byte, gpus map[string]*gpu) (*incident, error) {
+	if len(v) < 1 || v[0] != 1 {
+		return nil, errCorrupt
+	}
+	d := dec{b: v[1:]}
+	m := d.str()
+	pb := &braidpb.Incident{}
+	if d.err {
+		return nil, errCorrupt
+	}
+	if err := proto.Unmarshal([]byte(m), pb); err != nil {
+		return nil, fmt.Errorf("kvgraph: decode incident: %w", err)
+	}
+	g := gpus[pb.Gpu]
+	if g == nil {
+		g = newGPU(pb.Gpu, pb.Host)
+		gpus[g.id] = g
+	}
+	inc := &incident{pb: pb, g: g, edgeKeys: map[string]struct{}{}, victims: map[string]struct{}{}, layers: map[int64]*braidpb.LayerCount{}}
+	inc.order = d.varint()
+	if x := d.raw(1); x != nil {
+		inc.dirty = x[0] == 1
+	}
+	n := d.uvarint()
+	for i := uint64(0); i < n && !d.err; i++ {
+		inc.addNode(d.str())
+	}
+	n = d.uvarint()
+	for i := uint64(0); i < n && !d.err; i++ {
+		inc.edgeKeys[d.str()] = struct{}{}
+	}
+	for _, v := range pb.Polluted {
+		inc.victims[v.RequestId] = struct{}{}
+	}
+	for _, lc := range pb.Layers {
+		inc.layers[int64(lc.Layer)] = lc
+	}
+	return inc, d.done()
+}
+
+func encodePending(b []byte, ps []*pendingEvidence) ([]byte, error) {
+	b = append(b, 1)
+	b = binary.AppendUvarint(b, uint64(len(ps)))
+	for _, pe := range ps {
+		m, err := proto.MarshalOptions{Deterministic: true}.Marshal(pe.pb)
+		if err != nil {
+			return nil, fmt.Errorf("kvgraph: encode evidence: %w", err)
+		}
+		b = putStr(b, pe.host)
+		b = putStr(b, pe.gpu)
+		b = binary.AppendVarint(b, pe.index)
+		b = putStr(b, string(m))
+	}
+	return b, nil
+}
+
+func decodePending(v []byte) ([]*pendingEvidence, error) {
+	if len(v) < 1 || v[0] != 1 {
+		return nil, errCorrupt
+	}
+	d := dec{b: v[1:]}
+	n := d.uvarint()
+	var out []*pendingEvidence
+	for i := uint64(0); i < n && !d.err; i++ {
+		pe := &pendingEvidence{host: d.str(), gpu: d.str(), index: d.varint(), pb: &braidpb.Evidence{}}
+		m := d.str()
+		if d.err {
+			break
+		}
+		if err := proto.Unmarshal([]byte(m), pe.pb); err != nil {
+			return nil, fmt.Errorf("kvgraph: decode evidence: %w", err)
+		}
+		out = append(out, pe)
+	}
+	return out, d.done()
+}

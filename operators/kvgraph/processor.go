@@ -1,0 +1,1055 @@
+package kvgraph
+
+import (
+	"container/heap"
+	"slices"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/braidlabs/braid/connectors/otlp"
+	"github.com/braidlabs/braid/engine"
+	"github.com/braidlabs/braid/operators/braidpb"
+)
+
+// Counters are the processor's accounting. Share one between the tasks of
+// a stage through Config.Counters to sum them.
+type Counters struct {
+	Events    atomic.Int64 // KV ops handled
+	Evidence  atomic.Int64 // sanitizer and Xid lines handled
+	Ignored   atomic.Int64 // log records that are none of these, or lack a block id
+	Edges     atomic.Int64 // pollution edges emitted
+	Incidents atomic.Int64 // incidents opened
+	Revisions atomic.Int64 // incident records emitted (all revisions)
+	Closed    atomic.Int64 // incidents closed
+	Polluted  atomic.Int64 // requests marked polluted
+	Blocks    atomic.Int64 // blocks in state
+}
+
+// Processor detects KV-cache pollution for the GPUs routed to one task.
+// Its methods are called on the task's goroutine only.
+type Processor struct {
+	cfg       Config
+	partition int32
+	c         *Counters
+
+	gpus map[string]*gpu
+	open []*incident // open incidents, in creation order
+	// pending supporting lines not yet attached to an incident.
+	pending        []*pendingEvidence
+	pendingChanged bool
+
+	timers    timerHeap
+	backlog   bool
+	nextOrder int64
+
+	changedBlocks []blockRef
+	changedReqs   []reqRef
+	changedGPUs   []*gpu
+	changedIncs   []*incident
+	deleted       [][]byte
+	dirtyIncs     []*incident
+
+	hits  []readHit
+	key   []byte
+	buf   []byte
+	trace [][16]byte
+}
+
+type blockRef struct {
+	g *gpu
+	b *block
+}
+
+type reqRef struct {
+	g *gpu
+	r *request
+}
+
+type pendingEvidence struct {
+	host, gpu string // gpu: uuid, "" when the line names none
+	index     int64  // gpu index, -1 when the line names none
+	pb        *braidpb.Evidence
+}
+
+// NewProcessor returns the processor of task partition. cfg gets its
+// defaults; call cfg.Validate first.
+func NewProcessor(cfg Config, partition int32) *Processor {
+	cfg.EnsureDefaults()
+	c := cfg.Counters
+	if c == nil {
+		c = &Counters{}
+	}
+	return &Processor{cfg: cfg, partition: partition, c: c, gpus: map[string]*gpu{}}
+}
+
+// Counters returns the live counters.
+func (p *Processor) Counters() *Counters { return p.c }
+
+// Add handles one log record routed to the task: a KV op, a
+// compute-sanitizer line or an Xid line (anything else is counted as
+// ignored). resource and logRecord are wire bytes, valid during the call.
+// ts is the record's event time. It may emit pollution edges; incidents are
+// emitted by OnWatermark. It returns an error only for state I/O.
+func (p *Processor) Add(t *engine.Task, resource, logRecord []byte, ts int64, origin Origin) error {
+	ev, ok := ParseEvent(resource, logRecord, ts, origin)
+	if !ok {
+		p.c.Ignored.Add(1)
+		return nil
+	}
+	p.Handle(t, &ev)
+	return nil
+}
+
+// Handle handles one parsed event (see Add).
+func (p *Processor) Handle(t *engine.Task, ev *Event) {
+	if ev.Op == OpSanitizer || ev.Op == OpXid {
+		p.c.Evidence.Add(1)
+		p.supporting(ev)
+		return
+	}
+	if ev.Block < 0 {
+		p.c.Ignored.Add(1)
+		return
+	}
+	p.c.Events.Add(1)
+	g := p.gpuOf(ev)
+	if ev.Layers > 0 && ev.Layers != g.layers {
+		g.layers = ev.Layers
+		p.markGPU(g)
+	}
+	if ev.HasLayerRange && ev.LayerSize != g.layerSize {
+		g.layerSize = ev.LayerSize
+		p.markGPU(g)
+	}
+	if ev.BlockBytes > 0 && ev.BlockBytes != g.bbAttr {
+		g.bbAttr = ev.BlockBytes
+		p.markGPU(g)
+	}
+	b := g.blocks[ev.Block]
+	if b == nil {
+		b = &block{id: ev.Block}
+		g.blocks[ev.Block] = b
+		p.c.Blocks.Add(1)
+	}
+	b.last = max(b.last, ev.Time)
+	p.markBlock(g, b)
+	p.scheduleBlock(g, b)
+	var r *request
+	if len(ev.Request) > 0 {
+		r = g.reqs[string(ev.Request)]
+		if r == nil {
+			r = &request{id: string(ev.Request)}
+			g.reqs[r.id] = r
+		}
+		if r.trace == ([16]byte{}) && ev.TraceID != ([16]byte{}) {
+			r.trace = ev.TraceID
+		}
+		r.last = max(r.last, ev.Time)
+		p.markReq(g, r)
+		p.scheduleReq(g, r)
+	}
+	switch ev.Op {
+	case OpAlloc:
+		if r != nil {
+			p.alloc(t, g, b, r, ev)
+		}
+	case OpWrite:
+		if r != nil {
+			p.write(t, g, b, r, ev)
+		}
+	case OpRead:
+		if r != nil {
+			p.read(t, g, b, r, ev)
+		}
+	case OpFree:
+		if r != nil {
+			if !b.removeOwner(r.id) && b.lastFreed == r.id && b.doubleFree == "" {
+				b.doubleFree, b.doubleFreeAt = r.id, ev.Time
+			}
+			b.lastFreed = r.id
+		}
+	case OpZero:
+		p.zero(b, ev)
+	case OpEvict:
+		b.hasHash = false
+	case OpSwapOut:
+	case OpSwapIn:
+		if r != nil {
+			if b.owner(r.id) == nil {
+				b.owners = append(b.owners, owner{req: r.id, at: ev.Time})
+			}
+			if ev.Layer >= 0 {
+				b.layer(ev.Layer, true).overwrite(span{lo: -1, hi: -1, writer: r.id, at: ev.Time, origin: ev.Origin})
+			} else {
+				b.layers = b.layers[:0]
+				b.base, b.baseAt = r.id, ev.Time
+			}
+		}
+	}
+}
+
+func (p *Processor) gpuOf(ev *Event) *gpu {
+	var key []byte
+	switch {
+	case len(ev.GPUUUID) > 0:
+		key = ev.GPUUUID
+	default:
+		key = append(append(p.key[:0], ev.Host...), '/')
+		if ev.GPUIndex >= 0 {
+			key = strconv.AppendInt(append(key, "gpu"...), ev.GPUIndex, 10)
+		} else {
+			key = append(key, ev.Instance...)
+		}
+		p.key = key
+	}
+	g := p.gpus[string(key)]
+	if g == nil {
+		g = newGPU(string(key), string(ev.Host))
+		g.index = ev.GPUIndex
+		p.gpus[g.id] = g
+		p.markGPU(g)
+	}
+	return g
+}
+
+func (p *Processor) zero(b *block, ev *Event) {
+	b.hasHash = false
+	if ev.Layer < 0 {
+		b.layers = b.layers[:0]
+		b.base = ""
+		return
+	}
+	ls := b.layer(ev.Layer, false)
+	if ls == nil {
+		return
+	}
+	if ev.HasRange {
+		ls.clear(ev.Addr, ev.Addr+ev.Bytes)
+	} else {
+		ls.clear(-1, -1)
+	}
+}
+
+// alloc: a block with a live owner allocated again without a matching
+// content hash has two live owners (mixed writes will follow).
+func (p *Processor) alloc(t *engine.Task, g *gpu, b *block, r *request, ev *Event) {
+	if b.owner(r.id) != nil {
+		return
+	}
+	shared := ev.HasHash && b.hasHash && ev.Hash == b.hash
+	if len(b.owners) > 0 && !shared {
+		src, at := r.id, ev.Time
+		detail := "block " + strconv.FormatInt(b.id, 10) + " allocated to " + r.id + " while owned by " + b.owners[0].req
+		if b.doubleFree != "" {
+			src, at = b.doubleFree, b.doubleFreeAt
+			detail += " after a double free by " + b.doubleFree
+		}
+		p.pollute(t, g, pollution{kind: braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE, src: src, srcAt: at, block: b.id, layer: -1, ev: ev, srcOrigin: ev.Origin, detail: detail})
+	}
+	if len(b.owners) > 0 && !shared {
+		b.doubleFree = "" // the doubled free-list entry is used up
+	}
+	b.owners = append(b.owners, owner{req: r.id, at: ev.Time, shared: shared})
+}
+
+// layerRange is the byte range of layer l on g: the event's own, else
+// l × the layer size.
+func layerRange(g *gpu, ev *Event, l int64) (base, size int64, ok bool) {
+	if ev.HasLayerRange && l == ev.Layer {
+		return ev.LayerBase, ev.LayerSize, true
+	}
+	if g.layerSize > 0 && l >= 0 {
+		return l * g.layerSize, g.layerSize, true
+	}
+	return 0, 0, false
+}
+
+func (p *Processor) write(t *engine.Task, g *gpu, b *block, r *request, ev *Event) {
+	lb, ls, ok := layerRange(g, ev, ev.Layer)
+	count := g.layers
+	if ev.Layers > 0 {
+		count = ev.Layers
+	}
+	if count > 0 && ev.Layer >= count && (!ev.HasRange || !ok) {
+		// Beyond the layer count, with no address to say where it went.
+		p.outOfBounds(t, g, r, ev, ev.Layer, -1, -1, -1)
+		return
+	}
+	if ev.HasRange && ok && (ev.Addr < lb || ev.Addr+ev.Bytes > lb+ls || (count > 0 && ev.Layer >= count)) {
+		lo, hi := ev.Addr, ev.Addr+ev.Bytes
+		inLo, inHi := max(lo, lb), min(hi, lb+ls)
+		if count > 0 && ev.Layer >= count {
+			inLo, inHi = 0, 0
+		}
+		// The part outside the layer: below it, above it, or both.
+		if lo < lb {
+			p.outside(t, g, r, ev, lo, min(hi, lb))
+		}
+		if hi > lb+ls {
+			p.outside(t, g, r, ev, max(lo, lb+ls), hi)
+		}
+		if inLo < inHi {
+			p.writeBlock(t, g, b, r, ev, ev.Layer, inLo, inHi)
+		}
+		return
+	}
+	target := b
+	if ev.HasRange && ok && ev.Layer >= 0 {
+		if bb, exact := g.blockBytes(p.cfg.BlockBytes); exact {
+			slot := (ev.Addr - lb) / bb
+			if slot != b.id && (ev.Addr+ev.Bytes-1-lb)/bb == slot {
+				// Inside the layer but in another block's slot.
+				target = p.blockAt(g, slot, ev.Time)
+			}
+		} else if b.owner(r.id) != nil {
+			g.learnSlot(b.id, ev.Addr-lb, ev.Bytes)
+		}
+	}
+	lo, hi := int64(-1), int64(-1)
+	if ev.HasRange {
+		lo, hi = ev.Addr, ev.Addr+ev.Bytes
+	}
+	p.writeBlock(t, g, target, r, ev, ev.Layer, lo, hi)
+}
+
+// blockAt returns block id of g, creating it.
+func (p *Processor) blockAt(g *gpu, id, at int64) *block {
+	b := g.blocks[id]
+	if b == nil {
+		b = &block{id: id}
+		g.blocks[id] = b
+		p.c.Blocks.Add(1)
+	}
+	b.last = max(b.last, at)
+	p.markBlock(g, b)
+	p.scheduleBlock(g, b)
+	return b
+}
+
+// outside handles the part [lo, hi) of a write that left its layer.
+func (p *Processor) outside(t *engine.Task, g *gpu, r *request, ev *Event, lo, hi int64) {
+	ls := g.layerSize
+	if ev.HasLayerRange {
+		ls = ev.LayerSize
+	}
+	count := max(g.layers, ev.Layers)
+	if ls <= 0 || lo < 0 {
+		p.outOfBounds(t, g, r, ev, -1, -1, lo, hi)
+		return
+	}
+	l := lo / ls
+	if count > 0 && l >= count {
+		p.outOfBounds(t, g, r, ev, l, -1, lo, hi)
+		return
+	}
+	slot := ev.Block
+	if bb, _ := g.blockBytes(p.cfg.BlockBytes); bb > 0 {
+		slot = (lo - l*ls) / bb
+	}
+	p.outOfBounds(t, g, r, ev, l, slot, lo, hi)
+}
+
+// outOfBounds records a write by r that landed in layer l (-1 unknown),
+// block slot (-1 outside the pool), bytes [lo, hi).
+func (p *Processor) outOfBounds(t *engine.Task, g *gpu, r *request, ev *Event, l, slot, lo, hi int64) {
+	detail := "write by " + r.id + " for layer " + strconv.FormatInt(ev.Layer, 10) + " of block " + strconv.FormatInt(ev.Block, 10)
+	if l >= 0 {
+		detail += " landed in layer " + strconv.FormatInt(l, 10)
+	} else {
+		detail += " landed outside the pool"
+	}
+	inc := p.pollute(t, g, pollution{kind: braidpb.PollutionKind_POLLUTION_KIND_LAYER_OOB, src: r.id, srcAt: ev.Time, srcOrigin: ev.Origin,
+		block: -1, layer: l, toLayer: true, ev: ev, lo: lo, hi: hi, detail: detail})
+	if inc != nil && l >= 0 {
+		inc.layer(l).Hits++
+		p.markInc(inc)
+	}
+	if slot < 0 || l < 0 {
+		return
+	}
+	b := p.blockAt(g, slot, ev.Time)
+	p.foreign(t, g, b, r, ev, l, lo, hi, spanOOB, braidpb.PollutionKind_POLLUTION_KIND_LAYER_OOB)
+}
+
+// writeBlock records r's write of [lo, hi) of layer l into b.
+func (p *Processor) writeBlock(t *engine.Task, g *gpu, b *block, r *request, ev *Event, l, lo, hi int64) {
+	sameHash := ev.HasHash && b.hasHash && ev.Hash == b.hash
+	own := b.owner(r.id) != nil
+	if !own || (len(b.owners) > 1 && !sameHash) {
+		p.foreign(t, g, b, r, ev, l, lo, hi, spanForeign, braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE)
+	} else {
+		b.layer(l, true).overwrite(span{lo: lo, hi: hi, writer: r.id, at: ev.Time, kind: spanOwn, origin: ev.Origin})
+	}
+	if ev.HasHash {
+		b.hash, b.hasHash, b.hashWriter = ev.Hash, true, r.id
+	} else if b.hasHash && r.id != b.hashWriter {
+		b.hasHash = false
+	}
+}
+
+// foreign records a write by r into b that b's other owners did not
+// expect: every other live owner whose content it overwrote is polluted
+// now; the others when they read it.
+func (p *Processor) foreign(t *engine.Task, g *gpu, b *block, r *request, ev *Event, l, lo, hi int64, kind uint8, pk braidpb.PollutionKind) {
+	ls := b.layer(l, true)
+	var victims []string
+	for _, o := range b.owners {
+		if o.req == r.id {
+			continue
+		}
+		hit := o.shared || b.base == o.req
+		for _, s := range ls.spans {
+			if s.writer == o.req && overlaps(s, lo, hi) {
+				hit = true
+			}
+		}
+		if hit {
+			victims = append(victims, o.req)
+		}
+	}
+	detail := "write by " + r.id + " into block " + strconv.FormatInt(b.id, 10) + " layer " + strconv.FormatInt(l, 10)
+	if len(b.owners) == 0 {
+		detail += " after it was freed"
+	} else if b.owner(r.id) == nil {
+		detail += ", owned by " + b.owners[0].req
+	} else {
+		detail += ", which has another live owner"
+	}
+	if pk == braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE || len(victims) > 0 {
+		base := pollution{kind: pk, src: r.id, srcAt: ev.Time, srcOrigin: ev.Origin, block: b.id, layer: l, ev: ev, lo: lo, hi: hi, detail: detail}
+		if len(victims) == 0 {
+			if inc := p.pollute(t, g, base); inc != nil && pk == braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE && l >= 0 {
+				inc.layer(l).Hits++
+			}
+		}
+		for _, v := range victims {
+			e := base
+			e.victim = v
+			if inc := p.pollute(t, g, e); inc != nil && l >= 0 && pk == braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE {
+				inc.layer(l).Hits++
+			}
+		}
+	}
+	ls.overwrite(span{lo: lo, hi: hi, writer: r.id, at: ev.Time, kind: kind, origin: ev.Origin})
+}
+
+func overlaps(s span, lo, hi int64) bool {
+	return lo < 0 || s.lo < 0 || (s.lo < hi && lo < s.hi)
+}
+
+// readHit is one source of polluted content found by a read.
+type readHit struct {
+	writer string
+	kind   braidpb.PollutionKind
+	at     int64
+	layer  int64
+	origin Origin
+}
+
+// read checks that r reads only what it may: ranges it wrote, the content
+// it shares by hash, zeroed or fresh bytes, or what was swapped in for it.
+func (p *Processor) read(t *engine.Task, g *gpu, b *block, r *request, ev *Event) {
+	o := b.owner(r.id)
+	lo, hi := int64(-1), int64(-1)
+	if ev.HasRange {
+		lo, hi = ev.Addr, ev.Addr+ev.Bytes
+	}
+	p.hits = p.hits[:0]
+	for i := range b.layers {
+		ls := &b.layers[i]
+		if ev.Layer >= 0 && ls.layer != ev.Layer {
+			continue
+		}
+		for _, s := range ls.spans {
+			if s.writer == r.id || !overlaps(s, lo, hi) {
+				continue
+			}
+			p.classify(g, b, o, s.writer, s.at, s.kind, ls.layer, s.origin)
+		}
+	}
+	if b.base != "" && b.base != r.id && !p.covered(b, r.id, ev.Layer, lo, hi) {
+		p.classify(g, b, o, b.base, b.baseAt, spanOwn, ev.Layer, Origin{})
+	}
+	if len(p.hits) == 0 {
+		return
+	}
+	for i, h := range p.hits {
+		dup := false
+		for _, e := range p.hits[:i] {
+			if e.writer == h.writer && e.kind == h.kind {
+				dup = true
+			}
+		}
+		if dup {
+			continue
+		}
+		at := h.at
+		detail := "read by " + r.id + " of block " + strconv.FormatInt(b.id, 10) + " layer " + strconv.FormatInt(h.layer, 10) + " returned content of " + h.writer
+		switch h.kind {
+		case braidpb.PollutionKind_POLLUTION_KIND_DIRTY_RESIDUE:
+			detail += ", not zeroed since it was freed"
+			if o != nil {
+				at = o.at // the fault: the block was handed over dirty
+			}
+		case braidpb.PollutionKind_POLLUTION_KIND_PROPAGATED:
+			detail += ", shared by prefix hash after " + h.writer + " was polluted"
+		}
+		inc := p.pollute(t, g, pollution{kind: h.kind, src: h.writer, srcAt: at, srcOrigin: h.origin, block: b.id, layer: h.layer, victim: r.id, ev: ev, lo: lo, hi: hi, detail: detail})
+		if inc != nil && h.layer >= 0 {
+			inc.layer(h.layer).CorruptedReads++
+		}
+	}
+}
+
+func (p *Processor) classify(g *gpu, b *block, o *owner, writer string, at int64, kind uint8, layer int64, origin Origin) {
+	w := g.reqs[writer]
+	tainted := w != nil && w.polluted != 0 && at >= w.polluted
+	if o != nil && o.shared && at <= o.at && kind == spanOwn {
+		if tainted {
+			p.hits = append(p.hits, readHit{writer, braidpb.PollutionKind_POLLUTION_KIND_PROPAGATED, at, layer, origin})
+		}
+		return
+	}
+	pk := braidpb.PollutionKind_POLLUTION_KIND_DIRTY_RESIDUE
+	switch {
+	case kind == spanOOB:
+		pk = braidpb.PollutionKind_POLLUTION_KIND_LAYER_OOB
+	case kind == spanForeign || b.owner(writer) != nil:
+		pk = braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE
+	}
+	p.hits = append(p.hits, readHit{writer, pk, at, layer, origin})
+}
+
+// covered reports whether r's own spans cover [lo, hi) of layer l (the
+// whole of what r wrote in l when lo < 0).
+func (p *Processor) covered(b *block, req string, l, lo, hi int64) bool {
+	for i := range b.layers {
+		ls := &b.layers[i]
+		if l >= 0 && ls.layer != l {
+			continue
+		}
+		var n int64
+		for _, s := range ls.spans {
+			if s.writer != req {
+				continue
+			}
+			if s.lo < 0 || lo < 0 {
+				return true
+			}
+			n += max(0, min(s.hi, hi)-max(s.lo, lo))
+		}
+		if lo >= 0 && n >= hi-lo {
+			return true
+		}
+	}
+	return false
+}
+
+// pollution describes one detected flow of polluted content.
+type pollution struct {
+	kind      braidpb.PollutionKind
+	src       string // request whose write (or content) is the source
+	srcAt     int64  // time of the fault
+	srcOrigin Origin
+	block     int64 // -1 none
+	layer     int64 // -1 unknown
+	toLayer   bool  // the edge goes to the layer node, not the block
+	victim    string
+	ev        *Event // the op that exposed it
+	lo, hi    int64
+	detail    string
+}
+
+// pollute adds the edges of pe to the GPU's incident (opening, or merging
+// incidents) and marks its victim polluted. It returns the incident.
+func (p *Processor) pollute(t *engine.Task, g *gpu, pe pollution) *incident {
+	src := reqNode(g, pe.src)
+	var mid string
+	switch {
+	case pe.toLayer:
+		mid = layerNode(g, pe.layer)
+	case pe.block >= 0:
+		mid = blkNode(g, pe.block)
+	}
+	var dst string
+	if pe.victim != "" {
+		dst = reqNode(g, pe.victim)
+	}
+	// The incidents these nodes belong to; the one with the earliest root
+	// absorbs the others.
+	var inc *incident
+	for _, n := range []string{src, mid, dst} {
+		if n == "" {
+			continue
+		}
+		if o := g.nodes[n]; o != nil && o != inc {
+			if inc == nil {
+				inc = o
+			} else {
+				inc = p.merge(t, inc, o)
+			}
+		}
+	}
+	if pe.kind == braidpb.PollutionKind_POLLUTION_KIND_PROPAGATED && inc == nil {
+		if w := g.reqs[pe.src]; w == nil || w.polluted == 0 {
+			return nil
+		}
+	}
+	if inc == nil {
+		inc = p.openIncident(g, pe)
+	} else if pe.srcAt < int64(inc.pb.Root.TimeUnixNano) && pe.kind != braidpb.PollutionKind_POLLUTION_KIND_PROPAGATED {
+		inc.pb.Root = p.rootOf(g, pe)
+		inc.pb.Pattern = pe.kind
+	}
+	inc.addNode(src)
+	if mid != "" {
+		inc.addNode(mid)
+	}
+	if dst != "" {
+		inc.addNode(dst)
+	}
+	if mid != "" {
+		p.edge(t, g, inc, pe, src, mid)
+		if dst != "" {
+			p.edge(t, g, inc, pe, mid, dst)
+		}
+	} else if dst != "" {
+		p.edge(t, g, inc, pe, src, dst)
+	}
+	if pe.victim != "" {
+		p.markPolluted(g, inc, pe)
+	}
+	at := pe.ev.Time
+	inc.pb.FirstUnixNano = min(inc.pb.FirstUnixNano, uint64(at))
+	inc.pb.LastUnixNano = max(inc.pb.LastUnixNano, uint64(at))
+	p.markInc(inc)
+	p.dirty(inc)
+	return inc
+}
+
+func (p *Processor) rootOf(g *gpu, pe pollution) *braidpb.RootCause {
+	rc := &braidpb.RootCause{Node: reqNode(g, pe.src), Kind: pe.kind, RequestId: pe.src, Block: pe.block, Layer: int32(pe.layer),
+		TimeUnixNano: uint64(pe.srcAt), Detail: pe.detail}
+	if w := g.reqs[pe.src]; w != nil && w.trace != ([16]byte{}) {
+		rc.TraceId = append([]byte(nil), w.trace[:]...)
+	}
+	if pe.srcOrigin.Topic != "" {
+		rc.Origin = &braidpb.Origin{Topic: pe.srcOrigin.Topic, Partition: pe.srcOrigin.Partition, Offset: pe.srcOrigin.Offset}
+	}
+	return rc
+}
+
+func (p *Processor) openIncident(g *gpu, pe pollution) *incident {
+	id := incidentID(g, pe.kind, pe.src, pe.block, pe.layer, pe.srcAt)
+	inc := &incident{
+		pb: &braidpb.Incident{Id: id, State: braidpb.IncidentState_INCIDENT_STATE_OPEN, Host: g.host, Gpu: g.id, Pattern: pe.kind,
+			Root: p.rootOf(g, pe), FirstUnixNano: uint64(pe.ev.Time), LastUnixNano: uint64(pe.ev.Time)},
+		g:        g,
+		edgeKeys: map[string]struct{}{},
+		victims:  map[string]struct{}{},
+		layers:   map[int64]*braidpb.LayerCount{},
+	}
+	inc.order = p.nextOrder
+	p.nextOrder++
+	p.open = append(p.open, inc)
+	p.c.Incidents.Add(1)
+	p.attachPending(inc)
+	return inc
+}
+
+// merge folds the later-rooted of a and b into the other and returns the
+// survivor; the absorbed one closes.
+func (p *Processor) merge(t *engine.Task, a, b *incident) *incident {
+	if rootBefore(b, a) {
+		a, b = b, a
+	}
+	for _, n := range b.nodes {
+		a.addNode(n)
+	}
+	for _, e := range b.pb.Edges {
+		if _, ok := a.edgeKeys[edgeKey(e)]; !ok {
+			a.edgeKeys[edgeKey(e)] = struct{}{}
+			a.pb.Edges = append(a.pb.Edges, e)
+		}
+	}
+	for _, v := range b.pb.Polluted {
+		if _, ok := a.victims[v.RequestId]; !ok {
+			a.victims[v.RequestId] = struct{}{}
+			a.pb.Polluted = append(a.pb.Polluted, v)
+			if r := a.g.reqs[v.RequestId]; r != nil && r.incident == b.pb.Id {
+				r.incident = a.pb.Id
+				p.markReq(a.g, r)
+			}
+		}
+	}
+	for _, lc := range b.pb.Layers {
+		x := a.layer(int64(lc.Layer))
+		x.Hits += lc.Hits
+		x.CorruptedReads += lc.CorruptedReads
+	}
+	a.pb.Evidence = append(a.pb.Evidence, b.pb.Evidence...)
+	a.pb.FirstUnixNano = min(a.pb.FirstUnixNano, b.pb.FirstUnixNano)
+	a.pb.LastUnixNano = max(a.pb.LastUnixNano, b.pb.LastUnixNano)
+	p.markInc(a)
+	p.dirty(a)
+	b.merged = true
+	b.nodes = nil
+	p.close(t, b)
+	return a
+}
+
+func rootBefore(a, b *incident) bool {
+	if a.pb.Root.TimeUnixNano != b.pb.Root.TimeUnixNano {
+		return a.pb.Root.TimeUnixNano < b.pb.Root.TimeUnixNano
+	}
+	return a.pb.Id < b.pb.Id
+}
+
+func (p *Processor) edge(t *engine.Task, g *gpu, inc *incident, pe pollution, from, to string) {
+	e := &braidpb.PollutionEdge{Source: from, Target: to, Kind: pe.kind, TimeUnixNano: uint64(pe.ev.Time), Host: g.host, Gpu: g.id,
+		Block: pe.block, Layer: int32(pe.layer), SourceRequest: pe.src, TargetRequest: pe.victim, IncidentId: inc.pb.Id, Detail: pe.detail}
+	k := edgeKey(e)
+	if _, ok := inc.edgeKeys[k]; ok {
+		return
+	}
+	inc.edgeKeys[k] = struct{}{}
+	if pe.lo >= 0 {
+		e.Addr, e.Bytes = pe.lo, pe.hi-pe.lo
+	}
+	if w := g.reqs[pe.src]; w != nil && w.trace != ([16]byte{}) {
+		e.SourceTraceId = append([]byte(nil), w.trace[:]...)
+	}
+	if pe.victim != "" {
+		if v := g.reqs[pe.victim]; v != nil && v.trace != ([16]byte{}) {
+			e.TargetTraceId = append([]byte(nil), v.trace[:]...)
+		}
+	}
+	if pe.srcOrigin.Topic != "" && pe.srcOrigin != pe.ev.Origin {
+		e.Evidence = append(e.Evidence, &braidpb.Origin{Topic: pe.srcOrigin.Topic, Partition: pe.srcOrigin.Partition, Offset: pe.srcOrigin.Offset})
+	}
+	if pe.ev.Origin.Topic != "" {
+		e.Evidence = append(e.Evidence, &braidpb.Origin{Topic: pe.ev.Origin.Topic, Partition: pe.ev.Origin.Partition, Offset: pe.ev.Origin.Offset})
+	}
+	if len(inc.pb.Edges) < p.cfg.MaxIncidentEdges {
+		inc.pb.Edges = append(inc.pb.Edges, e)
+	} else {
+		inc.pb.EdgesDropped++
+	}
+	p.c.Edges.Add(1)
+	key := []byte(from)
+	t.Emit(&kgo.Record{Topic: p.cfg.PollutionTopic, Partition: otlp.HashPartition(key, p.cfg.Partitions), Key: key, Value: p.marshal(e)})
+}
+
+func (p *Processor) markPolluted(g *gpu, inc *incident, pe pollution) {
+	v := g.reqs[pe.victim]
+	if v == nil {
+		return
+	}
+	via := braidpb.PollutionVia_POLLUTION_VIA_DIRECT
+	if pe.kind == braidpb.PollutionKind_POLLUTION_KIND_PROPAGATED {
+		via = braidpb.PollutionVia_POLLUTION_VIA_PROPAGATED
+	}
+	if v.polluted == 0 {
+		v.polluted, v.via, v.incident = pe.ev.Time, uint8(via), inc.pb.Id
+		p.markReq(g, v)
+		p.c.Polluted.Add(1)
+	}
+	if _, ok := inc.victims[v.id]; ok {
+		return
+	}
+	inc.victims[v.id] = struct{}{}
+	pr := &braidpb.PollutedRequest{RequestId: v.id, Via: via, TimeUnixNano: uint64(pe.ev.Time), From: reqNode(g, pe.src)}
+	if v.trace != ([16]byte{}) {
+		pr.TraceId = append([]byte(nil), v.trace[:]...)
+	}
+	inc.pb.Polluted = append(inc.pb.Polluted, pr)
+}
+
+func (p *Processor) marshal(m proto.Message) []byte {
+	var b []byte
+	var err error
+	if p.cfg.JSON {
+		b, err = protojson.Marshal(m)
+	} else {
+		b, err = proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	}
+	if err != nil {
+		panic("kvgraph: marshal: " + err.Error()) // a bug: the messages are ours
+	}
+	return b
+}
+
+// supporting handles a sanitizer or Xid line: it attaches to the open
+// incidents of its GPU (or, without one, of its host) within the incident
+// window, or waits for one to open.
+func (p *Processor) supporting(ev *Event) {
+	kind := "sanitizer"
+	if ev.Op == OpXid {
+		kind = "xid"
+	}
+	text := ev.Body
+	if len(text) > 512 {
+		text = text[:512]
+	}
+	pe := &pendingEvidence{host: string(ev.Host), pb: &braidpb.Evidence{Kind: kind, TimeUnixNano: uint64(ev.Time), Text: string(text)}}
+	if ev.Origin.Topic != "" {
+		pe.pb.Origin = &braidpb.Origin{Topic: ev.Origin.Topic, Partition: ev.Origin.Partition, Offset: ev.Origin.Offset}
+	}
+	pe.gpu, pe.index = string(ev.GPUUUID), ev.GPUIndex
+	attached := false
+	for _, inc := range p.open {
+		if p.matches(inc, pe) {
+			inc.pb.Evidence = append(inc.pb.Evidence, pe.pb)
+			p.markInc(inc)
+			p.dirty(inc)
+			attached = true
+		}
+	}
+	if !attached {
+		p.pending = append(p.pending, pe)
+		p.pendingChanged = true
+	}
+}
+
+func (p *Processor) matches(inc *incident, pe *pendingEvidence) bool {
+	if inc.pb.Host != pe.host || (pe.gpu != "" && pe.gpu != inc.pb.Gpu) || (pe.gpu == "" && pe.index >= 0 && pe.index != inc.g.index) {
+		return false
+	}
+	w := uint64(p.cfg.IncidentWindow)
+	t := pe.pb.TimeUnixNano
+	return t+w >= inc.pb.FirstUnixNano && t <= inc.pb.LastUnixNano+w
+}
+
+func (p *Processor) attachPending(inc *incident) {
+	out := p.pending[:0]
+	for _, pe := range p.pending {
+		if p.matches(inc, pe) {
+			inc.pb.Evidence = append(inc.pb.Evidence, pe.pb)
+			p.pendingChanged = true
+			continue
+		}
+		out = append(out, pe)
+	}
+	clear(p.pending[len(out):])
+	p.pending = out
+}
+
+func (p *Processor) dirty(inc *incident) {
+	if !inc.dirty {
+		inc.dirty = true
+		p.dirtyIncs = append(p.dirtyIncs, inc)
+	}
+}
+
+// emitIncident writes the incident's next revision.
+func (p *Processor) emitIncident(t *engine.Task, inc *incident, wm int64) {
+	inc.dirty = false
+	inc.pb.WatermarkUnixNano = uint64(wm)
+	p.c.Revisions.Add(1)
+	key := []byte(inc.pb.Id)
+	t.Emit(&kgo.Record{Topic: p.cfg.IncidentsTopic, Partition: otlp.HashPartition(key, p.cfg.Partitions), Key: key, Value: p.marshal(inc.pb)})
+	inc.pb.Revision++
+	p.markInc(inc)
+	if p.cfg.OnIncident != nil {
+		p.trace = p.trace[:0]
+		for _, v := range inc.pb.Polluted {
+			if len(v.TraceId) == 16 {
+				p.trace = append(p.trace, [16]byte(v.TraceId))
+			}
+		}
+		p.cfg.OnIncident(inc.pb.Id, p.trace)
+	}
+}
+
+// close emits the final revision of inc and forgets it.
+func (p *Processor) close(t *engine.Task, inc *incident) {
+	inc.closed = true
+	inc.pb.State = braidpb.IncidentState_INCIDENT_STATE_CLOSED
+	if inc.merged {
+		inc.pb.Root.Detail += " (merged into another incident)"
+	}
+	p.emitIncident(t, inc, t.Watermark())
+	for n, o := range inc.g.nodes {
+		if o == inc {
+			delete(inc.g.nodes, n)
+		}
+	}
+	p.open = slices.DeleteFunc(p.open, func(x *incident) bool { return x == inc })
+	p.deleted = append(p.deleted, incKey(nil, inc.pb.Id))
+	p.c.Closed.Add(1)
+}
+
+// timerSlice bounds the expiries of one OnWatermark call.
+const timerSlice = 512
+
+// Backlog implements engine.Backlogger.
+func (p *Processor) Backlog() bool { return p.backlog }
+
+// OnWatermark emits the incidents that changed, closes those that did not
+// grow for IncidentWindow, drops supporting lines too old to attach, and
+// forgets blocks and requests idle for BlockTTL — at most timerSlice of
+// those per call (Backlog reports more).
+func (p *Processor) OnWatermark(t *engine.Task, wm int64) error {
+	for _, inc := range p.dirtyIncs {
+		if inc.dirty && !inc.closed {
+			p.emitIncident(t, inc, wm)
+		}
+	}
+	clear(p.dirtyIncs)
+	p.dirtyIncs = p.dirtyIncs[:0]
+	w := int64(p.cfg.IncidentWindow)
+	var due []*incident
+	for _, inc := range p.open {
+		if int64(inc.pb.LastUnixNano)+w <= wm {
+			due = append(due, inc)
+		}
+	}
+	slices.SortFunc(due, func(a, b *incident) int {
+		if a.pb.LastUnixNano != b.pb.LastUnixNano {
+			return int(int64(a.pb.LastUnixNano) - int64(b.pb.LastUnixNano))
+		}
+		if a.pb.Id < b.pb.Id {
+			return -1
+		}
+		return 1
+	})
+	for _, inc := range due {
+		p.close(t, inc)
+	}
+	n := len(p.pending)
+	p.pending = slices.DeleteFunc(p.pending, func(pe *pendingEvidence) bool { return int64(pe.pb.TimeUnixNano)+w <= wm })
+	if len(p.pending) != n {
+		p.pendingChanged = true
+	}
+	return p.expire(wm)
+}
+
+func (p *Processor) expire(wm int64) error {
+	p.backlog = false
+	ttl := int64(p.cfg.BlockTTL)
+	for fired := 0; len(p.timers) > 0 && p.timers[0].at <= wm; fired++ {
+		if fired == timerSlice {
+			p.backlog = true
+			return nil
+		}
+		tm := heap.Pop(&p.timers).(timer)
+		g := tm.g
+		if tm.b != nil {
+			b := tm.b
+			if g.blocks[b.id] != b || b.timerAt != tm.at {
+				continue
+			}
+			b.timerAt = 0
+			if b.last+ttl > wm {
+				p.scheduleBlock(g, b)
+				continue
+			}
+			delete(g.blocks, b.id)
+			p.c.Blocks.Add(-1)
+			p.deleted = append(p.deleted, blockKey(nil, g.id, b.id))
+		} else {
+			r := tm.r
+			if g.reqs[r.id] != r || r.timerAt != tm.at {
+				continue
+			}
+			r.timerAt = 0
+			if r.last+ttl > wm {
+				p.scheduleReq(g, r)
+				continue
+			}
+			delete(g.reqs, r.id)
+			p.deleted = append(p.deleted, reqKey(nil, g.id, r.id))
+		}
+		if len(g.blocks) == 0 && len(g.reqs) == 0 && len(g.nodes) == 0 && p.gpus[g.id] == g {
+			delete(p.gpus, g.id)
+			p.deleted = append(p.deleted, gpuKey(nil, g.id))
+		}
+	}
+	return nil
+}
+
+func (p *Processor) scheduleBlock(g *gpu, b *block) {
+	if b.timerAt != 0 {
+		return // fires, then reschedules
+	}
+	b.timerAt = b.last + int64(p.cfg.BlockTTL)
+	heap.Push(&p.timers, timer{at: b.timerAt, g: g, b: b})
+}
+
+func (p *Processor) scheduleReq(g *gpu, r *request) {
+	if r.timerAt != 0 {
+		return
+	}
+	r.timerAt = r.last + int64(p.cfg.BlockTTL)
+	heap.Push(&p.timers, timer{at: r.timerAt, g: g, r: r})
+}
+
+func (p *Processor) markBlock(g *gpu, b *block) {
+	if !b.changed {
+		b.changed = true
+		p.changedBlocks = append(p.changedBlocks, blockRef{g, b})
+	}
+}
+
+func (p *Processor) markReq(g *gpu, r *request) {
+	if !r.changed {
+		r.changed = true
+		p.changedReqs = append(p.changedReqs, reqRef{g, r})
+	}
+}
+
+func (p *Processor) markGPU(g *gpu) {
+	if !g.changed {
+		g.changed = true
+		p.changedGPUs = append(p.changedGPUs, g)
+	}
+}
+
+func (p *Processor) markInc(inc *incident) {
+	if !inc.changed {
+		inc.changed = true
+		p.changedIncs = append(p.changedIncs, inc)
+	}
+}
+
+type timer struct {
+	at int64
+	g  *gpu
+	b  *block
+	r  *request
+}
+
+// timerHeap orders expiries by time, GPU, then block or request, so that
+// expiry order is deterministic.
+type timerHeap []timer
+
+func (h timerHeap) Len() int { return len(h) }
+func (h timerHeap) Less(i, j int) bool {
+	a, b := h[i], h[j]
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	if a.g.id != b.g.id {
+		return a.g.id < b.g.id
+	}
+	if (a.b != nil) != (b.b != nil) {
+		return a.b != nil
+	}
+	if a.b != nil {
+		return a.b.id < b.b.id
+	}
+	return a.r.id < b.r.id
+}
+func (h timerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *timerHeap) Push(x any)   { *h = append(*h, x.(timer)) }
+func (h *timerHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	old[len(old)-1] = timer{}
+	*h = old[:len(old)-1]
+	return x
+}
