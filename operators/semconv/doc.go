@@ -64,7 +64,9 @@
 //	xid_errors                 gauge      1        DCGM_FI_DEV_XID_ERRORS (value: the last Xid code)
 //
 // The GenAI histogram names are also matched as the Prometheus exporter
-// writes them (gen_ai_server_time_to_first_token[_seconds], …). The
+// writes them (gen_ai_server_time_to_first_token[_seconds], …), and the
+// vLLM and SGLang *_seconds names also without _seconds (the Collector's
+// Prometheus name normalization moves the unit suffix into the unit). The
 // variable Metrics holds this table (name, kind, unit, help).
 //
 // # Span attribute keys

@@ -196,7 +196,13 @@ func init() {
 			panic("semconv: source names for unknown metric " + canon)
 		}
 		for _, s := range srcs {
-			metricNames[s] = Metric{Name: canon, Kind: info.Kind, Scale: 1}
+			m := Metric{Name: canon, Kind: info.Kind, Scale: 1}
+			metricNames[s] = m
+			// The Collector's Prometheus name normalization moves a unit
+			// suffix into the metric's unit.
+			if base, ok := strings.CutSuffix(s, "_seconds"); ok && strings.Contains(base, ":") {
+				metricNames[base] = m
+			}
 		}
 	}
 }
@@ -212,7 +218,8 @@ func MetricInfoOf(name string) (MetricInfo, bool) {
 // label (data-point attribute) of the series; it is consulted only for
 // names whose meaning depends on a label
 // (nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type}) and may be nil.
-// Names of counters match with and without a _total suffix. Unknown names,
+// Names of counters match with and without a _total suffix, vLLM and
+// SGLang names ending in _seconds also without it. Unknown names,
 // and label-dependent names without a known label value, return ok=false.
 // It does not allocate.
 func NormalizeMetric(name string, label func(key string) (string, bool)) (Metric, bool) {
