@@ -3,7 +3,9 @@ package semconv
 import (
 	"encoding/hex"
 	"math"
+	"slices"
 	"strconv"
+	"unsafe"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -310,19 +312,78 @@ func parseKeyValue(b []byte) (key []byte, val Value) {
 // LogRecordAttrs, NumberDataPointAttrs, HistogramDataPointAttrs…) to dst,
 // in wire order, with values rendered by Value.String. Attributes whose
 // value is an array, a kvlist or empty are skipped. Malformed bytes end the
-// scan; what was read before stays.
+// scan; what was read before stays. The appended strings share one
+// allocation (beside dst's growth).
 func AppendAttrs(dst []KV, msg []byte, field protowire.Number) []KV {
+	// One pass renders every key and value into buf, noting their ends;
+	// the strings are made once buf is final.
+	var stack [32]uint32
+	ends := stack[:0]
+	var buf []byte
 	it := attrIter{msg: msg, field: field}
 	for {
 		k, v, ok := it.next()
 		if !ok {
-			return dst
+			break
 		}
 		if !v.IsScalar() {
 			continue
 		}
-		dst = append(dst, KV{Key: string(k), Value: v.String()})
+		if buf == nil {
+			buf = make([]byte, 0, len(it.msg)+len(k)+v.maxTextLen())
+		}
+		buf = append(buf, k...)
+		ends = append(ends, uint32(len(buf)))
+		buf = v.appendText(buf)
+		ends = append(ends, uint32(len(buf)))
 	}
+	if len(ends) == 0 {
+		return dst
+	}
+	// buf is not written again, so strings may share its bytes.
+	all := unsafe.String(unsafe.SliceData(buf), len(buf))
+	dst = slices.Grow(dst, len(ends)/2)
+	start := uint32(0)
+	for i := 0; i < len(ends); i += 2 {
+		mid, end := ends[i], ends[i+1]
+		dst = append(dst, KV{Key: all[start:mid], Value: all[mid:end]})
+		start = end
+	}
+	return dst
+}
+
+// maxTextLen bounds len(v.appendText(nil)).
+func (v Value) maxTextLen() int {
+	switch v.Type {
+	case ValueString:
+		return len(v.raw)
+	case ValueBool:
+		return len("false")
+	case ValueInt:
+		return len("-9223372036854775808")
+	case ValueDouble:
+		return len("-1.2345678901234567e-308")
+	case ValueBytes:
+		return 2 * len(v.raw)
+	}
+	return 0
+}
+
+// appendText appends v rendered as by String.
+func (v Value) appendText(b []byte) []byte {
+	switch v.Type {
+	case ValueString:
+		return append(b, v.raw...)
+	case ValueBool:
+		return strconv.AppendBool(b, v.num != 0)
+	case ValueInt:
+		return strconv.AppendInt(b, int64(v.num), 10)
+	case ValueDouble:
+		return strconv.AppendFloat(b, math.Float64frombits(v.num), 'g', -1, 64)
+	case ValueBytes:
+		return hex.AppendEncode(b, v.raw)
+	}
+	return b
 }
 
 // LookupValue returns the value of the first attribute named key in the

@@ -2,6 +2,7 @@ package semconv
 
 import (
 	"slices"
+	"strconv"
 	"testing"
 
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
@@ -125,5 +126,28 @@ func TestValueConversions(t *testing.T) {
 	}
 	if get("i").Equal("07") || !get("i").Equal("7") || get("b").Equal("true") {
 		t.Error("Equal")
+	}
+}
+
+func TestAppendAttrsMany(t *testing.T) {
+	var attrs []*commonpb.KeyValue
+	var want []KV
+	for i := range 40 {
+		k := "k" + strconv.Itoa(i)
+		switch i % 3 {
+		case 0:
+			attrs = append(attrs, f64(k, -1.2345678901234567e-300))
+			want = append(want, KV{k, "-1.2345678901234567e-300"})
+		case 1:
+			attrs = append(attrs, i64(k, -9223372036854775808))
+			want = append(want, KV{k, "-9223372036854775808"})
+		default:
+			attrs = append(attrs, boolean(k, false))
+			want = append(want, KV{k, "false"})
+		}
+	}
+	got := AppendAttrs(nil, resource(t, attrs...), ResourceAttrs)
+	if !slices.Equal(got, want) {
+		t.Errorf("AppendAttrs = %v\nwant %v", got, want)
 	}
 }
