@@ -137,7 +137,7 @@ func TestAppendAttrsMany(t *testing.T) {
 		switch i % 3 {
 		case 0:
 			attrs = append(attrs, f64(k, -1.2345678901234567e-300))
-			want = append(want, KV{k, "-1.2345678901234567e-300"})
+			want = append(want, KV{k, strconv.FormatFloat(-1.2345678901234567e-300, 'g', -1, 64)})
 		case 1:
 			attrs = append(attrs, i64(k, -9223372036854775808))
 			want = append(want, KV{k, "-9223372036854775808"})
