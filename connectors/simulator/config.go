@@ -63,6 +63,12 @@ const (
 	// MaxRequestsPerBatch bounds RequestsPerBatch (the batch processor's
 	// send_batch_max_size is in the same range).
 	MaxRequestsPerBatch = 100_000
+
+	DefaultHosts          = 4
+	DefaultScrapeInterval = time.Second
+	DefaultAbortRatio     = 0.03
+	// MaxHosts bounds Hosts.
+	MaxHosts = 512
 	// maxPerItem bounds LogsPerRequest, TracelessLogs and ResourcePoints.
 	maxPerItem = 100_000
 )
@@ -110,7 +116,35 @@ type Config struct {
 	// event time of its spans, logs and exemplar point), each trace-less
 	// log and each resource point moves back from its random time in the
 	// batch's interval by a random amount up to Disorder. Default 0.
+	// Realistic: each span group and log record is written up to Disorder
+	// after its event time instead (scrapes are never late).
 	Disorder time.Duration
+
+	// Realistic turns on the fleet of FORMAT.md: Hosts hosts of two GPUs,
+	// one vLLM or SGLang server per GPU serving one of three models;
+	// requests that arrive, queue, run and finish (or are aborted) on a
+	// modelled server; engine logs without trace ids at arrival and finish;
+	// Prometheus scrapes of every server and DCGM exporter each
+	// ScrapeInterval; and per-request resource truth. Default false: the
+	// original four-server content, unchanged byte for byte. Realistic
+	// ignores TracelessLogs and ResourcePoints (the engine logs and scrapes
+	// replace them).
+	Realistic bool
+	// Rate, in realistic mode, is the number of requests arriving per second
+	// of event time (fractions carry over between batches, so any rate
+	// above 0 works with any BatchInterval); default 0: RequestsPerBatch
+	// arrive in each batch. Ignored otherwise.
+	Rate float64
+	// Hosts is the number of hosts in realistic mode (two GPUs, two servers
+	// each); default 4.
+	Hosts int
+	// ScrapeInterval is the Prometheus scrape interval of event time in
+	// realistic mode, for every server and DCGM exporter; default 1s.
+	ScrapeInterval time.Duration
+	// AbortRatio is the fraction of requests aborted before they finish in
+	// realistic mode: they get engine logs but never a span (orphans);
+	// default 0.03, negative for none, at most 1.
+	AbortRatio float64
 }
 
 // EnsureDefaults fills in the zero fields with their defaults and turns the
@@ -137,6 +171,20 @@ func (c *Config) EnsureDefaults() {
 	defCount(&c.LogsPerRequest, DefaultLogsPerRequest)
 	defCount(&c.TracelessLogs, DefaultTracelessLogs)
 	defCount(&c.ResourcePoints, DefaultResourcePoints)
+	if c.Realistic {
+		if c.Hosts == 0 {
+			c.Hosts = DefaultHosts
+		}
+		if c.ScrapeInterval == 0 {
+			c.ScrapeInterval = DefaultScrapeInterval
+		}
+		switch {
+		case c.AbortRatio == 0:
+			c.AbortRatio = DefaultAbortRatio
+		case c.AbortRatio < 0:
+			c.AbortRatio = 0
+		}
+	}
 	if c.Topics.Spans == "" {
 		c.Topics.Spans = DefaultTopics.Spans
 	}
@@ -188,6 +236,21 @@ func (c Config) Validate() error {
 	}
 	if c.Disorder < 0 {
 		errs = append(errs, fmt.Errorf("disorder %v is negative", c.Disorder))
+	}
+	if c.Rate < 0 || c.Rate != c.Rate || c.Rate > 1e7 {
+		errs = append(errs, fmt.Errorf("rate %v: want 0..1e7 requests/s", c.Rate))
+	}
+	if c.Hosts < 0 || c.Hosts > MaxHosts {
+		errs = append(errs, fmt.Errorf("hosts %d: want 1..%d", c.Hosts, MaxHosts))
+	}
+	if c.ScrapeInterval < 0 || c.ScrapeInterval > 0 && c.ScrapeInterval < time.Millisecond {
+		errs = append(errs, fmt.Errorf("scrape interval %v: want at least 1ms", c.ScrapeInterval))
+	}
+	if c.AbortRatio > 1 || c.AbortRatio != c.AbortRatio {
+		errs = append(errs, fmt.Errorf("abort ratio %v: want at most 1", c.AbortRatio))
+	}
+	if !c.Realistic && (c.Rate != 0 || c.Hosts != 0 || c.ScrapeInterval != 0 || c.AbortRatio != 0) {
+		errs = append(errs, errors.New("rate, hosts, scrape interval and abort ratio need realistic mode"))
 	}
 	t := c.Topics
 	if t.Spans != "" && (t.Spans == t.Logs || t.Spans == t.Metrics) || t.Logs != "" && t.Logs == t.Metrics {

@@ -42,6 +42,12 @@ type Simulator struct {
 
 	truth  Truth
 	traces map[string]*TraceTruth
+
+	// Realistic mode.
+	queue   itemQueue // writes due, by export time
+	seq     uint64
+	rateAcc float64
+	orphans []*TraceTruth
 }
 
 // Semantic-convention schema of the spans and logs, as an OTel SDK sets it.
@@ -67,6 +73,27 @@ type instance struct {
 	count   uint64
 	sum     float64
 	buckets []uint64
+
+	// Realistic fleet (fleet.go, model.go).
+	port, gpuIndex                                                        int
+	spec                                                                  modelSpec
+	flavour                                                               flavour
+	noTotal                                                               bool // counters without _total
+	hints                                                                 bool // engine logs carry log_schema_version and llm_context_hint
+	maxSeqs                                                               int
+	target, dcgmTarget                                                    *target
+	metricRes                                                             *resourcepb.Resource // the Prometheus receiver's resource of the server
+	series, dcgmSeries                                                    []*series
+	sKV, sRunning, sWaiting, sHitRate, sPreempt, sQueries, sHits, sConfig *series
+	dFBUsed, dFBFree, dFBResv, dUtil, dPCIeTx, dPCIeRx, dNVLink, dXid     *series
+	active                                                                []*request // requests not ended before the current batch
+	lastStart                                                             uint64     // FIFO admission
+	unstarted                                                             []*request // started after the last scrape: not yet in the prefix counters
+	preempt                                                               float64    // cumulative counters
+	queries                                                               float64
+	hits                                                                  float64
+	nvlink                                                                float64
+	xid                                                                   float64 // last Xid on the GPU
 }
 
 type gaugeSeries struct {
@@ -85,6 +112,14 @@ type request struct {
 	e2e      float64
 	split    bool
 	rootSpan []byte
+
+	// Realistic mode (model.go).
+	arrival, start, decodeStart, end uint64 // end = finish, or the abort
+	aborted                          bool
+	prompt, completion               int64
+	hit                              float64
+	tenant, route                    string
+	idInAttr                         bool // engine logs carry the id as attribute request_id
 }
 
 // New returns a simulator for cfg (defaults applied).
@@ -98,7 +133,11 @@ func New(cfg Config) (*Simulator, error) {
 		rng:    rand.New(rand.NewPCG(uint64(cfg.Seed), 0x62726169645f7369)), // "braid_si"
 		traces: make(map[string]*TraceTruth),
 	}
-	s.makeInstances()
+	if cfg.Realistic {
+		s.makeFleet()
+	} else {
+		s.makeInstances()
+	}
 	return s, nil
 }
 
@@ -237,7 +276,13 @@ func (s *Simulator) Truth() Truth {
 	for k, v := range s.traces {
 		tt := *v
 		tt.SpanIDs = slices.Clone(v.SpanIDs)
+		tt.Resources = slices.Clone(v.Resources)
 		t.Traces[k] = tt
+	}
+	t.Orphans = make([]TraceTruth, len(s.orphans))
+	for i, o := range s.orphans {
+		t.Orphans[i] = *o
+		t.Orphans[i].Resources = slices.Clone(o.Resources)
 	}
 	return t
 }
@@ -246,6 +291,9 @@ func (s *Simulator) Truth() Truth {
 // the Collector would produce them: the span messages, then the log
 // messages, then the metrics message.
 func (s *Simulator) Next() []Message {
+	if s.cfg.Realistic {
+		return s.stepRealistic(s.arrivals())
+	}
 	n := s.batch
 	s.batch++
 	s.truth.Batches = s.batch
@@ -293,8 +341,12 @@ func (s *Simulator) Next() []Message {
 // Flush returns the messages for split traces still pending (second
 // halves), so a finite run is complete. It returns nil when none is pending.
 func (s *Simulator) Flush() []Message {
+	var msgs []Message
+	if s.cfg.Realistic {
+		msgs = s.flushRealistic()
+	}
 	if len(s.pending) == 0 {
-		return nil
+		return msgs
 	}
 	var groups []spanGroup
 	for _, r := range s.pending {
@@ -303,8 +355,7 @@ func (s *Simulator) Flush() []Message {
 		r.truth.PendingSpans = 0
 	}
 	s.pending = nil
-	msgs := s.spanMessages(groups)
-	return msgs
+	return append(msgs, s.spanMessages(groups)...)
 }
 
 func (s *Simulator) observe(ns uint64) {

@@ -157,6 +157,13 @@ func (d *decoded) add(t *testing.T, cfg Config, m Message, eventTime func(uint64
 							}
 							see(p.TimeUnixNano)
 						}
+					case *metricspb.Metric_Sum:
+						for _, p := range data.Sum.DataPoints {
+							if len(p.Exemplars) == 0 {
+								d.resourcePoints++
+							}
+							see(p.TimeUnixNano)
+						}
 					default:
 						t.Fatalf("unexpected metric type %T", data)
 					}

@@ -32,6 +32,16 @@ type Truth struct {
 	// LastEventTime is the latest event time of any record written so far
 	// (span end, log time, point time); zero before the first record.
 	LastEventTime time.Time
+
+	// Orphans are the requests aborted before they finished (realistic
+	// mode), in the order their abort was written: engine logs name them,
+	// no span or trace-id log does. TraceID is empty, Orphan true, Finish
+	// the abort time.
+	Orphans []TraceTruth
+	// ContextHints is the number of engine log records carrying
+	// llm_context_hint, MalformedContextHints those whose hint is not
+	// "model=…;tenant=…;route=…" (realistic mode).
+	ContextHints, MalformedContextHints int
 }
 
 // TraceTruth is what was generated for one request (one trace).
@@ -76,6 +86,26 @@ type TraceTruth struct {
 	// Error is true when the root span has status ERROR.
 	Error bool
 	// RequestIDLogs is the number of trace-less log records whose body names
-	// RequestID (what a request-id join must attach to this trace).
+	// RequestID (what a request-id join must attach to this trace); in
+	// realistic mode, the engine logs naming it in the body or in attribute
+	// request_id.
 	RequestIDLogs int
+
+	// Realistic mode only.
+
+	// Host, GPUUUID and GPUIndex say where the request ran (resource
+	// host.name, gpu.uuid, gpu.index); Model is the served model
+	// (gen_ai.request.model); Tenant and Route those of its
+	// llm_context_hint.
+	Host, GPUUUID string
+	GPUIndex      int
+	Model         string
+	Tenant, Route string
+	// Orphan is true for a request aborted before it finished: it never gets
+	// a span (Truth.Orphans lists it, Traces does not).
+	Orphan bool
+	// Resources are the windows of every series at the request's place (its
+	// server's series and its GPU's DCGM series) over [Arrival, Finish],
+	// sorted by Metric then Series.
+	Resources []ResourceWindow
 }

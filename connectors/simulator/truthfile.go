@@ -1,0 +1,80 @@
+package simulator
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+)
+
+// TruthLine is one line of the ground-truth file written by WriteTruth
+// (FORMAT.md): Type "request" for a request (a trace, or an orphan).
+type TruthLine struct {
+	Type      string `json:"type"`
+	TraceID   string `json:"trace_id,omitempty"`
+	RequestID string `json:"request_id,omitempty"`
+	Service   string `json:"service,omitempty"`
+	Instance  string `json:"instance,omitempty"`
+	Host      string `json:"host,omitempty"`
+	GPUUUID   string `json:"gpu_uuid,omitempty"`
+	GPUIndex  *int   `json:"gpu_index,omitempty"`
+	Model     string `json:"model,omitempty"`
+	Tenant    string `json:"tenant,omitempty"`
+	Route     string `json:"route,omitempty"`
+	// Arrival and Finish (the abort, for an orphan) in RFC 3339 with
+	// nanoseconds, UTC.
+	Arrival *time.Time `json:"arrival,omitempty"`
+	Finish  *time.Time `json:"finish,omitempty"`
+	Orphan  bool       `json:"orphan,omitempty"`
+	Error   bool       `json:"error,omitempty"`
+	Split   bool       `json:"split,omitempty"`
+	// Spans, Logs (with the trace id), ExemplarPoints and EngineLogs (trace-less
+	// logs naming the request id) written for the request.
+	Spans          int              `json:"spans"`
+	Logs           int              `json:"logs"`
+	ExemplarPoints int              `json:"exemplar_points"`
+	EngineLogs     int              `json:"engine_logs"`
+	Resources      []ResourceWindow `json:"resources,omitempty"`
+}
+
+func requestLine(tt *TraceTruth, realistic bool) TruthLine {
+	l := TruthLine{
+		Type: "request", TraceID: tt.TraceID, RequestID: tt.RequestID, Service: tt.Service, Instance: tt.Instance,
+		Host: tt.Host, GPUUUID: tt.GPUUUID, Model: tt.Model, Tenant: tt.Tenant, Route: tt.Route,
+		Orphan: tt.Orphan, Error: tt.Error, Split: tt.Split,
+		Spans: tt.Spans, Logs: tt.Logs, ExemplarPoints: tt.ExemplarPoints, EngineLogs: tt.RequestIDLogs,
+		Resources: tt.Resources,
+	}
+	a, f := tt.Arrival, tt.Finish
+	l.Arrival, l.Finish = &a, &f
+	if realistic {
+		g := tt.GPUIndex
+		l.GPUIndex = &g
+	}
+	return l
+}
+
+// WriteTruth writes the ground truth of what was generated so far as JSON
+// Lines (FORMAT.md): one "request" line per trace in Truth().TraceIDs
+// order, then one per orphan, then the KV lines. The same Seed and Config
+// give the same bytes.
+func (s *Simulator) WriteTruth(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	enc := json.NewEncoder(bw)
+	enc.SetEscapeHTML(false)
+	for _, id := range s.truth.TraceIDs {
+		if err := enc.Encode(requestLine(s.traces[id], s.cfg.Realistic)); err != nil {
+			return fmt.Errorf("simulator: write truth: %w", err)
+		}
+	}
+	for _, o := range s.orphans {
+		if err := enc.Encode(requestLine(o, true)); err != nil {
+			return fmt.Errorf("simulator: write truth: %w", err)
+		}
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("simulator: write truth: %w", err)
+	}
+	return nil
+}
