@@ -8,6 +8,7 @@ import (
 	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -77,3 +78,5 @@ func marshalLogWithBody(t testing.TB, body *commonpb.AnyValue) []byte {
 }
 
 func prototextString(m proto.Message) string { return prototext.Format(m) }
+
+func protoNum(n int) protowire.Number { return protowire.Number(n) }
