@@ -177,10 +177,19 @@ func (p *Processor) Handle(t *engine.Task, ev *Event) {
 	case OpEvict:
 		b.hasHash = false
 	case OpSwapOut:
+		// The content leaves for host memory and the block is released
+		// (a free that may follow is not a second free).
+		if r != nil {
+			b.removeOwner(r.id)
+		}
 	case OpSwapIn:
 		if r != nil {
 			if b.owner(r.id) == nil {
-				b.owners = append(b.owners, owner{req: r.id, at: ev.Time})
+				p.alloc(t, g, b, r, ev)
+			}
+			if len(b.owners) > 1 {
+				// The swapped-in content overwrites the other owners'.
+				p.foreign(t, g, b, r, ev, ev.Layer, -1, -1, spanForeign, braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE)
 			}
 			if ev.Layer >= 0 {
 				b.layer(ev.Layer, true).overwrite(span{lo: -1, hi: -1, writer: r.id, at: ev.Time, origin: ev.Origin})
@@ -395,19 +404,12 @@ func (p *Processor) writeBlock(t *engine.Task, g *gpu, b *block, r *request, ev 
 // expect: every other live owner whose content it overwrote is polluted
 // now; the others when they read it.
 func (p *Processor) foreign(t *engine.Task, g *gpu, b *block, r *request, ev *Event, l, lo, hi int64, kind uint8, pk braidpb.PollutionKind) {
-	ls := b.layer(l, true)
 	var victims []string
 	for _, o := range b.owners {
-		if o.req == r.id {
-			continue
-		}
-		hit := o.shared || b.base == o.req
-		for _, s := range ls.spans {
-			if s.writer == o.req && overlaps(s, lo, hi) {
-				hit = true
-			}
-		}
-		if hit {
+		// Every other live owner now holds content it did not write; so
+		// does the writer itself when an out-of-bounds write lands in
+		// another layer of a block it owns.
+		if o.req != r.id || kind == spanOOB {
 			victims = append(victims, o.req)
 		}
 	}
@@ -434,7 +436,14 @@ func (p *Processor) foreign(t *engine.Task, g *gpu, b *block, r *request, ev *Ev
 			}
 		}
 	}
-	ls.overwrite(span{lo: lo, hi: hi, writer: r.id, at: ev.Time, kind: kind, origin: ev.Origin})
+	if l < 0 {
+		// A block-level op (swap-in): every layer.
+		for i := range b.layers {
+			b.layers[i].overwrite(span{lo: -1, hi: -1, writer: r.id, at: ev.Time, kind: kind, origin: ev.Origin})
+		}
+		return
+	}
+	b.layer(l, true).overwrite(span{lo: lo, hi: hi, writer: r.id, at: ev.Time, kind: kind, origin: ev.Origin})
 }
 
 func overlaps(s span, lo, hi int64) bool {
@@ -477,6 +486,17 @@ func (p *Processor) read(t *engine.Task, g *gpu, b *block, r *request, ev *Event
 	if len(p.hits) == 0 {
 		return
 	}
+	// The latest writer first: it is the one whose content was left
+	// behind (older writers' leftovers come with it).
+	slices.SortStableFunc(p.hits, func(a, b readHit) int {
+		switch {
+		case a.at > b.at:
+			return -1
+		case a.at < b.at:
+			return 1
+		}
+		return 0
+	})
 	for i, h := range p.hits {
 		dup := false
 		for _, e := range p.hits[:i] {
@@ -492,9 +512,7 @@ func (p *Processor) read(t *engine.Task, g *gpu, b *block, r *request, ev *Event
 		switch h.kind {
 		case braidpb.PollutionKind_POLLUTION_KIND_DIRTY_RESIDUE:
 			detail += ", not zeroed since it was freed"
-			if o != nil {
-				at = o.at // the fault: the block was handed over dirty
-			}
+			at = ev.Time // the fault shows when the dirty bytes are read
 		case braidpb.PollutionKind_POLLUTION_KIND_PROPAGATED:
 			detail += ", shared by prefix hash after " + h.writer + " was polluted"
 		}

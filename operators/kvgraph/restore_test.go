@@ -90,7 +90,7 @@ func TestStoryOutput(t *testing.T) {
 	for _, inc := range latest {
 		victims = append(victims, polluted(inc)...)
 	}
-	want := map[string]bool{"r2": true, "r3": true, "d2": true, "o2": true, "r4": true}
+	want := map[string]bool{"r2": true, "r3": true, "d2": true, "d3": true, "o2": true, "r4": true}
 	if len(victims) != len(want) {
 		t.Fatalf("victims %v", victims)
 	}

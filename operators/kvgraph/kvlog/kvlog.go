@@ -31,7 +31,8 @@ type Op struct {
 	Hash   uint64
 	RefCnt int64
 	HasRef bool
-	Layer  int64
+	// Layer is written on reads and writes, and on other ops when > 0.
+	Layer int64
 	// Layers is kv.layer.count (0: absent).
 	Layers      int64
 	Addr, Bytes int64
@@ -82,7 +83,7 @@ func Record(op Op) *logspb.LogRecord {
 	if op.HasRef {
 		a = append(a, num("kv.block.ref_cnt", op.RefCnt))
 	}
-	if op.Op == "write" || op.Op == "read" || op.Layer != 0 {
+	if op.Op == "write" || op.Op == "read" || op.Layer > 0 {
 		a = append(a, num("kv.layer.index", op.Layer))
 	}
 	if op.Layers > 0 {
