@@ -190,6 +190,7 @@ type Deriver struct {
 	spans      []spanRec
 	logs       []logRec
 	layerCount int64 // from resources
+	lastRes    []byte // a copy of the resource read last, not to read it again
 
 	computed bool
 	invalid  int
@@ -211,6 +212,7 @@ func (d *Deriver) Reset() {
 	clear(d.logs)
 	d.logs = d.logs[:0]
 	d.layerCount = 0
+	d.lastRes = d.lastRes[:0]
 	d.computed, d.invalid = false, 0
 	d.countedAnchors, d.countedInvalid = 0, 0
 }
@@ -263,6 +265,11 @@ func (d *Deriver) resourceLayerCount(resource []byte) {
 	if len(resource) == 0 {
 		return
 	}
+	// Members of one request mostly share one resource.
+	if bytes.Equal(resource, d.lastRes) {
+		return
+	}
+	d.lastRes = append(d.lastRes[:0], resource...)
 	it := attrIter{msg: resource, field: ResourceAttrs}
 	for {
 		k, v, ok := it.next()

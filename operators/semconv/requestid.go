@@ -29,11 +29,12 @@ type RequestIDRules struct {
 	// one capture group, tried in order on a log body that is a string,
 	// when no attribute gave an id. The first match wins. The group must
 	// take part in every match and cannot match the empty string, so a
-	// match always gives an id.
+	// match always gives an id. Default: see DefaultRequestIDRules.
 	BodyPatterns []string `yaml:"body_patterns"`
 	// IDFormats are regular expressions a well-formed request id matches
 	// in full (they are anchored). An id that matches none has an unknown
 	// format (see Anchor validity). Empty: every non-empty id is known.
+	// Default: see DefaultRequestIDRules.
 	IDFormats []string `yaml:"id_formats"`
 }
 

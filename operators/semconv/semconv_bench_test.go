@@ -25,6 +25,7 @@ func BenchmarkFromLog(b *testing.B) {
 			for b.Loop() {
 				ids.FromLog(c.log)
 			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "logs/s")
 		})
 	}
 }
@@ -46,6 +47,7 @@ func BenchmarkFromSpan(b *testing.B) {
 			for b.Loop() {
 				ids.FromSpan(c.span)
 			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "spans/s")
 		})
 	}
 }
