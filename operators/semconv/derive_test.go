@@ -367,3 +367,28 @@ func TestDeriverMalformed(t *testing.T) {
 	}
 	d.Derived() // must not panic
 }
+
+// TestLayerCountFromReusedResourceBuffer reuses one buffer for two
+// resources: the Deriver must read the second.
+func TestLayerCountFromReusedResourceBuffer(t *testing.T) {
+	r1 := resource(t, i64("num_layers", 4))
+	r2 := resource(t, i64("num_layers", 9))
+	if len(r1) != len(r2) {
+		t.Fatal("resources of different sizes")
+	}
+	buf := slices.Clone(r1)
+	var d Deriver
+	d.Quiet = true
+	s := span(t, "llm_request", t0, t0+ms, nil)
+	d.AddSpan(s, buf)
+	copy(buf, r2)
+	d.AddSpan(s, buf)
+	if got := d.Derived().LayerCount; got != 9 {
+		t.Errorf("LayerCount = %d, want 9", got)
+	}
+	d.Reset()
+	d.AddSpan(s, r1)
+	if got := d.Derived().LayerCount; got != 4 {
+		t.Errorf("after Reset: LayerCount = %d, want 4", got)
+	}
+}
