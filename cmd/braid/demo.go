@@ -22,7 +22,10 @@ func cmdDemo(ctx context.Context, args []string, log *slog.Logger) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:19092", "loopback address of the in-process Kafka broker")
 	partitions := fs.Int("partitions", 4, "partitions of the input topics")
-	rate := fs.Int("rate", 40, "simulated requests per second")
+	rate := fs.Float64("rate", 40, "simulated requests per second of event time: 0.2 is a trickle; a few hundred saturate the default fleet")
+	realistic := fs.Bool("realistic", true, "simulate the realistic fleet (FORMAT.md: engine logs without trace ids, aborted requests, Prometheus and DCGM scrapes); false: the original four servers")
+	hosts := fs.Int("hosts", 0, "hosts of the realistic fleet, two GPUs each (0: the simulator's default, 4)")
+	truthFile := fs.String("truth", "", "write the simulator's ground truth (JSON Lines, FORMAT.md) to this file on exit")
 	encoding := fs.String("encoding", "otlp_proto", "encoding the simulated Collector writes: otlp_proto or otlp_json")
 	keyed := fs.Bool("keyed", true, "simulate partition_traces_by_id (false: whole unkeyed batches)")
 	stateDir := fs.String("state-dir", "", "state directory (default: a temporary one)")
@@ -30,6 +33,9 @@ func cmdDemo(ctx context.Context, args []string, log *slog.Logger) error {
 	adminAddr := fs.String("admin-addr", "127.0.0.1:9464", "admin HTTP server (/metrics, /healthz, /readyz); empty: none")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *rate <= 0 || !*realistic && *rate < 5 {
+		return fmt.Errorf("demo: --rate %v: want more than 0 (at least 5 with --realistic=false)", *rate)
 	}
 	host, portStr, ok := strings.Cut(*addr, ":")
 	port, perr := strconv.Atoi(portStr)
@@ -86,7 +92,8 @@ func cmdDemo(ctx context.Context, args []string, log *slog.Logger) error {
 	defer cancel()
 	errc := make(chan error, 3)
 	go func() { errc <- j.Run(ctx) }()
-	go func() { errc <- simulate(ctx, *addr, *rate, *encoding, *keyed) }()
+	sim := simOptions{rate: *rate, encoding: *encoding, keyed: *keyed, realistic: *realistic, hosts: *hosts, truth: *truthFile}
+	go func() { errc <- simulate(ctx, *addr, sim) }()
 	if !*quiet {
 		go func() { errc <- cmdTail(ctx, []string{"--brokers", *addr, "--from-beginning"}, os.Stdout) }()
 	}
@@ -129,22 +136,55 @@ func drain(errc chan error) error {
 	return first
 }
 
-// simulate writes Collector-shaped telemetry at rate requests per second,
-// with event times following the wall clock.
-func simulate(ctx context.Context, addr string, rate int, encoding string, keyed bool) error {
+// simOptions are the demo's simulator flags.
+type simOptions struct {
+	rate            float64
+	encoding, truth string
+	keyed           bool
+	realistic       bool
+	hosts           int
+}
+
+// simConfig returns the simulator configuration for the demo's flags, with
+// event time starting at start.
+func (o simOptions) simConfig(seed int64, start time.Time) simulator.Config {
 	scfg := simulator.Config{
-		Seed:             time.Now().UnixNano(),
-		Start:            time.Now(),
-		Encoding:         encoding,
-		RequestsPerBatch: max(1, rate/5),
-		BatchInterval:    200 * time.Millisecond,
+		Seed:          seed,
+		Start:         start,
+		Encoding:      o.encoding,
+		BatchInterval: 200 * time.Millisecond,
 	}
-	if !keyed {
+	if o.realistic {
+		scfg.Realistic = true
+		scfg.Rate = o.rate
+		scfg.Hosts = o.hosts
+	} else {
+		scfg.RequestsPerBatch = max(1, int(o.rate/5))
+	}
+	if !o.keyed {
 		scfg.Keying = simulator.Unkeyed
 	}
-	sim, err := simulator.New(scfg)
+	return scfg
+}
+
+// simulate writes Collector-shaped telemetry at o.rate requests per second,
+// with event times following the wall clock, and the ground truth to
+// o.truth (if set) when ctx ends.
+func simulate(ctx context.Context, addr string, o simOptions) error {
+	sim, err := simulator.New(o.simConfig(time.Now().UnixNano(), time.Now()))
 	if err != nil {
 		return err
+	}
+	if o.truth != "" {
+		defer func() {
+			f, err := os.Create(o.truth)
+			if err == nil {
+				err = errors.Join(sim.WriteTruth(f), f.Close())
+			}
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "demo: write truth: %v\n", err)
+			}
+		}()
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.RecordPartitioner(simulator.Partitioner()))
 	if err != nil {
@@ -160,6 +200,9 @@ func simulate(ctx context.Context, addr string, rate int, encoding string, keyed
 		case <-tick.C:
 			if err := simulator.Produce(ctx, cl, sim.Next()); err != nil && ctx.Err() == nil {
 				return fmt.Errorf("simulator: %w", err)
+			}
+			if o.truth == "" && sim.EventTime().Unix()%60 == 0 {
+				sim.ForgetTraces()
 			}
 		}
 	}

@@ -252,10 +252,12 @@ func (s *Simulator) batchTime(n int) time.Time {
 }
 
 // ForgetTraces drops from Truth the traces whose spans were all written
-// (those of split traces still pending stay), keeping the totals. Truth
-// holds every trace otherwise, so a long-running demo should call it now
-// and then.
+// (those of split traces still pending stay) and the orphans, keeping the
+// totals. Truth holds every trace otherwise, so a long-running demo should
+// call it now and then.
 func (s *Simulator) ForgetTraces() {
+	clear(s.orphans)
+	s.orphans = s.orphans[:0]
 	keep := s.truth.TraceIDs[:0]
 	for _, id := range s.truth.TraceIDs {
 		if s.traces[id].PendingSpans > 0 {
