@@ -97,14 +97,18 @@
 // gpu_index=…,model=…" in that order, empty parts left out.
 //
 // The matching rule (Identity.Matches): a request — the identity of its
-// spans — matches a resource series when
+// spans — matches a resource series when Host is equal and non-empty on
+// both sides, and
 //
-//   - Host is equal and non-empty on both sides;
-//   - the series has no Instance, or the request's Instance is equal;
-//   - the series has no Model, or the request's Model is equal;
-//   - the series has no GPU, or the request's GPU is equal (uuids when both
-//     have one, else indexes when both have one; a request whose GPU cannot
-//     be compared does not match a GPU series).
+//   - for a series with a GPU (uuid or index: a GPU exporter's, DCGM or
+//     NVML), the request's GPU is equal: uuids when both have one, else
+//     indexes when both have one; a request whose GPU cannot be compared
+//     does not match. Such a series' Instance is the exporter's scrape
+//     target, not the server's, and its Model is empty, so neither is
+//     compared;
+//   - for any other series (the server's own metrics), the series has no
+//     Instance or the request's Instance is equal, and the series has no
+//     Model or the request's Model is equal.
 //
 // Service is not compared (a scraped series' service.name is the scrape
 // job).

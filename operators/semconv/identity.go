@@ -132,14 +132,6 @@ func (req Identity) Matches(series Identity) bool {
 	if req.Host == "" || req.Host != series.Host {
 		return false
 	}
-	if !series.HasGPU() {
-		if series.Instance != "" && req.Instance != series.Instance {
-			return false
-		}
-		if series.Model != "" && req.Model != series.Model {
-			return false
-		}
-	}
 	if series.HasGPU() {
 		switch {
 		case series.GPUUUID != "" && req.GPUUUID != "":
@@ -150,5 +142,8 @@ func (req Identity) Matches(series Identity) bool {
 			return false
 		}
 	}
-	return true
+	if series.Instance != "" && req.Instance != series.Instance {
+		return false
+	}
+	return series.Model == "" || req.Model == series.Model
 }

@@ -89,6 +89,9 @@ func TestMatches(t *testing.T) {
 		{"index vs request uuid only", Identity{Host: "node-a", GPUUUID: "GPU-aa"}, Identity{Host: "node-a", GPUIndex: "0"}, false},
 		{"request without gpu", Identity{Host: "node-a"}, Identity{Host: "node-a", GPUUUID: "GPU-aa"}, false},
 		{"series without gpu", Identity{Host: "node-a"}, Identity{Host: "node-a"}, true},
+		// A GPU exporter's Instance is its scrape target, not the server.
+		{"gpu series, exporter instance", req, Identity{Host: "node-a", Instance: "dcgm-exporter:9400", GPUUUID: "GPU-aa"}, true},
+		{"gpu series, exporter instance, other gpu", req, Identity{Host: "node-a", Instance: "dcgm-exporter:9400", GPUIndex: "3"}, false},
 	}
 	for _, c := range cases {
 		if got := c.req.Matches(c.series); got != c.want {
