@@ -189,7 +189,7 @@ type Deriver struct {
 
 	spans      []spanRec
 	logs       []logRec
-	layerCount int64 // from resources
+	layerCount int64  // from resources
 	lastRes    []byte // a copy of the resource read last, not to read it again
 
 	computed bool
