@@ -50,6 +50,23 @@
 // the same key. Flush writes the second parts still pending, so that a
 // finite run is complete.
 //
+// # Realistic mode
+//
+// Config.Realistic (what `braid demo` runs) replaces the content below with
+// a fleet described in FORMAT.md: Config.Hosts hosts of two GPUs, one vLLM
+// (v1 or legacy metric names) or SGLang server per GPU serving one of three
+// models; requests that arrive (Config.Rate per second of event time),
+// queue, run and finish on a modelled server, or are aborted (orphans: engine
+// logs, never a span); engine logs without trace ids at arrival and finish
+// or abort, naming the request id in the body or in attribute request_id,
+// some with log_schema_version and llm_context_hint; Prometheus-receiver
+// scrapes of every server and DCGM exporter each Config.ScrapeInterval whose
+// values follow the model (KV usage with the running requests, preemptions
+// under KV pressure, framebuffer use with KV usage); and per-request
+// resource truth (TraceTruth.Resources): the series at the request's place
+// over its window. WriteTruth writes the truth as JSON Lines. The zero
+// Config keeps the original content, byte for byte.
+//
 // # Content
 //
 // Four servers: three vLLM instances (service.name "vllm") and one SGLang
