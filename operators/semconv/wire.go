@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"unsafe"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -156,8 +157,8 @@ func (v Value) Equal(s string) bool {
 	case ValueBool:
 		return (v.num != 0 && s == "true") || (v.num == 0 && s == "false")
 	case ValueInt:
-		i, err := strconv.ParseInt(s, 10, 64)
-		return err == nil && i == int64(v.num) && strconv.FormatInt(i, 10) == s
+		i, ok := atoi([]byte(s))
+		return ok && i == int64(v.num) && canonicalInt(s)
 	}
 	return v.String() == s
 }
@@ -206,6 +207,13 @@ func (v Value) Bool() (bool, bool) {
 		return b, err == nil
 	}
 	return false, false
+}
+
+// canonicalInt reports whether the decimal integer s is written as
+// strconv.FormatInt writes it: no sign but '-', no leading zeros, no "-0".
+func canonicalInt(s string) bool {
+	d := strings.TrimPrefix(s, "-")
+	return s[0] != '+' && (d == "0" && s == "0" || d[0] != '0')
 }
 
 // atoi parses a decimal int64 without allocating.

@@ -124,8 +124,16 @@ func TestValueConversions(t *testing.T) {
 	if string(get("x").Raw()) != "abc" || get("i").Raw() != nil {
 		t.Error("Raw")
 	}
-	if get("i").Equal("07") || !get("i").Equal("7") || get("b").Equal("true") {
+	if get("i").Equal("07") || get("i").Equal("+7") || !get("i").Equal("7") || get("b").Equal("true") {
 		t.Error("Equal")
+	}
+	big, _ := LookupValue(resource(t, i64("n", -1234567), i64("z", 0)), ResourceAttrs, "n")
+	zero, _ := LookupValue(resource(t, i64("z", 0)), ResourceAttrs, "z")
+	if !big.Equal("-1234567") || big.Equal("-01234567") || !zero.Equal("0") || zero.Equal("-0") || zero.Equal("00") {
+		t.Error("Equal on ints")
+	}
+	if n := testing.AllocsPerRun(50, func() { big.Equal("-1234567") }); n != 0 {
+		t.Errorf("Equal allocs = %v", n)
 	}
 }
 
