@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,7 +51,9 @@ func startJob(t *testing.T, encoding string, partitions int32) *testJob {
 	cfg.EventTime.Idleness = 5 * time.Second
 	cfg.EventTime.IdleGap = time.Second
 	cfg.EventTime.AllowedLateness = 30 * time.Second
-	cfg.EventTime.FlushAfter = 2 * time.Second
+	// Above the two checkpoints a log joined by request id takes (two
+	// hops), so that only the watermark closes traces while data flows.
+	cfg.EventTime.FlushAfter = 10 * time.Second
 	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -162,7 +165,7 @@ func latest(t *testing.T, recs []*kgo.Record) map[string]*braidpb.FusedTrace {
 func complete(truth simulator.Truth, got map[string]*braidpb.FusedTrace) bool {
 	for id, tt := range truth.Traces {
 		ft := got[id]
-		if ft == nil || len(ft.Spans) != tt.Spans || len(ft.Logs) != tt.Logs || len(ft.Points) != tt.ExemplarPoints {
+		if ft == nil || len(ft.Spans) != tt.Spans || len(ft.Logs) != tt.Logs+tt.RequestIDLogs || len(ft.Points) != tt.ExemplarPoints {
 			return false
 		}
 	}
@@ -228,10 +231,22 @@ func TestIntegrationEveryCollectorForm(t *testing.T) {
 				if fmt.Sprint(ids) != fmt.Sprint(want) {
 					t.Errorf("trace %s spans %v, want %v", id, ids, want)
 				}
+				resolved := 0
 				for _, l := range ft.Logs {
+					if len(l.Log.TraceId) == 0 {
+						// Joined by request id (resolve stage).
+						resolved++
+						if !strings.Contains(l.Log.Body.GetStringValue(), strings.TrimPrefix(tt.RequestID, "cmpl-")) {
+							t.Errorf("trace %s (request %s) holds trace-less log %q", id, tt.RequestID, l.Log.Body.GetStringValue())
+						}
+						continue
+					}
 					if hex.EncodeToString(l.Log.TraceId) != id {
 						t.Errorf("trace %s holds a log of trace %x", id, l.Log.TraceId)
 					}
+				}
+				if resolved != tt.RequestIDLogs {
+					t.Errorf("trace %s: %d logs joined by request id, want %d", id, resolved, tt.RequestIDLogs)
 				}
 			}
 			if len(got) != len(truth.Traces) {
@@ -250,11 +265,20 @@ func TestIntegrationEveryCollectorForm(t *testing.T) {
 			tj.waitWatermark(simulator.DefaultStart.Add(-time.Hour).Add(tj.cfg.EventTime.AllowedLateness + time.Second))
 			tj.produce(lateMsgs)
 			lt := old.Truth()
-			wantLate := lt.Spans + lt.TraceLogs + lt.ExemplarPoints
+			// The old request's engine log names its request id: it is
+			// resolved, and late too.
+			wantLate := lt.Spans + lt.TraceLogs + lt.ExemplarPoints + requestIDLogs(lt)
 			late := tj.reader(tj.cfg.Outputs.Late)
 			late.until(t, 60*time.Second, func(recs []*kgo.Record) bool { return len(recs) >= wantLate })
+			oldRequests := map[string]bool{}
+			for _, tt := range lt.Traces {
+				oldRequests[tt.RequestID] = true
+			}
 			for _, r := range late.recs {
-				if lt.Traces[string(r.Key)].TraceID == "" {
+				// Keyed by trace id; a log that reached the resolve stage
+				// late and before its request's span is keyed by its request
+				// id ("unresolved request id").
+				if lt.Traces[string(r.Key)].TraceID == "" && !oldRequests[string(r.Key)] {
 					t.Errorf("late record for unexpected trace %s", r.Key)
 				}
 				if hdrValue(r, "braid.reason") == "" || hdrValue(r, "braid.topic") == "" {
@@ -303,7 +327,9 @@ func TestIntegrationEveryCollectorForm(t *testing.T) {
 				fusedMembers += len(ft.Spans) + len(ft.Logs) + len(ft.Points)
 			}
 			lateMembers := countLate(t, late.recs)
-			unjoined := int(c.UnjoinedLogs.Load() + c.UnjoinedPoint.Load())
+			// Points without exemplars feed the resources table; logs
+			// without trace or request id stay unjoined.
+			unjoined := int(c.UnjoinedLogs.Load() + c.UnjoinedPoint.Load() + c.ResourcePoint.Load())
 			if int(c.Members.Load()) != fusedMembers+lateMembers+unjoined+int(c.Truncated.Load()) {
 				t.Errorf("members read %d != fused %d + late %d + unjoined %d + truncated %d",
 					c.Members.Load(), fusedMembers, lateMembers, unjoined, c.Truncated.Load())
@@ -313,8 +339,13 @@ func TestIntegrationEveryCollectorForm(t *testing.T) {
 			if int(c.Members.Load()) != wantMembers {
 				t.Errorf("members read %d, generated %d", c.Members.Load(), wantMembers)
 			}
-			if unjoined != truth.TracelessLogs+truth.ResourcePoints+lt.TracelessLogs+lt.ResourcePoints {
-				t.Errorf("unjoined %d, want %d", unjoined, truth.TracelessLogs+truth.ResourcePoints+lt.TracelessLogs+lt.ResourcePoints)
+			wantUnjoined := truth.TracelessLogs - requestIDLogs(truth) + truth.ResourcePoints + lt.TracelessLogs - requestIDLogs(lt) + lt.ResourcePoints
+			if unjoined != wantUnjoined {
+				t.Errorf("unjoined %d, want %d", unjoined, wantUnjoined)
+			}
+			if r, u := int(c.Resolved.Load()), int(c.Unresolved.Load()); r+u != requestIDLogs(truth)+requestIDLogs(lt) || u > requestIDLogs(lt) {
+				t.Errorf("resolved %d and unresolved %d logs by request id, want %d of which at most %d (the old request's) unresolved",
+					r, u, requestIDLogs(truth)+requestIDLogs(lt), requestIDLogs(lt))
 			}
 			if lateMembers != wantLate {
 				t.Errorf("late members %d, want %d", lateMembers, wantLate)
@@ -329,6 +360,15 @@ func TestIntegrationEveryCollectorForm(t *testing.T) {
 				len(truth.Traces), split, c.Members.Load(), fusedMembers, lateMembers, unjoined, c.Local.Load(), c.Repartitioned.Load())
 		})
 	}
+}
+
+// requestIDLogs is the number of trace-less logs that name a request.
+func requestIDLogs(truth simulator.Truth) int {
+	n := 0
+	for _, tt := range truth.Traces {
+		n += tt.RequestIDLogs
+	}
+	return n
 }
 
 func (tj *testJob) waitWatermark(ts time.Time) {
