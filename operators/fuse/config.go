@@ -72,6 +72,9 @@ type Config struct {
 	// raise it on braid.fused and the brokers before raising MaxBytes).
 	MaxSpans, MaxLogs, MaxPoints int
 	MaxBytes                     int
+	// NoDerive leaves out the derived LLM-serving figures (TTFT, TPOT,
+	// tokens, per-layer statistics, anchors; see operators/semconv).
+	NoDerive bool
 	// JSON writes fused records as protojson instead of protobuf.
 	JSON bool
 }

@@ -159,6 +159,13 @@ func (p *processor) emit(t *engine.Task, tr *trace, wm int64) error {
 		sum.duration = uint64(tr.last - start)
 	}
 	b = sum.append(b)
+	invalidAnchors := 0
+	if !p.cfg.NoDerive {
+		var err error
+		if b, invalidAnchors, err = p.appendDerived(b, tr); err != nil {
+			return err
+		}
+	}
 	if p.s.table != nil {
 		var err error
 		if b, err = p.appendResourceContext(b, &sum, start, tr.last); err != nil {
@@ -180,6 +187,9 @@ func (p *processor) emit(t *engine.Task, tr *trace, wm int64) error {
 	}
 	if sum.resolvedLogs > 0 {
 		flags = append(flags, uint64(braidpb.Flag_FLAG_RESOLVED_BY_REQUEST_ID))
+	}
+	if invalidAnchors > 0 {
+		flags = append(flags, uint64(braidpb.Flag_FLAG_INVALID_ANCHOR))
 	}
 	if len(flags) > 0 {
 		n := 0
@@ -222,6 +232,37 @@ func (p *processor) emit(t *engine.Task, tr *trace, wm int64) error {
 	tr.emitted = true
 	tr.revision++
 	return nil
+}
+
+// appendDerived appends field 12, the LLM-serving figures of the members
+// (semconv.Deriver), and returns the number of invalid alignment anchors.
+func (p *processor) appendDerived(b []byte, tr *trace) ([]byte, int, error) {
+	d := &p.deriver
+	d.Reset()
+	if ids, ok := p.cfg.RequestIDs.(*semconv.RequestIDs); ok {
+		d.IDs = ids
+	}
+	// A revision's members were counted by the first emission.
+	d.Quiet = tr.revision > 0
+	for i := range p.emitter.members {
+		m := &p.emitter.members[i]
+		switch m.kind {
+		case kindSpan:
+			d.AddSpan(m.sortKey, m.resource)
+		case kindLog:
+			d.AddLog(m.sortKey, m.resource)
+		}
+	}
+	dv := d.Derived()
+	if proto.Size(dv) == 0 {
+		return b, 0, nil
+	}
+	v, err := proto.MarshalOptions{Deterministic: true}.Marshal(dv)
+	if err != nil {
+		return b, 0, err
+	}
+	b = protowire.AppendTag(b, fDerived, protowire.BytesType)
+	return protowire.AppendBytes(b, v), d.InvalidAnchors(), nil
 }
 
 // appendResourceContext appends field 13: the resource series in force

@@ -143,6 +143,7 @@ type processor struct {
 	key       []byte
 	scratch   []byte
 	emitter   emitter
+	deriver   semconv.Deriver
 
 	// resources stage: samples of the current message per identity
 	samples   map[semconv.Identity][]byte

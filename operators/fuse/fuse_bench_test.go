@@ -8,6 +8,7 @@ import (
 
 	"github.com/braidlabs/braid/connectors/simulator"
 	"github.com/braidlabs/braid/engine"
+	"github.com/braidlabs/braid/operators/semconv"
 	"github.com/braidlabs/braid/state"
 )
 
@@ -52,7 +53,14 @@ func BenchmarkFuse(b *testing.B) {
 		{"keying=trace", simulator.KeyByTraceID, 1},
 		{"keying=none", simulator.Unkeyed, 4},
 	} {
-		b.Run(bc.name, func(b *testing.B) { benchFuse(b, bc.keying, bc.partitions) })
+		// correlation=off: trace-id joins only; on: the job's default —
+		// request-id resolution and derived figures.
+		b.Run(bc.name+"/correlation=off", func(b *testing.B) {
+			benchFuse(b, bc.keying, bc.partitions, func(c *Config) { c.NoDerive = true })
+		})
+		b.Run(bc.name+"/correlation=on", func(b *testing.B) {
+			benchFuse(b, bc.keying, bc.partitions, func(c *Config) { c.RequestIDs = semconv.DefaultRequestIDs() })
+		})
 	}
 }
 
@@ -63,12 +71,14 @@ type benchBatch struct {
 	spans  int
 }
 
-func benchFuse(b *testing.B, keying simulator.Keying, partitions int32) {
+func benchFuse(b *testing.B, keying simulator.Keying, partitions int32, mod func(*Config)) {
 	sim, err := simulator.New(simulator.Config{Seed: 1, Keying: keying})
 	if err != nil {
 		b.Fatal(err)
 	}
-	st, err := New(Config{Partitions: partitions})
+	cfg := Config{Partitions: partitions}
+	mod(&cfg)
+	st, err := New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

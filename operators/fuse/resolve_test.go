@@ -229,6 +229,9 @@ func TestResolveJoinsLogsByRequestID(t *testing.T) {
 						t.Errorf("%s got log %q", r.rid, l.Log.Body.GetStringValue())
 					}
 				}
+				if ids := ft.GetDerived().GetRequestIds(); len(ids) != 1 || ids[0] != r.rid {
+					t.Errorf("%s: derived request ids %v", r.rid, ids)
+				}
 				if !hasFlag(ft, braidpb.Flag_FLAG_RESOLVED_BY_REQUEST_ID) {
 					t.Errorf("%s: FLAG_RESOLVED_BY_REQUEST_ID missing", r.rid)
 				}
