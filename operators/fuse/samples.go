@@ -14,7 +14,8 @@ import (
 
 // resourceSample turns a metric point without an exemplar into a sample of
 // its resource's series, buffered until the end of the message; false if
-// its name is not in braid's vocabulary or it is not a gauge or counter
+// its name is not in braid's vocabulary or it is a histogram (resource
+// series are gauges, counters and info metrics)
 // value.
 func (p *processor) resourceSample(it *otlp.Item) bool {
 	if it.PointType != otlp.PointGauge && it.PointType != otlp.PointSum {
@@ -24,7 +25,7 @@ func (p *processor) resourceSample(it *otlp.Item) bool {
 	m, ok := semconv.NormalizeMetric(string(it.Name), func(key string) (string, bool) {
 		return semconv.Lookup(it.Payload, 7, key)
 	})
-	if !ok || (m.Kind != semconv.Gauge && m.Kind != semconv.Counter) {
+	if !ok || m.Kind == semconv.Histogram {
 		return false
 	}
 	v, ok := numberValue(it.Payload)
