@@ -15,8 +15,7 @@ import (
 // resourceSample turns a metric point without an exemplar into a sample of
 // its resource's series, buffered until the end of the message; false if
 // its name is not in braid's vocabulary or it is a histogram (resource
-// series are gauges, counters and info metrics)
-// value.
+// series are gauges, counters and info metrics).
 func (p *processor) resourceSample(it *otlp.Item) bool {
 	if it.PointType != otlp.PointGauge && it.PointType != otlp.PointSum {
 		return false
