@@ -95,6 +95,20 @@ var (
 		"Members cut by a per-trace cap (caps.spans, caps.logs, caps.points, caps.bytes).")
 	descOpenTraces = desc("braid_open_traces",
 		"Traces open in state, not yet past the watermark plus idle_gap and allowed_lateness.")
+	descDeclared = desc("braid_request_ids_declared_total",
+		"Request ids declared by spans (gen_ai.request.id, rid, request_id) to the resolve stage.")
+	descResolved = desc("braid_resolved_logs_total",
+		"Log records without a trace id joined to a trace through their request id.")
+	descUnresolved = desc("braid_unresolved_logs_total",
+		"Log records whose request id no span declared within allowed_lateness; sent to the late topic.")
+	descOpenRequests = desc("braid_open_requests",
+		"Request ids held by the resolve stage (declared, or with logs waiting for a span).")
+	descResourcePoints = desc("braid_resource_points_total",
+		"Metric points without an exemplar written to the resources table.")
+	descResourceSamples = desc("braid_resource_table_samples_total",
+		"Samples applied to this instance's copy of the resources table.")
+	descResourceSeries = desc("braid_resource_table_series",
+		"Series in this instance's copy of the resources table.")
 	descTimers = desc("braid_timers_pending",
 		"Event-time timers pending. Every open trace has exactly one, so this is the same counter as braid_open_traces.")
 )
@@ -106,6 +120,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		descStateBytes, descRecordsIn, descRecordsOut,
 		descMessages, descMembers, descLocal, descRepartitioned, descFused, descRevisions, descLate, descDLQ,
 		descUnjoined, descTruncated, descOpenTraces, descTimers,
+		descDeclared, descResolved, descUnresolved, descOpenRequests, descResourcePoints, descResourceSamples, descResourceSeries,
 	} {
 		ch <- d
 	}
@@ -164,5 +179,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descTruncated, k.Truncated)
 		gauge(descOpenTraces, float64(k.OpenTraces))
 		gauge(descTimers, float64(k.OpenTraces))
+		counter(descDeclared, k.Declared)
+		counter(descResolved, k.Resolved)
+		counter(descUnresolved, k.Unresolved)
+		gauge(descOpenRequests, float64(k.OpenRequests))
+		counter(descResourcePoints, k.ResourcePoints)
+		counter(descResourceSamples, k.ResourceSamples)
+		gauge(descResourceSeries, float64(k.ResourceSeries))
 	}
 }

@@ -31,6 +31,16 @@ type Counters struct {
 	UnjoinedPoints int64 // metric points without an exemplar trace id
 	Truncated      int64 // members cut by a per-trace cap
 	OpenTraces     int64 // traces in state; each has exactly one pending timer
+
+	// Resolve stage (request-id joins).
+	Declared     int64 // request ids declared by spans
+	Resolved     int64 // trace-less log records joined to a trace by request id
+	Unresolved   int64 // trace-less log records flagged: no span declared their request id in time
+	OpenRequests int64 // request ids in state
+	// Resources stage.
+	ResourcePoints  int64 // metric points without an exemplar written to the resources table
+	ResourceSamples int64 // samples applied to this instance's resources table
+	ResourceSeries  int64 // series in this instance's resources table
 }
 
 // PartitionLag is the consumer lag of one input partition.

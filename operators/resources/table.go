@@ -94,6 +94,13 @@ func (t *Table) Watermark(now time.Time) int64 {
 	return t.mu.wm.Current(now)
 }
 
+// Series is the number of series in the table.
+func (t *Table) Series() int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return len(t.mu.series)
+}
+
 // Add inserts a sample (tests and in-process use; Feed decodes records).
 func (t *Table) Add(id semconv.Identity, metric string, counter bool, s Sample) {
 	t.mu.Lock()

@@ -213,12 +213,18 @@ func (o *observability) attach(cfg *Config, eng *engine.Engine, stage *fuse.Stag
 	}
 	c := stage.Counters()
 	col, err := admin.NewCollector(admin.CollectorConfig{Engine: eng, Lag: lag, Counters: func() admin.Counters {
-		return admin.Counters{
+		k := admin.Counters{
 			Messages: c.Messages.Load(), Members: c.Members.Load(), Local: c.Local.Load(), Repartitioned: c.Repartitioned.Load(),
 			Fused: c.Fused.Load(), Revisions: c.Revisions.Load(), Late: c.Late.Load(), DLQ: c.DLQ.Load(),
 			UnjoinedLogs: c.UnjoinedLogs.Load(), UnjoinedPoints: c.UnjoinedPoint.Load(), Truncated: c.Truncated.Load(),
 			OpenTraces: c.OpenTraces.Load(),
+			Declared:   c.Declared.Load(), Resolved: c.Resolved.Load(), Unresolved: c.Unresolved.Load(), OpenRequests: c.OpenRequests.Load(),
+			ResourcePoints: c.ResourcePoint.Load(),
 		}
+		if tb := stage.Resources(); tb != nil {
+			k.ResourceSamples, k.ResourceSeries = tb.Samples.Load(), int64(tb.Series())
+		}
+		return k
 	}})
 	if err == nil {
 		err = o.registry.Register(col)
