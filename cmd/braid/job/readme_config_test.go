@@ -1,0 +1,40 @@
+package job
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestReadmeConfigLoads: the configuration example in README.md is a valid
+// configuration, every field known.
+func TestReadmeConfigLoads(t *testing.T) {
+	b, err := os.ReadFile("../../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "## Configuration")
+	if !ok {
+		t.Fatal("README.md has no Configuration section")
+	}
+	_, rest, ok = strings.Cut(rest, "```yaml\n")
+	if !ok {
+		t.Fatal("no yaml block in the Configuration section")
+	}
+	block, _, _ := strings.Cut(rest, "```")
+	path := filepath.Join(t.TempDir(), "braid.yaml")
+	if err := os.WriteFile(path, []byte(block), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadConfig(path)
+	if err != nil {
+		t.Fatalf("README configuration: %v", err)
+	}
+	if c.requestIDs == nil {
+		t.Fatal("request id rules not compiled")
+	}
+	if id, ok := c.requestIDs.FromText([]byte("Receive: obj=GenerateReqInput(rid='3f2a9c')")); !ok || id != "3f2a9c" {
+		t.Errorf("README rules find %q %v in an SGLang line", id, ok)
+	}
+}
