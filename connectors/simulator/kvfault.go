@@ -58,10 +58,14 @@ func (k *KV) realise(p *kvsPool, f *kvsFault, block, layer int, source string) {
 }
 
 // pollute marks r as polluted by f, once.
-func (k *KV) pollute(p *kvsPool, r *kvsReq, f *kvsFault, via, from string) {
+// Its KV is polluted from its block idx on: attention is causal, so the
+// blocks it writes from there on are tainted, not the ones before.
+func (k *KV) pollute(p *kvsPool, r *kvsReq, f *kvsFault, via, from string, idx int) {
 	if r.polluted != nil {
+		r.pollIdx = min(r.pollIdx, idx)
 		return
 	}
+	r.pollIdx = idx
 	r.polluted = &KVPolluted{
 		RequestID: r.RequestID, TraceID: r.TraceID,
 		Pattern: f.spec.Trigger.Pattern(), Trigger: f.spec.Trigger,
@@ -73,6 +77,16 @@ func (k *KV) pollute(p *kvsPool, r *kvsReq, f *kvsFault, via, from string) {
 	} else {
 		f.propagated = append(f.propagated, r.RequestID)
 	}
+}
+
+// index is the position of block b in r's block table.
+func (r *kvsReq) index(b int) int {
+	for i, x := range r.blocks {
+		if x == b {
+			return i
+		}
+	}
+	return 0
 }
 
 func (k *KV) faultOf(r *kvsReq) *kvsFault { return k.byID[r.polluted.Fault] }
@@ -104,7 +118,7 @@ func (k *KV) stray(p *kvsPool, w *kvsReq, b, l int, addr, bytes int64, hash stri
 		blk := &p.blocks[tb]
 		for _, o := range blk.owners {
 			if o != w || tl != l || tb != b {
-				k.pollute(p, o, f, "direct", "")
+				k.pollute(p, o, f, "direct", "", o.index(tb))
 				if blk.taint == nil {
 					blk.taint, blk.carrier = f, o.RequestID
 				}
@@ -209,7 +223,7 @@ func (k *KV) afterAlloc(p *kvsPool, r *kvsReq, fresh []int) {
 			for l := 0; l < k.cfg.Layers; l++ {
 				k.rangeOp(p, r, OpRead, b, l, k.slot(l, b), k.cfg.BlockBytes, "")
 			}
-			k.pollute(p, r, f, "direct", "")
+			k.pollute(p, r, f, "direct", "", i)
 			break
 		}
 	}
@@ -270,6 +284,10 @@ func (k *KV) baseSwapWrite(p *kvsPool, r *kvsReq, b, l int, addr, bytes int64, h
 		k.realise(p, f, b, l, r.RequestID)
 	}
 	k.stray(p, r, b, l, addr+k.layerSize, bytes, hash, f)
+	if blk := &p.blocks[b]; blk.taint == nil { // its layer l is never written
+		blk.taint, blk.carrier = f, r.RequestID
+	}
+	k.pollute(p, r, f, "direct", "", r.index(b))
 }
 
 // afterDecodeWrite: a padded batch slot of -1 maps to the last slot of the

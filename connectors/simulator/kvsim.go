@@ -56,6 +56,7 @@ type kvsReq struct {
 	swap        bool
 
 	polluted *KVPolluted
+	pollIdx  int // first block index whose KV is polluted
 
 	// Fault plumbing.
 	cancel    *kvsFault // CancelRetry: cancel in the middle of prefill
@@ -386,7 +387,7 @@ func (p *kvsPool) removeLive(r *kvsReq) {
 // take hands a block with no content worth keeping to r: the top of the
 // free stack, else the least recently used cached block (evicted), else a
 // block freed by preempting the latest running request. false: none left.
-func (k *KV) take(p *kvsPool, r *kvsReq) (int, bool) {
+func (k *KV) take(p *kvsPool, r *kvsReq, canPreempt bool) (int, bool) {
 	for {
 		var mine []int // entries of blocks r holds (a double free): left for others
 		found := -1
@@ -427,7 +428,7 @@ func (k *KV) take(p *kvsPool, r *kvsReq) (int, bool) {
 				victim = o
 			}
 		}
-		if victim == nil {
+		if victim == nil || !canPreempt {
 			return 0, false
 		}
 		k.preempt(victim)
@@ -460,7 +461,7 @@ func (k *KV) allocUpTo(r *kvsReq, n int, hits bool) ([]int, bool) {
 				continue
 			}
 		}
-		b, ok := k.take(p, r)
+		b, ok := k.take(p, r, !hits)
 		if !ok {
 			k.abort(r)
 			return nil, false
@@ -502,7 +503,7 @@ func (k *KV) writeLayers(r *kvsReq, from, to, l0, l1 int) {
 				continue
 			}
 			k.rangeOp(p, r, OpWrite, b, l, addr, bytes, h)
-			k.wrote(p, r, b)
+			k.wrote(p, r, b, i)
 		}
 	}
 	if l1 == k.cfg.Layers {
@@ -524,17 +525,17 @@ func (k *KV) writeLayers(r *kvsReq, from, to, l0, l1 int) {
 
 // wrote records that w wrote into block b: any other live owner now holds
 // content it did not write (a mixed write); a polluted writer taints it.
-func (k *KV) wrote(p *kvsPool, w *kvsReq, b int) {
+func (k *KV) wrote(p *kvsPool, w *kvsReq, b, i int) {
 	blk := &p.blocks[b]
 	for _, o := range blk.owners {
 		if o != w && blk.fault != nil {
-			k.pollute(p, o, blk.fault, "direct", "")
+			k.pollute(p, o, blk.fault, "direct", "", o.index(b))
 			if blk.taint == nil {
 				blk.taint, blk.carrier = blk.fault, o.RequestID
 			}
 		}
 	}
-	if w.polluted != nil && blk.taint == nil {
+	if w.polluted != nil && i >= w.pollIdx && blk.taint == nil {
 		blk.taint, blk.carrier = k.faultOf(w), w.RequestID
 	}
 	blk.writer = w
@@ -550,8 +551,9 @@ func (k *KV) readBlock(r *kvsReq, i, l int) {
 	}
 	b := r.blocks[i]
 	k.rangeOp(p, r, OpRead, b, l, k.slot(l, b), int64(e-i*bt)*k.tokBytes, "")
-	if blk := &p.blocks[b]; blk.taint != nil && r.polluted == nil {
-		k.pollute(p, r, blk.taint, "propagated", blk.carrier)
+	// The last writer of a block with two owners reads its own content.
+	if blk := &p.blocks[b]; blk.taint != nil && r.polluted == nil && !(blk.fault != nil && blk.writer == r) {
+		k.pollute(p, r, blk.taint, "propagated", blk.carrier, i)
 	}
 }
 
@@ -564,9 +566,33 @@ func (k *KV) readAll(r *kvsReq) {
 	}
 }
 
+// admit reports whether r's n blocks fit in p; if not, the action retries
+// later: prefills and swap-ins wait for room, only decode preempts.
+func (k *KV) admit(p *kvsPool, r *kvsReq, tokens int, kind kvsKind) bool {
+	n := (tokens + k.cfg.BlockTokens - 1) / k.cfg.BlockTokens
+	avail := 0
+	for b := range p.blocks {
+		if blk := &p.blocks[b]; len(blk.owners) == 0 && (blk.cached || blk.inFree > 0) {
+			avail++
+		}
+	}
+	if avail >= n {
+		return true
+	}
+	k.schedule(&kvsAction{t: k.now.Add(50 * time.Millisecond), kind: kind, r: r})
+	return false
+}
+
 func (k *KV) prefill(r *kvsReq) {
 	p := k.pools[r.GPU]
 	fresh := r.state == kvsWaiting
+	tokens := r.tokens
+	if fresh {
+		tokens = r.PromptTokens
+	}
+	if !k.admit(p, r, tokens, actPrefill) {
+		return
+	}
 	if fresh {
 		r.tokens = r.PromptTokens
 		p.live = append(p.live, r)
@@ -591,7 +617,7 @@ func (k *KV) prefill(r *kvsReq) {
 	if r.skip > 0 {
 		k.writeLayers(r, from, r.tokens, r.skip, k.cfg.Layers)
 		r.skip = 0
-		k.pollute(p, r, r.retryOf, "direct", "")
+		k.pollute(p, r, r.retryOf, "direct", "", from/k.cfg.BlockTokens)
 	} else {
 		k.writeLayers(r, from, r.tokens, 0, k.cfg.Layers)
 	}
@@ -717,9 +743,12 @@ func (k *KV) swapOut(r *kvsReq) {
 
 func (k *KV) swapIn(r *kvsReq) {
 	p := k.pools[r.GPU]
+	if !k.admit(p, r, r.tokens, actSwapIn) {
+		return
+	}
 	n := (r.tokens + k.cfg.BlockTokens - 1) / k.cfg.BlockTokens
 	for i := 0; i < n; i++ {
-		b, ok := k.take(p, r)
+		b, ok := k.take(p, r, false)
 		if !ok {
 			k.abort(r)
 			return
@@ -732,7 +761,7 @@ func (k *KV) swapIn(r *kvsReq) {
 		blk.owners = append(blk.owners, r)
 		r.blocks, r.hit = append(r.blocks, b), append(r.hit, false)
 		k.blockOp(p, r, OpSwapIn, b, "")
-		k.wrote(p, r, b)
+		k.wrote(p, r, b, i)
 	}
 	r.state = kvsRunning
 	k.readAll(r)
