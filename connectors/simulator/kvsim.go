@@ -512,7 +512,7 @@ func (k *KV) writeLayers(r *kvsReq, from, to, l0, l1 int) {
 				continue
 			}
 			h := k.hash(r, i)
-			if _, dup := p.byHash[h]; !dup {
+			if _, dup := p.byHash[h]; !dup && p.blocks[r.blocks[i]].hash == "" { // one hash a block
 				p.byHash[h] = r.blocks[i]
 				p.blocks[r.blocks[i]].hash = h
 				if i < k.prefixBlocks(r.prefix) {
