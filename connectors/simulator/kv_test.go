@@ -439,3 +439,29 @@ func TestKVConfigValidate(t *testing.T) {
 		t.Fatalf("late add: %v", err)
 	}
 }
+
+// TestKVFigures: with the default pool, range ops (writes and reads) per
+// request scale with Layers; block ops do not.
+func TestKVFigures(t *testing.T) {
+	reqs := kvLoad(9, 4, 10*time.Minute, 2*time.Second)
+	perReq := map[int][2]float64{}
+	for _, layers := range []int{8, 16} {
+		c := newKVChecker(KVConfig{Layers: layers})
+		truth := kvRun(t, KVConfig{Seed: 1, Layers: layers}, 4, reqs, c.event)
+		n := float64(truth.Summary.Requests)
+		rng := float64(c.ops[OpWrite]+c.ops[OpRead]) / n
+		blk := float64(c.ops[OpAlloc]+c.ops[OpFree]+c.ops[OpEvict]+c.ops[OpSwapIn]+c.ops[OpSwapOut]) / n
+		perReq[layers] = [2]float64{rng, blk}
+		t.Logf("Layers %d: %d requests, %.0f events per request (%.0f writes+reads, %.0f block ops), %.0f events/s per GPU; %+v",
+			layers, truth.Summary.Requests, float64(truth.Summary.Events)/n, rng, blk, float64(truth.Summary.Events)/600/4, truth.Summary)
+		if len(c.violations) > 0 {
+			t.Fatalf("violations %v", c.rules())
+		}
+	}
+	if r := perReq[16][0] / perReq[8][0]; r < 1.6 || r > 2.1 { // decode reads every block in one layer only
+		t.Errorf("range ops per request: %v; ratio %.2f, want 1.6 to 2.1", perReq, r)
+	}
+	if r := perReq[16][1] / perReq[8][1]; r < 0.8 || r > 1.25 {
+		t.Errorf("block ops per request: %v; ratio %.2f, want about 1", perReq, r)
+	}
+}
