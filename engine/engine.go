@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -23,12 +24,15 @@ type Input struct {
 	Topic string
 	// Internal marks a topic written by the tasks of this job (a
 	// repartition topic). Every task sends its watermark to every partition
-	// of every internal input at each checkpoint. Internal inputs are stages
-	// in Inputs order: a task may forward what it reads from one internal
-	// input to a later one, never to an earlier one, and the watermark it
-	// sends on internal input k covers its sources and the internal inputs
-	// before k.
+	// of every internal input at each checkpoint.
 	Internal bool
+	// From names the internal inputs whose records a task may forward to
+	// this internal topic (after holding them, e.g. until a join partner
+	// arrives); they must be listed before it. The watermark a task sends
+	// on this topic covers its sources and those inputs, so nothing it
+	// forwards is behind the markers it sent before. Empty: only records
+	// read from sources are written to it.
+	From []string
 }
 
 // Topology is what the engine runs: co-partitioned inputs and the processor
@@ -195,6 +199,9 @@ type Engine struct {
 	srcIndex   []int // input index → source index (-1 for internal)
 	sources    int   // inputs that are not internal
 	internal   []string
+	// internalFrom[k] lists the internal inputs (indexes into internal)
+	// whose records may be forwarded to internal topic k.
+	internalFrom [][]int
 
 	// sink replaces the transactional producer in a Harness.
 	sink func(*kgo.Record)
@@ -234,9 +241,21 @@ func New(cfg Config, topo Topology) (*Engine, error) {
 		}
 		e.inputIndex[in.Topic] = i
 		if in.Internal {
+			from := make([]int, 0, len(in.From))
+			for _, name := range in.From {
+				j := slices.Index(e.internal, name)
+				if j < 0 {
+					return nil, fmt.Errorf("engine: input %s: From %s is not an internal input listed before it", in.Topic, name)
+				}
+				from = append(from, j)
+			}
 			e.internal = append(e.internal, in.Topic)
+			e.internalFrom = append(e.internalFrom, from)
 			e.srcIndex = append(e.srcIndex, -1)
 		} else {
+			if len(in.From) > 0 {
+				return nil, fmt.Errorf("engine: input %s: From is for internal inputs", in.Topic)
+			}
 			e.srcIndex = append(e.srcIndex, e.sources)
 			e.sources++
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -50,12 +51,11 @@ type Task struct {
 	errc chan error
 	done chan struct{}
 
-	// up[k] covers the source inputs and the internal inputs before k
-	// (in Topology.Inputs order): the watermark sent downstream on internal
-	// topic k. Internal topics form a chain of stages (a record read from
-	// internal topic j may be forwarded only to an internal topic k > j), so
-	// what a task forwards on topic k is never older than up[k] allows.
-	up []*windows.Watermarks
+	// up[k] covers the source inputs and the internal inputs that may
+	// forward to internal topic k (Input.From): the watermark sent
+	// downstream on topic k, so that nothing the task forwards on it is
+	// older than its earlier markers allowed.
+	up []upstream
 	// srcOnly covers the source inputs only: the watermark sent on global
 	// topics, which only records read from sources feed.
 	srcOnly *windows.Watermarks
@@ -72,6 +72,54 @@ type Task struct {
 }
 
 var wmKey = []byte("\x00\x01watermark")
+
+// upstream tracks the watermark a task sends on one internal topic: its
+// sources, then the upstream tasks of each internal input in From.
+type upstream struct {
+	w    *windows.Watermarks
+	base map[int]int // internal input index → offset of its first task
+}
+
+func (e *Engine) newUpstream(k int, now time.Time) upstream {
+	p := int(e.topo.Partitions)
+	u := upstream{base: map[int]int{}}
+	n := e.sources
+	for _, j := range e.internalFrom[k] {
+		u.base[j] = n
+		n += p
+	}
+	u.w = windows.NewWatermarks(n, e.cfg.OutOfOrderness, e.cfg.Idleness, now)
+	for i := e.sources; i < n; i++ {
+		u.w.MarkUpstream(i)
+	}
+	return u
+}
+
+// restore sets u's maxima from a checkpoint's (laid out as Task.all's).
+func (u upstream) restore(all []int64, e *Engine) {
+	p := int(e.topo.Partitions)
+	m := make([]int64, 0, e.sources+len(u.base)*p)
+	m = append(m, all[:min(len(all), e.sources)]...)
+	for len(m) < e.sources {
+		m = append(m, windows.MinTime)
+	}
+	offs := make([]int, 0, len(u.base))
+	for j := range u.base {
+		offs = append(offs, j)
+	}
+	slices.SortFunc(offs, func(a, b int) int { return u.base[a] - u.base[b] })
+	for _, j := range offs {
+		from := e.sources + j*p
+		for q := range p {
+			v := windows.MinTime
+			if from+q < len(all) {
+				v = all[from+q]
+			}
+			m = append(m, v)
+		}
+	}
+	u.w.RestoreMaxima(m)
+}
 
 // newWatermarks tracks the sources and the upstream tasks of the first n
 // internal inputs.
@@ -113,9 +161,9 @@ func (e *Engine) openTaskNoRun(p int32) (*Task, error) {
 	}
 	t.all = e.newWatermarks(len(e.internal), now)
 	t.srcOnly = e.newWatermarks(0, now)
-	t.up = make([]*windows.Watermarks, len(e.internal))
+	t.up = make([]upstream, len(e.internal))
 	for k := range t.up {
-		t.up[k] = e.newWatermarks(k, now)
+		t.up[k] = e.newUpstream(k, now)
 	}
 	if err := t.loadCommitted(); err != nil {
 		ks.Close()
@@ -151,8 +199,8 @@ func (t *Task) loadCommitted() error {
 			maxima = append(maxima, int64(binary.BigEndian.Uint64(b)))
 		}
 		t.all.RestoreMaxima(maxima)
-		for _, w := range t.up {
-			w.RestoreMaxima(maxima)
+		for _, u := range t.up {
+			u.restore(maxima, t.e)
 		}
 		t.srcOnly.RestoreMaxima(maxima)
 	}
@@ -259,10 +307,11 @@ func (t *Task) processRecord(r *kgo.Record, input int) error {
 				k = i
 			}
 		}
-		i := t.e.sources + k*int(t.e.topo.Partitions) + int(up)
-		t.all.Report(i, wm, idle, t.now)
-		for _, w := range t.up[k+1:] {
-			w.Report(i, wm, idle, t.now)
+		t.all.Report(t.e.sources+k*int(t.e.topo.Partitions)+int(up), wm, idle, t.now)
+		for _, u := range t.up {
+			if base, ok := u.base[k]; ok {
+				u.w.Report(base+int(up), wm, idle, t.now)
+			}
 		}
 		return nil
 	}
@@ -320,7 +369,7 @@ func (t *Task) prepare() error {
 		}
 	}
 	for k, topic := range t.e.internal {
-		wm, idle := t.up[k].Current(t.now), t.up[k].Idle(t.now)
+		wm, idle := t.up[k].w.Current(t.now), t.up[k].w.Idle(t.now)
 		marker := encodeMarker(t.Partition, wm, idle)
 		for q := int32(0); q < t.e.topo.Partitions; q++ {
 			t.e.produce(&kgo.Record{Topic: topic, Partition: q, Headers: []kgo.RecordHeader{{Key: markerHeader, Value: marker}}})
@@ -369,8 +418,8 @@ func (t *Task) Observe(input int, ts int64) {
 		return
 	}
 	i := t.sourceIndex(input)
-	for _, w := range t.up {
-		w.Observe(i, ts, t.now)
+	for _, u := range t.up {
+		u.w.Observe(i, ts, t.now)
 	}
 	t.srcOnly.Observe(i, ts, t.now)
 	t.all.Observe(i, ts, t.now)
@@ -382,8 +431,8 @@ func (t *Task) Touch(input int) {
 		return
 	}
 	i := t.sourceIndex(input)
-	for _, w := range t.up {
-		w.Touch(i, t.now)
+	for _, u := range t.up {
+		u.w.Touch(i, t.now)
 	}
 	t.srcOnly.Touch(i, t.now)
 	t.all.Touch(i, t.now)

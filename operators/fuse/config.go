@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/braidlabs/braid/connectors/otlp"
+	"github.com/braidlabs/braid/operators/kvgraph"
 )
 
 // Source is one input topic and the encoding the Collector writes to it.
@@ -45,6 +46,12 @@ type Config struct {
 	// for this long stops holding the table's watermark back. Default 30s
 	// (the engine's idleness).
 	ResourceIdleness time.Duration
+	// KVTopic carries KV-block event logs to the task that owns their
+	// host (the kvgraph stage). Default braid.kvgraph-repartition.
+	KVTopic string
+	// KVGraph configures the kvgraph stage (pollution detection); its
+	// OnIncident and Counters are the stage's own.
+	KVGraph kvgraph.Config
 	// ChangelogTopic receives every state change, compacted; "" keeps
 	// state only locally. Default braid.fuse-changelog.
 	ChangelogTopic string
@@ -95,6 +102,8 @@ func (c *Config) EnsureDefaults() {
 	}
 	def(&c.RepartitionTopic, "braid.fuse-repartition")
 	def(&c.ResolveTopic, "braid.resolve-repartition")
+	def(&c.KVTopic, "braid.kvgraph-repartition")
+	c.KVGraph.EnsureDefaults()
 	def(&c.ChangelogTopic, "braid.fuse-changelog")
 	def(&c.FusedTopic, "braid.fused")
 	def(&c.LateTopic, "braid.late")
@@ -156,6 +165,12 @@ func (c *Config) Validate() error {
 	}
 	if seen[c.ResolveTopic] || c.ResolveTopic == c.RepartitionTopic {
 		errs = append(errs, fmt.Errorf("fuse: ResolveTopic %s is also a source or the repartition topic", c.ResolveTopic))
+	}
+	if seen[c.KVTopic] || c.KVTopic == c.RepartitionTopic || c.KVTopic == c.ResolveTopic {
+		errs = append(errs, fmt.Errorf("fuse: KVTopic %s is also a source or another internal topic", c.KVTopic))
+	}
+	if err := c.KVGraph.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.IdleGap < 0 || c.AllowedLateness < 0 {
 		errs = append(errs, errors.New("fuse: IdleGap and AllowedLateness must not be negative"))

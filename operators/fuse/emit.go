@@ -37,11 +37,12 @@ const (
 
 // emitter holds the buffers of one emission, reused across emissions.
 type emitter struct {
-	chunks  []byte
-	members []emitMember
-	resIdx  map[string]uint32
-	res     [][]byte
-	out     []byte
+	chunks    []byte
+	members   []emitMember
+	resIdx    map[string]uint32
+	res       [][]byte
+	incidents []string
+	out       []byte
 }
 
 type emitMember struct {
@@ -96,8 +97,15 @@ func (p *processor) emit(t *engine.Task, tr *trace, wm int64) error {
 	clear(e.resIdx)
 	e.res = e.res[:0]
 	var sum summary
+	e.incidents = e.incidents[:0]
 	for i := range e.members {
 		m := &e.members[i]
+		if m.kind == kindIncident {
+			if !slices.Contains(e.incidents, string(m.sortKey)) {
+				e.incidents = append(e.incidents, string(m.sortKey))
+			}
+			continue
+		}
 		if _, ok := e.resIdx[string(m.resource)]; !ok {
 			e.resIdx[string(m.resource)] = uint32(len(e.res))
 			e.res = append(e.res, m.resource)
@@ -139,6 +147,8 @@ func (p *processor) emit(t *engine.Task, tr *trace, wm int64) error {
 			field = fLogs
 		case kindPoint:
 			field = fPoints
+		case kindIncident:
+			continue
 		}
 		idx := e.resIdx[string(m.resource)]
 		size := len(m.body)
@@ -191,6 +201,9 @@ func (p *processor) emit(t *engine.Task, tr *trace, wm int64) error {
 	if invalidAnchors > 0 {
 		flags = append(flags, uint64(braidpb.Flag_FLAG_INVALID_ANCHOR))
 	}
+	if len(e.incidents) > 0 {
+		flags = append(flags, uint64(braidpb.Flag_FLAG_POLLUTED))
+	}
 	if len(flags) > 0 {
 		n := 0
 		for _, f := range flags {
@@ -204,6 +217,11 @@ func (p *processor) emit(t *engine.Task, tr *trace, wm int64) error {
 	}
 	b = protowire.AppendTag(b, fWatermark, protowire.Fixed64Type)
 	b = protowire.AppendFixed64(b, uint64(wm))
+	slices.Sort(e.incidents)
+	for _, id := range e.incidents {
+		b = protowire.AppendTag(b, fIncidents, protowire.BytesType)
+		b = protowire.AppendString(b, id)
+	}
 	e.out = b
 
 	value := append([]byte(nil), b...)

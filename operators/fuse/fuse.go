@@ -12,6 +12,7 @@ import (
 
 	"github.com/braidlabs/braid/connectors/otlp"
 	"github.com/braidlabs/braid/engine"
+	"github.com/braidlabs/braid/operators/kvgraph"
 	"github.com/braidlabs/braid/operators/resources"
 	"github.com/braidlabs/braid/operators/semconv"
 	"github.com/braidlabs/braid/windows"
@@ -42,14 +43,23 @@ type Counters struct {
 	ResolveForwarded   atomic.Int64 // resolve records sent to another task
 	RequestIDConflicts atomic.Int64 // request ids declared by a second trace (ignored)
 	OpenRequests       atomic.Int64 // request ids in state
+
+	// kvgraph stage.
+	KVLogs           atomic.Int64 // KV-block event, sanitizer and Xid logs routed to the kvgraph stage
+	IncidentTags     atomic.Int64 // incident tags sent to polluted requests' traces
+	IncidentTagsLate atomic.Int64 // of which arrived after their trace was purged
 }
 
 // Stage is the fuse stage: its topology for the engine and its counters.
 type Stage struct {
-	cfg      Config
-	counters Counters
-	table    *resources.Table // nil when the resources stage is off
+	cfg        Config
+	counters   Counters
+	table      *resources.Table // nil when the resources stage is off
+	kvCounters kvgraph.Counters
 }
+
+// KVCounters returns the kvgraph stage's live counters.
+func (s *Stage) KVCounters() *kvgraph.Counters { return &s.kvCounters }
 
 // New validates cfg and returns the stage.
 func New(cfg Config) (*Stage, error) {
@@ -79,10 +89,13 @@ func (s *Stage) Topology() engine.Topology {
 	for _, src := range s.cfg.Sources {
 		inputs = append(inputs, engine.Input{Topic: src.Topic})
 	}
-	// Internal inputs in stage order: resolve forwards to fuse.
+	// Internal inputs: ingest writes all three; resolve (logs held until
+	// their request is declared) and kvgraph (incident tags) forward to
+	// fuse.
 	inputs = append(inputs,
 		engine.Input{Topic: s.cfg.ResolveTopic, Internal: true},
-		engine.Input{Topic: s.cfg.RepartitionTopic, Internal: true})
+		engine.Input{Topic: s.cfg.KVTopic, Internal: true},
+		engine.Input{Topic: s.cfg.RepartitionTopic, Internal: true, From: []string{s.cfg.ResolveTopic, s.cfg.KVTopic}})
 	var globals []engine.Global
 	if s.table != nil {
 		globals = append(globals, s.table.Global(s.cfg.ResourcesTopic))
@@ -151,6 +164,11 @@ type processor struct {
 	attrs     []semconv.KV
 	pattrs    []semconv.KV
 
+	// kvgraph stage
+	kv    *kvgraph.Processor
+	task  *engine.Task // the task, while kv may call onIncident
+	kvErr error        // an error of onIncident, returned after the kv call
+
 	// resolve stage
 	requests    map[string]*request
 	reqTimers   reqTimerHeap
@@ -161,7 +179,7 @@ type processor struct {
 }
 
 func newProcessor(s *Stage, p int32) *processor {
-	return &processor{
+	pr := &processor{
 		s:         s,
 		cfg:       &s.cfg,
 		partition: p,
@@ -172,11 +190,25 @@ func newProcessor(s *Stage, p int32) *processor {
 		samples:   map[semconv.Identity][]byte{},
 		rgroups:   map[string]int{},
 	}
+	kc := s.cfg.KVGraph
+	kc.Counters = &s.kvCounters
+	kc.OnIncident = pr.onIncident
+	pr.kv = kvgraph.NewProcessor(kc, p)
+	return pr
+}
+
+// kvError returns err, or the error onIncident met during the kv call.
+func (p *processor) kvError(err error) error {
+	if err == nil {
+		err, p.kvErr = p.kvErr, nil
+	}
+	return err
 }
 
 // Input indexes of the internal topics (after the sources).
 func (p *processor) resolveInput() int     { return len(p.cfg.Sources) }
-func (p *processor) repartitionInput() int { return len(p.cfg.Sources) + 1 }
+func (p *processor) kvInput() int          { return len(p.cfg.Sources) + 1 }
+func (p *processor) repartitionInput() int { return len(p.cfg.Sources) + 2 }
 
 // Process implements engine.Processor.
 func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
@@ -184,6 +216,10 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 	switch input {
 	case p.resolveInput():
 		return p.processResolve(t, rec)
+	case p.kvInput():
+		p.task = t
+		err := p.processKV(t, rec)
+		return p.kvError(err)
 	case p.repartitionInput():
 		return p.processRepartitioned(t, rec)
 	}
@@ -204,6 +240,13 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 	for i := range items {
 		it := &items[i]
 		t.Observe(input, it.Time)
+		if src.Signal == otlp.SignalLogs && isKVLog(it.Payload) {
+			p.task = t
+			if err := p.kvError(p.routeKV(t, it, rec)); err != nil {
+				return err
+			}
+			continue
+		}
 		if it.TraceID == ([16]byte{}) {
 			if src.Signal == otlp.SignalLogs {
 				if rids != nil {
@@ -319,6 +362,10 @@ func (p *processor) add(t *engine.Task, id [16]byte, chunk []byte) error {
 	tr := p.traces[id]
 	return readMembers(chunk, func(m *member) error {
 		if windows.IsLate(m.time, wm, p.cfg.AllowedLateness) {
+			if m.kind == kindIncident {
+				p.s.counters.IncidentTagsLate.Add(1) // not an input record: nothing to send
+				return nil
+			}
 			p.late(t, id, m)
 			return nil
 		}
@@ -327,7 +374,7 @@ func (p *processor) add(t *engine.Task, id [16]byte, chunk []byte) error {
 			p.traces[id] = tr
 			p.s.counters.OpenTraces.Add(1)
 		}
-		if p.capped(tr, m) {
+		if m.kind != kindIncident && p.capped(tr, m) {
 			p.s.counters.Truncated.Add(1)
 			tr.dropped[m.kind-1]++
 		} else {
@@ -343,7 +390,7 @@ func (p *processor) add(t *engine.Task, id [16]byte, chunk []byte) error {
 				tr.spans++
 			case kindLog:
 				tr.logs++
-			default:
+			case kindPoint:
 				tr.points++
 			}
 		}
@@ -402,6 +449,10 @@ func (p *processor) nextAction(tr *trace) int64 {
 // OnWatermark implements engine.WatermarkHandler: fires due timers in order,
 // then flushes traces idle in processing time.
 func (p *processor) OnWatermark(t *engine.Task, wm int64) error {
+	p.task = t
+	if err := p.kvError(p.kv.OnWatermark(t, wm)); err != nil {
+		return err
+	}
 	if err := p.fireTimers(t, wm); err != nil {
 		return err
 	}
@@ -448,7 +499,7 @@ func (p *processor) flushIdle(t *engine.Task, wm int64) error {
 const timerSlice = 512
 
 // Backlog implements engine.Backlogger.
-func (p *processor) Backlog() bool { return p.backlog }
+func (p *processor) Backlog() bool { return p.backlog || p.kv.Backlog() }
 
 func (p *processor) fireTimers(t *engine.Task, wm int64) error {
 	p.backlog = false
@@ -533,6 +584,9 @@ func (p *processor) PrepareCheckpoint(t *engine.Task) error {
 	if err := p.checkpointRequests(t); err != nil {
 		return err
 	}
+	if err := p.kv.PrepareCheckpoint(t); err != nil {
+		return err
+	}
 	for _, tr := range p.changed {
 		tr.changed = false
 		if p.traces[tr.id] != tr {
@@ -569,6 +623,9 @@ func (p *processor) Restore(t *engine.Task) error {
 	p.touched, p.touchHead = p.touched[:0], 0
 	p.changed = p.changed[:0]
 	if err := p.restoreRequests(t); err != nil {
+		return err
+	}
+	if err := p.kv.Restore(t); err != nil {
 		return err
 	}
 	it, err := t.State.Iter([]byte{prefixMeta}, []byte{prefixMeta + 1})

@@ -27,7 +27,8 @@ const (
 	inLogs    = 1
 	inMetrics = 2
 	inResolve = 3
-	inRepart  = 4
+	inKV      = 4
+	inRepart  = 5
 )
 
 var base = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)

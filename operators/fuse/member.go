@@ -23,6 +23,10 @@ const (
 	kindSpan  kind = 1
 	kindLog   kind = 2
 	kindPoint kind = 3
+	// kindIncident tags the trace with a KV-cache pollution incident (from
+	// the kvgraph stage); its body's field 3 is the incident id. Not a
+	// span, log or point: no resource, no caps.
+	kindIncident kind = 4
 )
 
 var errCorruptChunk = errors.New("fuse: corrupt member chunk")
@@ -185,7 +189,7 @@ func readMembers(chunk []byte, fn func(*member) error) error {
 	var lastRes []byte
 	for len(chunk) > 0 {
 		m.kind = kind(chunk[0])
-		if m.kind < kindSpan || m.kind > kindPoint {
+		if m.kind < kindSpan || m.kind > kindIncident {
 			return errCorruptChunk
 		}
 		chunk = chunk[1:]

@@ -89,7 +89,7 @@ func (c *cluster) drain() {
 			h.Out = nil
 			for i, r := range out {
 				switch r.Topic {
-				case "braid.resolve-repartition", "braid.fuse-repartition":
+				case "braid.resolve-repartition", "braid.kvgraph-repartition", "braid.fuse-repartition":
 					send = append(send, i)
 				default:
 					h.Out = append(h.Out, r)
@@ -98,8 +98,11 @@ func (c *cluster) drain() {
 			for _, i := range send {
 				r := out[i]
 				in := inRepart
-				if r.Topic == "braid.resolve-repartition" {
+				switch r.Topic {
+				case "braid.resolve-repartition":
 					in = inResolve
+				case "braid.kvgraph-repartition":
+					in = inKV
 				}
 				dst := c.hs[r.Partition]
 				dst.now = maxTime(dst.now, h.now)
