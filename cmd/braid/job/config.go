@@ -13,6 +13,7 @@ import (
 	"github.com/braidlabs/braid/connectors/kafka"
 	"github.com/braidlabs/braid/connectors/otlp"
 	"github.com/braidlabs/braid/operators/fuse"
+	"github.com/braidlabs/braid/operators/kvgraph"
 	"github.com/braidlabs/braid/operators/semconv"
 )
 
@@ -42,6 +43,11 @@ type Config struct {
 		Fused string `yaml:"fused"`
 		Late  string `yaml:"late"`
 		DLQ   string `yaml:"dlq"`
+		// Pollution and Incidents: the KV-cache pollution graph's edges
+		// and root-cause incidents. Defaults braid.pollution,
+		// braid.incidents.
+		Pollution string `yaml:"pollution"`
+		Incidents string `yaml:"incidents"`
 		// Format of fused records: "proto" (default) or "json".
 		Format string `yaml:"format"`
 		// Partitions of the output topics braid creates. Default: the
@@ -109,6 +115,16 @@ type Config struct {
 		// Default 10m.
 		ResourceRetain time.Duration `yaml:"resource_retain"`
 	} `yaml:"correlation"`
+
+	Pollution struct {
+		// BlockTTL: a KV block or request that saw no event for this long
+		// (event time) is forgotten. Default 30m.
+		BlockTTL time.Duration `yaml:"block_ttl"`
+		// IncidentWindow: an incident that did not grow for this long
+		// closes; sanitizer and Xid lines attach to an incident on the same
+		// GPU at most this far from it. Default 2m.
+		IncidentWindow time.Duration `yaml:"incident_window"`
+	} `yaml:"pollution"`
 
 	// requestIDs is Correlation.RequestIDs compiled by Validate.
 	requestIDs *semconv.RequestIDs
@@ -189,6 +205,8 @@ func (c *Config) EnsureDefaults() {
 	def(&c.Outputs.Fused, "braid.fused")
 	def(&c.Outputs.Late, "braid.late")
 	def(&c.Outputs.DLQ, "braid.dlq")
+	def(&c.Outputs.Pollution, "braid.pollution")
+	def(&c.Outputs.Incidents, "braid.incidents")
 	def(&c.Outputs.Format, "proto")
 	def(&c.State.Dir, "braid-state")
 	if c.State.MemoryBudget == 0 {
@@ -289,6 +307,15 @@ func (c *Config) FuseConfig(partitions int32) fuse.Config {
 		Partitions:       partitions,
 		RepartitionTopic: c.Group + ".fuse-repartition",
 		ResolveTopic:     c.Group + ".resolve-repartition",
+		KVTopic:          c.Group + ".kvgraph-repartition",
+		KVGraph: kvgraph.Config{
+			PollutionTopic: c.Outputs.Pollution,
+			IncidentsTopic: c.Outputs.Incidents,
+			Partitions:     out,
+			BlockTTL:       c.Pollution.BlockTTL,
+			IncidentWindow: c.Pollution.IncidentWindow,
+			JSON:           c.Outputs.Format == "json",
+		},
 		ChangelogTopic:   c.Group + ".fuse-changelog",
 		FusedTopic:       c.Outputs.Fused,
 		LateTopic:        c.Outputs.Late,

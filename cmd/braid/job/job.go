@@ -58,6 +58,9 @@ func Prepare(ctx context.Context, cfg *Config, log *slog.Logger) (*Job, error) {
 	topics := []kafka.Topic{
 		{Name: fc.RepartitionTopic, Partitions: partitions},
 		{Name: fc.ResolveTopic, Partitions: partitions},
+		{Name: fc.KVTopic, Partitions: partitions},
+		{Name: fc.KVGraph.PollutionTopic, Partitions: fc.KVGraph.Partitions},
+		{Name: fc.KVGraph.IncidentsTopic, Partitions: fc.KVGraph.Partitions},
 		{Name: fc.ChangelogTopic, Partitions: partitions, Compacted: true},
 		{Name: fc.FusedTopic, Partitions: fc.FusedPartitions},
 		{Name: fc.LateTopic, Partitions: fc.LatePartitions},

@@ -141,7 +141,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	}
 	fc = stage.Config()
 	if t := opts.Out.Topic; t != "" {
-		if slices.Contains([]string{topics[0], topics[1], topics[2], fc.FusedTopic, fc.LateTopic, fc.DLQTopic, fc.RepartitionTopic, fc.ResolveTopic, fc.ChangelogTopic}, t) {
+		if slices.Contains([]string{topics[0], topics[1], topics[2], fc.FusedTopic, fc.LateTopic, fc.DLQTopic, fc.RepartitionTopic, fc.ResolveTopic, fc.KVTopic, fc.KVGraph.PollutionTopic, fc.KVGraph.IncidentsTopic, fc.ChangelogTopic}, t) {
 			return nil, fmt.Errorf("replay: --out topic:%s is a topic of the live job; replay into a topic of its own", t)
 		}
 	}
