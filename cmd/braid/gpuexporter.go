@@ -40,6 +40,9 @@ func gpuExporter(ctx context.Context, args []string, lib nvml.Library, log *slog
 	if fs.NArg() > 0 {
 		return fmt.Errorf("gpu-exporter: unexpected arguments %q", fs.Args())
 	}
+	if *interval <= 0 {
+		return fmt.Errorf("gpu-exporter: --interval %v must be > 0", *interval)
+	}
 	enc, err := nvml.ParseEncoding(*encoding)
 	if err != nil {
 		return fmt.Errorf("gpu-exporter: --encoding: %w", err)

@@ -2,6 +2,8 @@ package nvml_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -140,5 +142,28 @@ func TestKafkaJSON(t *testing.T) {
 	back := &metricspb.MetricsData{}
 	if err := protojson.Unmarshal(rs[0].Value, back); err != nil || !proto.Equal(back, md) || rs[0].Key != nil {
 		t.Fatalf("json record: key %q, %v", rs[0].Key, err)
+	}
+}
+
+// An unreachable cluster does not hold Export past its context: the
+// exporter's loop must go on sampling and sending Xids.
+func TestKafkaSinkUnreachable(t *testing.T) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	sink := nvml.NewKafkaSink(cl, "", "")
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- sink.Export(ctx, &metricspb.MetricsData{}) }()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), nvml.DefaultTopic) {
+			t.Errorf("got %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Export still waiting 20s after its 200ms deadline")
 	}
 }

@@ -71,13 +71,24 @@ func NewKafkaSink(client *kgo.Client, topic string, enc Encoding) *KafkaSink {
 	return &KafkaSink{client: client, topic: topic, enc: enc}
 }
 
-// Export produces md and waits for the broker's acknowledgement.
+// Export produces md and waits for the broker's acknowledgement or for ctx
+// to end, whichever comes first. franz-go does not give up on a record
+// waiting for the metadata of an unreachable cluster when its context
+// ends, so Export stops waiting instead: the record stays in the client's
+// buffer and may still be delivered later.
 func (k *KafkaSink) Export(ctx context.Context, md *metricspb.MetricsData) error {
 	v, err := k.enc.Marshal(md)
 	if err != nil {
 		return err
 	}
-	if err := k.client.ProduceSync(ctx, &kgo.Record{Topic: k.topic, Value: v}).FirstErr(); err != nil {
+	done := make(chan error, 1)
+	k.client.Produce(ctx, &kgo.Record{Topic: k.topic, Value: v}, func(_ *kgo.Record, err error) { done <- err })
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil {
 		return fmt.Errorf("nvml: produce to %s: %w", k.topic, err)
 	}
 	return nil
