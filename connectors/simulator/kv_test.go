@@ -285,8 +285,8 @@ func TestKVFaults(t *testing.T) {
 		{WrongStride, []string{"oob_layer", "foreign_slot"}, []string{"mixed_write"}},
 		{KVBaseSwap, []string{"oob_layer", "unwritten_read"}, []string{"mixed_write", "foreign_slot"}},
 	}
-	for seed := int64(1); seed <= 4; seed++ {
-		reqs := kvLoad(seed, 2, 6*time.Minute, time.Second)
+	for seed := int64(1); seed <= 3; seed++ {
+		reqs := kvLoad(seed, 2, 4*time.Minute, time.Second)
 		for _, tc := range cases {
 			t.Run(fmt.Sprintf("%s/seed=%d", tc.trig, seed), func(t *testing.T) {
 				cfg := kvFaultCfg(tc.trig, seed)

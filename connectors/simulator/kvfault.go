@@ -313,9 +313,10 @@ func (k *KV) afterDecodeWrite(p *kvsPool, r *kvsReq) {
 	k.xid(p, f)
 }
 
-// beforeFinish/afterFinish: DoubleFree frees one of r's blocks twice; the
-// block lands twice on the free stack, so two requests will own it.
-func (k *KV) beforeFinish(p *kvsPool, r *kvsReq) {
+// beforeFree/afterFree: DoubleFree, in the preemption path, frees one of
+// r's blocks twice; the block lands twice on the free stack, so two
+// requests will own it (r itself, when it resumes, or the next one).
+func (k *KV) beforeFree(p *kvsPool, r *kvsReq) {
 	f := k.due(p, DoubleFree, 0)
 	if f == nil {
 		return
@@ -326,7 +327,7 @@ func (k *KV) beforeFinish(p *kvsPool, r *kvsReq) {
 	}
 }
 
-func (k *KV) afterFinish(p *kvsPool, r *kvsReq) {
+func (k *KV) afterFree(p *kvsPool, r *kvsReq) {
 	f := r.df
 	if f == nil {
 		return

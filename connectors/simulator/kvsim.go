@@ -402,6 +402,13 @@ func (k *KV) take(p *kvsPool, r *kvsReq, canPreempt bool) (int, bool) {
 			found = b
 			break
 		}
+		if found >= 0 && p.blocks[found].cached { // a stale entry (double free) of a cached block
+			blk := &p.blocks[found]
+			delete(p.byHash, blk.hash)
+			blk.hash, blk.cached = "", false
+			k.blockOp(p, nil, OpEvict, found, "")
+			k.stats.Evictions++
+		}
 		for i := len(mine) - 1; i >= 0; i-- {
 			p.push(mine[i])
 		}
@@ -703,9 +710,7 @@ func (k *KV) freeBlock(p *kvsPool, r *kvsReq, b int, op string) {
 
 func (k *KV) finish(r *kvsReq) {
 	p := k.pools[r.GPU]
-	k.beforeFinish(p, r)
 	k.release(r, OpFree)
-	k.afterFinish(p, r)
 	r.state = kvsDone
 	p.removeLive(r)
 }
@@ -720,7 +725,10 @@ func (k *KV) abort(r *kvsReq) {
 
 // preempt frees all of r's blocks; r recomputes them later.
 func (k *KV) preempt(r *kvsReq) {
+	p := k.pools[r.GPU]
+	k.beforeFree(p, r)
 	k.release(r, OpFree)
+	k.afterFree(p, r)
 	r.state = kvsPreempted
 	r.epoch++
 	k.stats.Preemptions++
