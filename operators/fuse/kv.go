@@ -8,9 +8,9 @@ import (
 
 	"github.com/braidlabs/braid/connectors/otlp"
 	"github.com/braidlabs/braid/engine"
+	"github.com/braidlabs/braid/operators/braidpb"
 	"github.com/braidlabs/braid/operators/kvgraph"
 	"github.com/braidlabs/braid/operators/semconv"
-	"github.com/braidlabs/braid/windows"
 )
 
 // The kvgraph stage runs in the same task (see operators/kvgraph): ingest
@@ -72,23 +72,25 @@ func (p *processor) processKV(t *engine.Task, rec *kgo.Record) error {
 	})
 }
 
-// onIncident tags the traces of an incident's polluted requests. It runs
-// inside p.kv's calls, on the task's goroutine.
-func (p *processor) onIncident(id string, traces [][16]byte) {
+// onIncident tags the traces of an incident's polluted requests, each at
+// the event time it was polluted (within its request, so the trace is
+// revised, not reopened). It runs inside p.kv's calls, on the task's
+// goroutine.
+func (p *processor) onIncident(inc *braidpb.Incident) {
 	t := p.task
 	if t == nil {
 		return
 	}
-	wm := t.Watermark()
-	if wm == windows.MinTime || wm == windows.MaxTime {
-		return // not yet or no longer judged in event time
-	}
-	for _, tr := range traces {
+	for _, v := range inc.Polluted {
+		if len(v.TraceId) != 16 {
+			continue
+		}
+		tr := [16]byte(v.TraceId)
 		var body []byte
 		body = protowire.AppendTag(body, 3, protowire.BytesType)
-		body = protowire.AppendString(body, id)
+		body = protowire.AppendString(body, inc.Id)
 		w := chunkWriter{}
-		w.appendMember(&member{kind: kindIncident, time: wm, body: body})
+		w.appendMember(&member{kind: kindIncident, time: int64(v.TimeUnixNano), body: body})
 		p.key = otlp.AppendTraceIDHex(p.key[:0], tr)
 		q := otlp.HashPartition(p.key, p.cfg.Partitions)
 		p.s.counters.IncidentTags.Add(1)

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/braidlabs/braid/operators/braidpb"
 )
 
 // Config configures the kvgraph processor. The zero value plus
@@ -35,10 +37,9 @@ type Config struct {
 	// JSON writes records as protojson instead of protobuf.
 	JSON bool
 	// OnIncident, when set, is called on every emission of an incident
-	// with the trace ids of its polluted requests (fuse tags FusedTrace
-	// records with them). Called on the task's goroutine; traceIDs is
-	// valid during the call only.
-	OnIncident func(incidentID string, traceIDs [][16]byte)
+	// (fuse tags the FusedTrace records of its polluted requests). Called
+	// on the task's goroutine; inc must not be retained or modified.
+	OnIncident func(inc *braidpb.Incident)
 	// Counters, when set, receives the counts (shared by the tasks of a
 	// stage); else each processor has its own.
 	Counters *Counters

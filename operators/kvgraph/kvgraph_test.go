@@ -233,7 +233,14 @@ func TestIncidentRevisionsAndClose(t *testing.T) {
 	var calls []string
 	var traces int
 	h := newHarness(t, func(c *Config) {
-		c.OnIncident = func(id string, tr [][16]byte) { calls = append(calls, id); traces += len(tr) }
+		c.OnIncident = func(inc *braidpb.Incident) {
+			calls = append(calls, inc.Id)
+			for _, v := range inc.Polluted {
+				if len(v.TraceId) == 16 {
+					traces++
+				}
+			}
+		}
 	})
 	r2 := alloc(3, "r2", 1)
 	r2.TraceID = [16]byte{9}

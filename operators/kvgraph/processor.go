@@ -873,13 +873,7 @@ func (p *Processor) emitIncident(t *engine.Task, inc *incident, wm int64) {
 	inc.pb.Revision++
 	p.markInc(inc)
 	if p.cfg.OnIncident != nil {
-		p.trace = p.trace[:0]
-		for _, v := range inc.pb.Polluted {
-			if len(v.TraceId) == 16 {
-				p.trace = append(p.trace, [16]byte(v.TraceId))
-			}
-		}
-		p.cfg.OnIncident(inc.pb.Id, p.trace)
+		p.cfg.OnIncident(inc.pb)
 	}
 }
 

@@ -1,0 +1,87 @@
+package fuse
+
+import (
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/braidlabs/braid/operators/braidpb"
+	"github.com/braidlabs/braid/operators/kvgraph/kvlog"
+)
+
+// TestKVPollutionTagsTheVictimsTrace: KV-block events (read on one task)
+// reach the kvgraph task of their host, are never trace members, and the
+// dirty-residue incident they show tags the victim request's FusedTrace
+// (fused on another task) with its id and FLAG_POLLUTED.
+func TestKVPollutionTagsTheVictimsTrace(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	pool := kvlog.Pool{Layers: 2, Blocks: 8, BlockBytes: 1024}
+	where := kvlog.Where{Host: "node-a", GPUUUID: "GPU-0", GPUIndex: 0, Instance: "vllm-0"}
+	ms := func(n int64) int64 { return base.UnixNano() + n*int64(time.Millisecond) }
+	var victim [16]byte
+	victim[0], victim[15] = 0xab, 0x01
+	var ops []kvlog.Op
+	// r1 fills block 1 and frees it; r2 gets it, writes a little of layer
+	// 1 and reads all of it: residue of r1.
+	ops = append(ops, kvlog.Op{Time: ms(0), Op: "alloc", Request: "r1", Block: 1})
+	for l := range pool.Layers {
+		ops = append(ops, pool.Write(ms(1), "r1", 1, l, 0, pool.BlockBytes))
+	}
+	ops = append(ops, kvlog.Op{Time: ms(3), Op: "free", Request: "r1", Block: 1},
+		kvlog.Op{Time: ms(5), Op: "alloc", Request: "r2", Block: 1, TraceID: victim},
+		pool.Write(ms(6), "r2", 1, 1, 0, 128),
+		pool.Read(ms(7), "r2", 1, 1, 0, 1024))
+	for i := range ops {
+		ops[i].Layers = pool.Layers
+	}
+	c.feed(0, inLogs, nil, kvlog.Marshal(where, ops...))
+	c.feed(1, inSpans, nil, spansMsg(requestSpan(victim, "r2", base, base.Add(10*time.Millisecond))))
+	for k := 1; k <= 8; k++ {
+		at := base.Add(time.Duration(k) * 2 * time.Second)
+		for p := range 3 {
+			var id [16]byte
+			id[0], id[1], id[2] = 0xee, byte(k), byte(p)
+			c.feed(p, inSpans, nil, spansMsg(requestSpan(id, "other", at, at)))
+		}
+		c.checkpoint(600 * time.Millisecond)
+	}
+	var incidents []*braidpb.Incident
+	var kvLogs int64
+	for _, h := range c.hs {
+		for _, r := range h.out("braid.incidents") {
+			var inc braidpb.Incident
+			if err := proto.Unmarshal(r.Value, &inc); err != nil {
+				t.Fatal(err)
+			}
+			incidents = append(incidents, &inc)
+		}
+		kvLogs += h.stage.Counters().KVLogs.Load()
+	}
+	if kvLogs != int64(len(ops)) {
+		t.Errorf("%d KV logs routed, want %d", kvLogs, len(ops))
+	}
+	if len(incidents) == 0 {
+		t.Fatal("no incident emitted")
+	}
+	inc := incidents[len(incidents)-1]
+	if inc.Pattern != braidpb.PollutionKind_POLLUTION_KIND_DIRTY_RESIDUE || inc.Root.GetRequestId() != "r1" {
+		t.Errorf("incident pattern %v root %v", inc.Pattern, inc.Root)
+	}
+	var tags, tagsLate int64
+	for _, h := range c.hs {
+		tags += h.stage.Counters().IncidentTags.Load()
+		tagsLate += h.stage.Counters().IncidentTagsLate.Load()
+	}
+	t.Logf("incident records %d, tags %d (late %d), polluted %v", len(incidents), tags, tagsLate, inc.Polluted)
+	ft := c.fused()[string(appendHex(victim))]
+	if ft == nil {
+		t.Fatal("victim's trace not emitted")
+	}
+	if len(ft.IncidentIds) != 1 || ft.IncidentIds[0] != inc.Id || !hasFlag(ft, braidpb.Flag_FLAG_POLLUTED) {
+		t.Errorf("victim's trace incidents %v flags %v, want [%s] and POLLUTED", ft.IncidentIds, ft.Flags, inc.Id)
+	}
+	if len(ft.Logs) != 0 {
+		t.Errorf("KV events became trace members: %d logs", len(ft.Logs))
+	}
+}
