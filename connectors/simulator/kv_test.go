@@ -465,3 +465,45 @@ func TestKVFigures(t *testing.T) {
 		t.Errorf("block ops per request: %v; ratio %.2f, want about 1", perReq, r)
 	}
 }
+
+// TestKVStepIndependent: the events do not depend on how Add and Step calls
+// interleave (stepping by the minute, by 200ms, or adding everything first).
+func TestKVStepIndependent(t *testing.T) {
+	cfg := KVConfig{Seed: 4, Layers: 4, BlocksPerGPU: 64, Pressure: 0.3}
+	for i, trig := range KVTriggers {
+		cfg.Faults = append(cfg.Faults, KVFault{Trigger: trig, At: kvStart.Add(time.Duration(20+10*i) * time.Second), GPU: -1})
+	}
+	reqs := kvLoad(6, 2, 3*time.Minute, time.Second)
+	run := func(step time.Duration) ([]KVEvent, KVTruth) {
+		k, err := NewKV(cfg, kvGPUs(2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var evs []KVEvent
+		i := 0
+		for until := kvStart.Add(step); step > 0 && i < len(reqs); until = until.Add(step) {
+			for ; i < len(reqs) && reqs[i].Arrival.Before(until); i++ {
+				if err := k.Add(reqs[i]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			evs = append(evs, k.Step(until)...)
+		}
+		for ; i < len(reqs); i++ {
+			if err := k.Add(reqs[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return append(evs, k.Flush()...), k.Truth()
+	}
+	e0, t0 := run(0)
+	for _, step := range []time.Duration{time.Minute, 200 * time.Millisecond} {
+		e, tr := run(step)
+		if !reflect.DeepEqual(e, e0) || !reflect.DeepEqual(tr, t0) {
+			t.Fatalf("step %v: %d events, truth %+v; all at once: %d events, truth %+v", step, len(e), tr.Summary, len(e0), t0.Summary)
+		}
+	}
+	if t0.Summary.Faults != len(KVTriggers) {
+		t.Fatalf("summary %+v", t0.Summary)
+	}
+}

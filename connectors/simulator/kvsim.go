@@ -134,10 +134,20 @@ type kvsAction struct {
 
 type kvsQueue []*kvsAction
 
+func (a *kvsAction) rid() int {
+	if a.r == nil {
+		return -1
+	}
+	return a.r.id
+}
+
 func (q kvsQueue) Len() int { return len(q) }
 func (q kvsQueue) Less(i, j int) bool {
 	if !q[i].t.Equal(q[j].t) {
 		return q[i].t.Before(q[j].t)
+	}
+	if ri, rj := q[i].rid(), q[j].rid(); ri != rj { // not the order of Add calls
+		return ri < rj
 	}
 	return q[i].seq < q[j].seq
 }
@@ -192,10 +202,15 @@ func (k *KV) Add(in KVRequest) error {
 func (k *KV) newReq(in KVRequest, key string) *kvsReq {
 	bt := k.cfg.BlockTokens
 	r := &kvsReq{KVRequest: in, id: len(k.reqs), key: key, interruptAt: -1, prefix: in.Prefix}
+	// The request's own draws come from its own generator: the events do
+	// not depend on how Add and Step calls interleave.
+	h := fnv.New64a()
+	h.Write([]byte(in.RequestID))
+	rng := rand.New(rand.NewSource(k.cfg.Seed ^ int64(h.Sum64())))
 	if r.prefix == KVAutoPrefix {
 		r.prefix = -1
-		if k.rng.Float64() < k.cfg.PrefixShare {
-			r.prefix = k.rng.Intn(k.cfg.PrefixGroups)
+		if rng.Float64() < k.cfg.PrefixShare {
+			r.prefix = rng.Intn(k.cfg.PrefixGroups)
 		}
 	}
 	if pre := k.prefixBlocks(r.prefix) * bt; r.PromptTokens <= pre {
@@ -207,9 +222,9 @@ func (k *KV) newReq(in KVRequest, key string) *kvsReq {
 		r.PromptTokens = min(r.PromptTokens, maxTok)
 	}
 	r.chunks = (r.OutputTokens + bt - 1) / bt
-	if r.chunks > 0 && k.rng.Float64() < k.cfg.Pressure {
-		r.interruptAt = k.rng.Intn(r.chunks)
-		r.swap = k.rng.Intn(2) == 0
+	if r.chunks > 0 && rng.Float64() < k.cfg.Pressure {
+		r.interruptAt = rng.Intn(r.chunks)
+		r.swap = rng.Intn(2) == 0
 	}
 	r.dt = r.Finish.Sub(r.Arrival) / time.Duration(r.chunks+1)
 	k.reqs = append(k.reqs, r)
