@@ -149,8 +149,9 @@ type KVRequest struct {
 
 // KVEvent is one OTLP log record of the convention (KV.md). Op == "" marks a
 // log line that is not a KV op (compute-sanitizer, NVRM Xid) carried in
-// Body. Block, Layer and RefCnt are -1 when absent, as are Addr, Bytes,
-// LayerBase and LayerSize; Hash is "" when absent.
+// Body, with no request and LayerCount 0. Block, Layer and RefCnt are -1
+// when absent, as are Addr, Bytes, LayerBase and LayerSize; Hash,
+// RequestID, TraceID and SpanID are "" when absent (evict has no request).
 type KVEvent struct {
 	Time       time.Time
 	GPU        int // index into the simulator's GPUs

@@ -336,7 +336,9 @@ func (k *KV) emit(p *kvsPool, ev KVEvent) {
 	ev.Time = k.nextTime(p)
 	p.clock = ev.Time
 	ev.GPU = p.gpu
-	ev.LayerCount = k.cfg.Layers
+	if ev.Op != "" {
+		ev.LayerCount = k.cfg.Layers
+	}
 	k.buf = append(k.buf, ev)
 	k.stats.Events++
 }
