@@ -366,7 +366,7 @@ func TestKVPropagation(t *testing.T) {
 	reqs = append(reqs, KVRequest{RequestID: "alone", GPU: 0, Arrival: kvStart.Add(30 * time.Second), Finish: kvStart.Add(32 * time.Second), PromptTokens: 200, OutputTokens: 40, Prefix: -1})
 	c := newKVChecker(cfg)
 	truth := kvRun(t, cfg, 1, reqs, c.event)
-	if len(truth.Faults) != 1 || truth.Faults[0].SourceRequest != "r0" {
+	if len(truth.Faults) != 1 || truth.Faults[0].SourceRequest != "r0" || truth.Roots()[0] != "r0" {
 		t.Fatalf("faults %+v", truth.Faults)
 	}
 	got := map[string]string{}
