@@ -145,6 +145,16 @@ type Config struct {
 	// realistic mode: they get engine logs but never a span (orphans);
 	// default 0.03, negative for none, at most 1.
 	AbortRatio float64
+	// KVEvents, in realistic mode, describes every request to a KV block
+	// simulator (NewKV) and writes its per-block events as log records on
+	// the logs topic (FORMAT.md, KV.md). Default false.
+	KVEvents bool
+	// KV configures the KV block simulator (zero fields take NewKV's
+	// defaults, except Seed 0: Config.Seed; BlockTokens and BlockBytes both
+	// 0: DefaultFleetKVBlockTokens and 256 bytes per token; BlocksPerGPU 0:
+	// DefaultFleetKVBlocksPerGPU). KV.Faults are the faults to
+	// inject, GPU = index of the server in the fleet (host·2 + gpu.index).
+	KV KVConfig
 }
 
 // EnsureDefaults fills in the zero fields with their defaults and turns the
@@ -248,6 +258,9 @@ func (c Config) Validate() error {
 	}
 	if c.AbortRatio > 1 || c.AbortRatio != c.AbortRatio {
 		errs = append(errs, fmt.Errorf("abort ratio %v: want at most 1", c.AbortRatio))
+	}
+	if c.KVEvents && !c.Realistic || len(c.KV.Faults) > 0 && !c.KVEvents {
+		errs = append(errs, errors.New("KV events need realistic mode, faults need KV events"))
 	}
 	if !c.Realistic && (c.Rate != 0 || c.Hosts != 0 || c.ScrapeInterval != 0 || c.AbortRatio != 0) {
 		errs = append(errs, errors.New("rate, hosts, scrape interval and abort ratio need realistic mode"))

@@ -180,12 +180,23 @@ func (s *Simulator) arrive(a uint64) {
 	s.push(a, itemArrivalLog, r)
 	if r.aborted {
 		s.push(r.end, itemAbort, r)
+		if s.kv != nil {
+			s.kvAdd(r, s.gpuOf(in))
+		}
 		return
 	}
 	r.truth.TraceID = hex.EncodeToString(r.traceID)
 	r.finish = r.end
 	s.buildSpans(r, requestID, float64(r.start-a)/1e9, prefill, decode, isErr)
 	s.push(r.end, itemFinish, r)
+	if s.kv != nil {
+		s.kvAdd(r, s.gpuOf(in))
+	}
+}
+
+// gpuOf is the index of in's GPU in the fleet (the KV simulator's GPUs).
+func (s *Simulator) gpuOf(in *instance) int {
+	return slices.Index(s.instances, in)
 }
 
 // buildSpans writes r's spans and trace-id logs (the legacy shapes plus the
@@ -386,6 +397,17 @@ func (s *Simulator) stepRealistic(n int) []Message {
 	for _, a := range times {
 		s.arrive(a)
 	}
+	var kvTraced, kvTraceless []logGroup
+	if s.kv != nil {
+		evs := s.kv.Step(time.Unix(0, int64(end)+1))
+		k := 0
+		for k < len(s.kvBuf) && uint64(s.kvBuf[k].Time.UnixNano()) <= end {
+			k++
+		}
+		evs = append(evs, s.kvBuf[:k]...)
+		s.kvBuf = s.kvBuf[k:]
+		kvTraced, kvTraceless = s.kvGroups(evs)
+	}
 	scrapes := s.scrape(lo, end)
 
 	var finished []*request
@@ -397,7 +419,7 @@ func (s *Simulator) stepRealistic(n int) []Message {
 			finished = append(finished, r)
 		}
 		lr := s.engineLog(r, it.kind)
-		engine = append(engine, logGroup{r.inst, nil, []*logspb.LogRecord{lr}})
+		engine = append(engine, logGroup{inst: r.inst, logs: []*logspb.LogRecord{lr}})
 		r.truth.RequestIDLogs++
 		s.truth.TracelessLogs++
 		s.observe(lr.TimeUnixNano)
@@ -416,16 +438,31 @@ func (s *Simulator) stepRealistic(n int) []Message {
 			r.split = true
 		}
 		r.truth.Split = r.split
-		s.traces[r.truth.TraceID] = r.truth
-		s.truth.TraceIDs = append(s.truth.TraceIDs, r.truth.TraceID)
+		s.register(r)
+		r.truth.open = false
 	}
 	msgs := s.spanMessages(s.spanGroups(finished))
-	msgs = append(msgs, s.writeLogs(finished, engine)...)
+	msgs = append(msgs, s.writeLogs(finished, kvTraced, append(engine, kvTraceless...))...)
 	msgs = append(msgs, s.realisticMetrics(finished, scrapes)...)
 	if s.batch%64 == 0 {
 		s.pruneSamples()
+		if s.kv != nil {
+			s.forgetKV(lo)
+		}
 	}
 	return msgs
+}
+
+// register adds r to Truth.Traces when the first record carrying its trace
+// id is written: its spans, or before them a KV event.
+func (s *Simulator) register(r *request) {
+	if r.registered {
+		return
+	}
+	r.registered = true
+	r.truth.open = true
+	s.traces[r.truth.TraceID] = r.truth
+	s.truth.TraceIDs = append(s.truth.TraceIDs, r.truth.TraceID)
 }
 
 // spanGroups orders a batch's span groups as Next does: second parts of
@@ -459,23 +496,33 @@ func (s *Simulator) spanGroups(reqs []*request) []spanGroup {
 	return groups
 }
 
-// writeLogs writes the trace-id logs of reqs and the trace-less groups,
-// keyed or not, as logMessages does.
-func (s *Simulator) writeLogs(reqs []*request, traceless []logGroup) []Message {
+// writeLogs writes the trace-id logs of reqs, the other groups with a
+// trace id (KV events) and the trace-less groups, keyed (one message per
+// trace id) or not, as logMessages does.
+func (s *Simulator) writeLogs(reqs []*request, kvTraced, traceless []logGroup) []Message {
 	var traced []logGroup
 	for _, r := range reqs {
 		if len(r.logs) == 0 {
 			continue
 		}
-		traced = append(traced, logGroup{r.inst, r, r.logs})
+		traced = append(traced, logGroup{inst: r.inst, r: r, logs: r.logs, traceID: r.truth.TraceID})
 		r.truth.Logs += len(r.logs)
 		s.truth.TraceLogs += len(r.logs)
 		s.observe(r.end)
 	}
+	traced = append(traced, kvTraced...)
 	var msgs []Message
 	if s.cfg.Keying == KeyByTraceID {
+		var order []string
+		byID := map[string][]logGroup{}
 		for _, g := range traced {
-			msgs = append(msgs, Message{Topic: s.cfg.Topics.Logs, Key: []byte(g.r.truth.TraceID), Value: s.encode(mergeLogGroups([]logGroup{g}))})
+			if byID[g.traceID] == nil {
+				order = append(order, g.traceID)
+			}
+			byID[g.traceID] = append(byID[g.traceID], g)
+		}
+		for _, id := range order {
+			msgs = append(msgs, Message{Topic: s.cfg.Topics.Logs, Key: []byte(id), Value: s.encode(mergeLogGroups(byID[id]))})
 		}
 		if len(traceless) > 0 {
 			msgs = append(msgs, Message{Topic: s.cfg.Topics.Logs, Value: s.encode(mergeLogGroups(traceless))})
@@ -493,6 +540,12 @@ func (s *Simulator) flushRealistic() []Message {
 	var msgs []Message
 	for len(s.queue) > 0 {
 		msgs = append(msgs, s.stepRealistic(0)...)
+	}
+	if s.kv != nil {
+		s.kvBuf = append(s.kvBuf, s.kv.Flush()...)
+		for len(s.kvBuf) > 0 {
+			msgs = append(msgs, s.stepRealistic(0)...)
+		}
 	}
 	return msgs
 }

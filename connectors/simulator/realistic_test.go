@@ -40,6 +40,41 @@ type rdecoded struct {
 	hints      int
 	malformed  int
 	series     map[string]*dseries
+
+	kvByReq   map[string]int // KV records naming each request id
+	kvOps     int            // records with kv.op
+	kvLines   []*logspb.LogRecord
+	kvTraceOf map[string]string // request id -> trace id of its KV records
+	kvSpanOf  map[string]string // request id -> span id of its KV records
+	kvWhere   map[string]string // request id -> host.name/gpu.uuid/gpu.index/service.instance.id of its KV records
+}
+
+func (d *rdecoded) addKV(t *testing.T, res map[string]string, lr *logspb.LogRecord) {
+	t.Helper()
+	a := attrMap(lr.Attributes)
+	if a["kv.op"] == "" {
+		if lr.Body.GetStringValue() == "" {
+			t.Fatal("KV record without kv.op or body")
+		}
+		d.kvLines = append(d.kvLines, lr)
+		return
+	}
+	d.kvOps++
+	id := a["gen_ai.request.id"]
+	if id == "" {
+		return // an op of no request (eviction of a cached block)
+	}
+	d.kvByReq[id]++
+	where := res["host.name"] + "/" + res["gpu.uuid"] + "/" + res["gpu.index"] + "/" + res["service.instance.id"]
+	if old, ok := d.kvWhere[id]; ok && old != where {
+		t.Fatalf("request %s: KV records on %s and %s", id, old, where)
+	}
+	d.kvWhere[id] = where
+	tid, sid := hex.EncodeToString(lr.TraceId), hex.EncodeToString(lr.SpanId)
+	if old, ok := d.kvTraceOf[id]; ok && old != tid {
+		t.Fatalf("request %s: KV records in traces %q and %q", id, old, tid)
+	}
+	d.kvTraceOf[id], d.kvSpanOf[id] = tid, sid
 }
 
 // dseries is a decoded scraped series.
@@ -84,7 +119,8 @@ func attrMap(kvs []*commonpb.KeyValue) map[string]string {
 
 func newRDecoded() *rdecoded {
 	return &rdecoded{decoded: newDecoded(), rootReqIDs: map[string]string{}, rootAttrs: map[string]map[string]string{},
-		rootRes: map[string]map[string]string{}, engineIDs: map[string]int{}, aborted: map[string]bool{}, series: map[string]*dseries{}}
+		rootRes: map[string]map[string]string{}, engineIDs: map[string]int{}, aborted: map[string]bool{}, series: map[string]*dseries{},
+		kvByReq: map[string]int{}, kvTraceOf: map[string]string{}, kvSpanOf: map[string]string{}, kvWhere: map[string]string{}}
 }
 
 func (d *rdecoded) add(t *testing.T, cfg Config, m Message) {
@@ -115,6 +151,12 @@ func (d *rdecoded) add(t *testing.T, cfg Config, m Message) {
 	case *logspb.LogsData:
 		for _, rl := range x.ResourceLogs {
 			for _, sl := range rl.ScopeLogs {
+				if sl.Scope.GetName() == kvScope.Name {
+					for _, lr := range sl.LogRecords {
+						d.addKV(t, attrMap(rl.Resource.Attributes), lr)
+					}
+					continue
+				}
 				for _, lr := range sl.LogRecords {
 					if len(lr.TraceId) != 0 {
 						continue
@@ -524,5 +566,100 @@ func TestRealisticFleet(t *testing.T) {
 	if flavours[flavourVLLM] == 0 || flavours[flavourVLLMLegacy] == 0 || flavours[flavourSGLang] == 0 || len(models) != 3 ||
 		!hostLabels["hostname"] || !hostLabels["Hostname"] || noTotal == 0 || noTotal == 6 {
 		t.Fatalf("fleet lacks a variant: %v %v %v total-less %d", flavours, models, hostLabels, noTotal)
+	}
+}
+
+// TestRealisticKVEvents: the KV simulator's events are written per the
+// convention, each attached to its request, and its faults leave their
+// marks (an Xid in DCGM) and their truth.
+func TestRealisticKVEvents(t *testing.T) {
+	var faults []KVFault
+	for i, trig := range KVTriggers {
+		faults = append(faults, KVFault{Trigger: trig, At: DefaultStart.Add(time.Duration(2+i) * time.Second), GPU: -1})
+	}
+	for _, v := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"proto-keyed", Config{}},
+		{"json-unkeyed-disorder", Config{Encoding: EncodingJSON, Keying: Unkeyed, Disorder: time.Second}},
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			cfg := v.cfg
+			cfg.Seed, cfg.Realistic, cfg.KVEvents, cfg.Rate, cfg.Hosts, cfg.AbortRatio = 8, true, true, 6, 1, 0.1
+			cfg.KV = KVConfig{Faults: faults}
+			s, d := runRealistic(t, cfg, 75)
+			tr := s.Truth()
+			checkTruth(t, tr, d.decoded, true)
+			if tr.KVEvents != d.kvOps || tr.KVLines != len(d.kvLines) || d.kvOps == 0 {
+				t.Fatalf("KV records: truth %d + %d lines, decoded %d + %d", tr.KVEvents, tr.KVLines, d.kvOps, len(d.kvLines))
+			}
+			reqs := append(slices.Collect(func(yield func(TraceTruth) bool) {
+				for _, tt := range tr.Traces {
+					if !yield(tt) {
+						return
+					}
+				}
+			}), tr.Orphans...)
+			known := map[string]bool{}
+			for _, tt := range reqs {
+				known[tt.RequestID] = true
+				if tt.KVEvents != d.kvByReq[tt.RequestID] {
+					t.Fatalf("request %s: truth %d KV records, decoded %d", tt.RequestID, tt.KVEvents, d.kvByReq[tt.RequestID])
+				}
+				if tt.KVEvents == 0 {
+					continue
+				}
+				if d.kvTraceOf[tt.RequestID] != tt.TraceID || !tt.Orphan && d.kvSpanOf[tt.RequestID] != tt.RootSpanID {
+					t.Fatalf("request %s: KV records in trace %q span %q, truth %q %q", tt.RequestID, d.kvTraceOf[tt.RequestID], d.kvSpanOf[tt.RequestID], tt.TraceID, tt.RootSpanID)
+				}
+				if want := fmt.Sprintf("%s/%s/%d/%s", tt.Host, tt.GPUUUID, tt.GPUIndex, tt.Instance); d.kvWhere[tt.RequestID] != want {
+					t.Fatalf("request %s: KV records on %s, want %s", tt.RequestID, d.kvWhere[tt.RequestID], want)
+				}
+			}
+			kv := tr.KV
+			if kv.Summary.Faults == 0 || len(kv.Polluted) == 0 {
+				t.Fatalf("no fault realised: %+v", kv.Summary)
+			}
+			for _, p := range kv.Polluted {
+				if !known[p.RequestID] && !strings.Contains(p.RequestID, "retry") {
+					t.Logf("polluted request %s is not one of the simulator's", p.RequestID)
+				}
+			}
+			// An Xid line shows in DCGM_FI_DEV_XID_ERRORS of its GPU from
+			// its time on.
+			xids := 0
+			for _, lr := range d.kvLines {
+				m := xidLine.FindStringSubmatch(lr.Body.GetStringValue())
+				if m == nil {
+					continue
+				}
+				xids++
+				seen := false
+				for _, se := range d.series {
+					if se.name != "DCGM_FI_DEV_XID_ERRORS" {
+						continue
+					}
+					for _, p := range se.samples {
+						if p.t >= lr.TimeUnixNano && fmt.Sprint(p.v) == m[1] {
+							seen = true
+						}
+					}
+				}
+				if !seen {
+					t.Fatalf("Xid %s at %d never in DCGM_FI_DEV_XID_ERRORS", m[1], lr.TimeUnixNano)
+				}
+			}
+			var buf bytes.Buffer
+			if err := s.WriteTruth(&buf); err != nil {
+				t.Fatal(err)
+			}
+			for _, typ := range []string{`"type":"fault"`, `"type":"polluted"`, `"type":"summary"`, `"kv_events":`} {
+				if !bytes.Contains(buf.Bytes(), []byte(typ)) {
+					t.Fatalf("truth file lacks %s", typ)
+				}
+			}
+			t.Logf("%d KV records, %d lines (%d Xid), %d faults, %d polluted", d.kvOps, len(d.kvLines), xids, kv.Summary.Faults, len(kv.Polluted))
+		})
 	}
 }

@@ -150,7 +150,7 @@ func (s *Simulator) scrapeDCGM(gpus []*instance, t uint64) *metricspb.ResourceMe
 			s.point(in.dPCIeTx, t, tx),
 			s.point(in.dPCIeRx, t, rx),
 			s.point(in.dNVLink, t, in.nvlink),
-			s.point(in.dXid, t, in.xid))
+			s.point(in.dXid, t, in.xidAt(t)))
 	}
 	return &metricspb.ResourceMetrics{
 		Resource:     gpus[0].dcgmTarget.resource,

@@ -48,6 +48,12 @@ type Simulator struct {
 	seq     uint64
 	rateAcc float64
 	orphans []*TraceTruth
+
+	// KV-block events (blockevents.go).
+	kv        *KV
+	kvBuf     []KVEvent // flushed, written batch by batch
+	kvByTrace map[string]*request
+	kvByReq   map[string]*request
 }
 
 // Semantic-convention schema of the spans and logs, as an OTel SDK sets it.
@@ -93,7 +99,7 @@ type instance struct {
 	queries                                                               float64
 	hits                                                                  float64
 	nvlink                                                                float64
-	xid                                                                   float64 // last Xid on the GPU
+	xids                                                                  []xidEvent // Xid lines of the KV simulator, in time order
 }
 
 type gaugeSeries struct {
@@ -120,6 +126,7 @@ type request struct {
 	hit                              float64
 	tenant, route                    string
 	idInAttr                         bool // engine logs carry the id as attribute request_id
+	registered                       bool // in Truth.Traces
 }
 
 // New returns a simulator for cfg (defaults applied).
@@ -135,6 +142,11 @@ func New(cfg Config) (*Simulator, error) {
 	}
 	if cfg.Realistic {
 		s.makeFleet()
+		if cfg.KVEvents {
+			if err := s.startKV(); err != nil {
+				return nil, err
+			}
+		}
 	} else {
 		s.makeInstances()
 	}
@@ -252,7 +264,8 @@ func (s *Simulator) batchTime(n int) time.Time {
 }
 
 // ForgetTraces drops from Truth the traces whose spans were all written
-// (those of split traces still pending stay) and the orphans, keeping the
+// (those of split traces still pending and those of requests in flight
+// stay) and the orphans, keeping the
 // totals. Truth holds every trace otherwise, so a long-running demo should
 // call it now and then.
 func (s *Simulator) ForgetTraces() {
@@ -260,7 +273,7 @@ func (s *Simulator) ForgetTraces() {
 	s.orphans = s.orphans[:0]
 	keep := s.truth.TraceIDs[:0]
 	for _, id := range s.truth.TraceIDs {
-		if s.traces[id].PendingSpans > 0 {
+		if tt := s.traces[id]; tt.PendingSpans > 0 || tt.open {
 			keep = append(keep, id)
 			continue
 		}
@@ -280,6 +293,9 @@ func (s *Simulator) Truth() Truth {
 		tt.SpanIDs = slices.Clone(v.SpanIDs)
 		tt.Resources = slices.Clone(v.Resources)
 		t.Traces[k] = tt
+	}
+	if s.kv != nil {
+		t.KV = s.kv.Truth()
 	}
 	t.Orphans = make([]TraceTruth, len(s.orphans))
 	for i, o := range s.orphans {
@@ -580,12 +596,19 @@ type logGroup struct {
 	inst *instance
 	r    *request // nil for trace-less logs
 	logs []*logspb.LogRecord
+	// traceID keys the group in keyed mode when r is unknown (KV events);
+	// scope overrides the instance's log scope.
+	traceID string
+	scope   *commonpb.InstrumentationScope
 }
 
-func resourceLogs(in *instance, logs []*logspb.LogRecord) *logspb.ResourceLogs {
+func resourceLogs(in *instance, scope *commonpb.InstrumentationScope, logs []*logspb.LogRecord) *logspb.ResourceLogs {
+	if scope == nil {
+		scope = in.logScope
+	}
 	return &logspb.ResourceLogs{
 		Resource:  in.resource,
-		ScopeLogs: []*logspb.ScopeLogs{{Scope: in.logScope, LogRecords: logs}},
+		ScopeLogs: []*logspb.ScopeLogs{{Scope: scope, LogRecords: logs}},
 		SchemaUrl: schemaURL,
 	}
 }
@@ -596,10 +619,11 @@ func mergeLogGroups(groups []logGroup) *logspb.LogsData {
 	ld := &logspb.LogsData{}
 	var last *logspb.ResourceLogs
 	var lastInst *instance
+	var lastScope *commonpb.InstrumentationScope
 	for _, g := range groups {
-		if g.inst != lastInst {
-			last = resourceLogs(g.inst, nil)
-			lastInst = g.inst
+		if g.inst != lastInst || g.scope != lastScope {
+			last = resourceLogs(g.inst, g.scope, nil)
+			lastInst, lastScope = g.inst, g.scope
 			ld.ResourceLogs = append(ld.ResourceLogs, last)
 		}
 		last.ScopeLogs[0].LogRecords = append(last.ScopeLogs[0].LogRecords, g.logs...)
@@ -613,7 +637,7 @@ func (s *Simulator) logMessages(batch int, end uint64, reqs []*request) []Messag
 		if len(r.logs) == 0 {
 			continue
 		}
-		traced = append(traced, logGroup{r.inst, r, r.logs})
+		traced = append(traced, logGroup{inst: r.inst, r: r, logs: r.logs})
 		r.truth.Logs += len(r.logs)
 		s.truth.TraceLogs += len(r.logs)
 		s.observe(r.finish)
@@ -642,7 +666,7 @@ func (s *Simulator) logMessages(batch int, end uint64, reqs []*request) []Messag
 			body = fmt.Sprintf("Engine 000: Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f tokens/s, Running: %d reqs, Waiting: %d reqs, GPU KV cache usage: %.1f%%, Prefix cache hit rate: %.1f%%",
 				s.rng.Float64()*20000, s.rng.Float64()*5000, s.rng.IntN(64), s.rng.IntN(8), s.rng.Float64()*100, s.rng.Float64()*100)
 		}
-		traceless = append(traceless, logGroup{in, nil, []*logspb.LogRecord{{
+		traceless = append(traceless, logGroup{inst: in, logs: []*logspb.LogRecord{{
 			TimeUnixNano: t, ObservedTimeUnixNano: t,
 			SeverityNumber: logspb.SeverityNumber_SEVERITY_NUMBER_INFO, SeverityText: "INFO",
 			Body:       &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: body}},

@@ -6,7 +6,10 @@ import "time"
 // decoding every message returned by Next and Flush.
 type Truth struct {
 	// Traces by trace id (32 lower-case hex characters): every request
-	// generated so far, less those dropped by Simulator.ForgetTraces.
+	// generated so far, less those dropped by Simulator.ForgetTraces. In
+	// realistic mode, every request with a record carrying its trace id
+	// written so far: its spans, or before them a KV event (Spans 0 and
+	// Batch -1 until its spans are written); orphans are in Orphans.
 	Traces map[string]TraceTruth
 	// TraceIDs lists the keys of Traces in the order the requests were
 	// generated.
@@ -42,6 +45,14 @@ type Truth struct {
 	// llm_context_hint, MalformedContextHints those whose hint is not
 	// "model=…;tenant=…;route=…" (realistic mode).
 	ContextHints, MalformedContextHints int
+	// KVEvents is the number of KV-block log records (attribute kv.op) and
+	// KVLines the number of body-only lines of the KV simulator
+	// (compute-sanitizer, NVRM Xid) written (Config.KVEvents). They count
+	// in TraceLogs or TracelessLogs too, as their trace id says.
+	KVEvents, KVLines int
+	// KV is the KV simulator's truth so far: realised faults, polluted
+	// requests, summary (Config.KVEvents; complete after Flush).
+	KV KVTruth
 }
 
 // TraceTruth is what was generated for one request (one trace).
@@ -101,9 +112,18 @@ type TraceTruth struct {
 	GPUIndex      int
 	Model         string
 	Tenant, Route string
+	// KVEvents is the number of KV-block log records naming RequestID
+	// (Config.KVEvents); those with its trace id count in Logs too.
+	KVEvents int
 	// Orphan is true for a request aborted before it finished: it never gets
 	// a span (Truth.Orphans lists it, Traces does not).
 	Orphan bool
+	// Retry is true for a request the KV simulator made up (the retry of a
+	// request it cancelled mid-prefill): only its KV events carry its trace
+	// id; it has no spans, and Arrival and Finish are its first KV event.
+	Retry bool
+	// open: registered by a KV event, its spans not written yet.
+	open bool
 	// Resources are the windows of every series at the request's place (its
 	// server's series and its GPU's DCGM series) over [Arrival, Finish],
 	// sorted by Metric then Series.

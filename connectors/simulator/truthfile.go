@@ -35,6 +35,7 @@ type TruthLine struct {
 	Logs           int              `json:"logs"`
 	ExemplarPoints int              `json:"exemplar_points"`
 	EngineLogs     int              `json:"engine_logs"`
+	KVEvents       int              `json:"kv_events,omitempty"`
 	Resources      []ResourceWindow `json:"resources,omitempty"`
 }
 
@@ -43,7 +44,7 @@ func requestLine(tt *TraceTruth, realistic bool) TruthLine {
 		Type: "request", TraceID: tt.TraceID, RequestID: tt.RequestID, Service: tt.Service, Instance: tt.Instance,
 		Host: tt.Host, GPUUUID: tt.GPUUUID, Model: tt.Model, Tenant: tt.Tenant, Route: tt.Route,
 		Orphan: tt.Orphan, Error: tt.Error, Split: tt.Split,
-		Spans: tt.Spans, Logs: tt.Logs, ExemplarPoints: tt.ExemplarPoints, EngineLogs: tt.RequestIDLogs,
+		Spans: tt.Spans, Logs: tt.Logs, ExemplarPoints: tt.ExemplarPoints, EngineLogs: tt.RequestIDLogs, KVEvents: tt.KVEvents,
 		Resources: tt.Resources,
 	}
 	a, f := tt.Arrival, tt.Finish
@@ -57,8 +58,9 @@ func requestLine(tt *TraceTruth, realistic bool) TruthLine {
 
 // WriteTruth writes the ground truth of what was generated so far as JSON
 // Lines (FORMAT.md): one "request" line per trace in Truth().TraceIDs
-// order, then one per orphan, then the KV lines. The same Seed and Config
-// give the same bytes.
+// order, then one per orphan, then, with Config.KVEvents, the KV
+// simulator's "fault", "polluted" and "summary" lines (KVTruth.WriteJSONL).
+// The same Seed and Config give the same bytes.
 func (s *Simulator) WriteTruth(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	enc := json.NewEncoder(bw)
@@ -70,6 +72,11 @@ func (s *Simulator) WriteTruth(w io.Writer) error {
 	}
 	for _, o := range s.orphans {
 		if err := enc.Encode(requestLine(o, true)); err != nil {
+			return fmt.Errorf("simulator: write truth: %w", err)
+		}
+	}
+	if s.kv != nil {
+		if err := s.kv.Truth().WriteJSONL(bw); err != nil {
 			return fmt.Errorf("simulator: write truth: %w", err)
 		}
 	}
