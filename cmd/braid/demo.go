@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +26,8 @@ func cmdDemo(ctx context.Context, args []string, log *slog.Logger) error {
 	rate := fs.Float64("rate", 40, "simulated requests per second of event time: 0.2 is a trickle; a few hundred saturate the default fleet")
 	realistic := fs.Bool("realistic", true, "simulate the realistic fleet (FORMAT.md: engine logs without trace ids, aborted requests, Prometheus and DCGM scrapes); false: the original four servers")
 	hosts := fs.Int("hosts", 0, "hosts of the realistic fleet, two GPUs each (0: the simulator's default, 4)")
+	kvEvents := fs.Bool("kv-events", false, "write KV-block events (KV.md) of every request on the logs topic (realistic fleet only)")
+	faults := fs.String("faults", "", "KV faults to inject, comma-separated triggers or \"all\" ("+triggerNames()+"), one every 30s of event time from the start; implies --kv-events")
 	truthFile := fs.String("truth", "", "write the simulator's ground truth (JSON Lines, FORMAT.md) to this file on exit")
 	encoding := fs.String("encoding", "otlp_proto", "encoding the simulated Collector writes: otlp_proto or otlp_json")
 	keyed := fs.Bool("keyed", true, "simulate partition_traces_by_id (false: whole unkeyed batches)")
@@ -36,6 +39,13 @@ func cmdDemo(ctx context.Context, args []string, log *slog.Logger) error {
 	}
 	if *rate <= 0 || !*realistic && *rate < 5 {
 		return fmt.Errorf("demo: --rate %v: want more than 0 (at least 5 with --realistic=false)", *rate)
+	}
+	triggers, err := parseFaults(*faults)
+	if err != nil {
+		return err
+	}
+	if (*kvEvents || len(triggers) > 0) && !*realistic {
+		return errors.New("demo: --kv-events and --faults need --realistic")
 	}
 	host, portStr, ok := strings.Cut(*addr, ":")
 	port, perr := strconv.Atoi(portStr)
@@ -92,7 +102,8 @@ func cmdDemo(ctx context.Context, args []string, log *slog.Logger) error {
 	defer cancel()
 	errc := make(chan error, 3)
 	go func() { errc <- j.Run(ctx) }()
-	sim := simOptions{rate: *rate, encoding: *encoding, keyed: *keyed, realistic: *realistic, hosts: *hosts, truth: *truthFile}
+	sim := simOptions{rate: *rate, encoding: *encoding, keyed: *keyed, realistic: *realistic, hosts: *hosts, truth: *truthFile,
+		kvEvents: *kvEvents || len(triggers) > 0, faults: triggers}
 	go func() { errc <- simulate(ctx, *addr, sim) }()
 	if !*quiet {
 		go func() { errc <- cmdTail(ctx, []string{"--brokers", *addr, "--from-beginning"}, os.Stdout) }()
@@ -143,6 +154,36 @@ type simOptions struct {
 	keyed           bool
 	realistic       bool
 	hosts           int
+	kvEvents        bool
+	faults          []simulator.KVTrigger
+}
+
+func triggerNames() string {
+	names := make([]string, len(simulator.KVTriggers))
+	for i, t := range simulator.KVTriggers {
+		names[i] = string(t)
+	}
+	return strings.Join(names, ", ")
+}
+
+// parseFaults reads --faults: "" (none), "all", or comma-separated
+// triggers.
+func parseFaults(v string) ([]simulator.KVTrigger, error) {
+	if v == "" {
+		return nil, nil
+	}
+	if v == "all" {
+		return slices.Clone(simulator.KVTriggers), nil
+	}
+	var out []simulator.KVTrigger
+	for _, name := range strings.Split(v, ",") {
+		t := simulator.KVTrigger(strings.TrimSpace(name))
+		if t.Pattern() == "" {
+			return nil, fmt.Errorf("demo: --faults: unknown trigger %q (want all or some of %s)", name, triggerNames())
+		}
+		out = append(out, t)
+	}
+	return out, nil
 }
 
 // simConfig returns the simulator configuration for the demo's flags, with
@@ -158,6 +199,10 @@ func (o simOptions) simConfig(seed int64, start time.Time) simulator.Config {
 		scfg.Realistic = true
 		scfg.Rate = o.rate
 		scfg.Hosts = o.hosts
+		scfg.KVEvents = o.kvEvents
+		for i, t := range o.faults {
+			scfg.KV.Faults = append(scfg.KV.Faults, simulator.KVFault{Trigger: t, At: start.Add(time.Duration(i+1) * 30 * time.Second), GPU: -1})
+		}
 	} else {
 		scfg.RequestsPerBatch = max(1, int(o.rate/5))
 	}

@@ -42,3 +42,29 @@ func TestDemoRate(t *testing.T) {
 		}
 	}
 }
+
+// TestDemoFaults: --faults turns on KV events and injects the faults, each
+// realised and in the truth.
+func TestDemoFaults(t *testing.T) {
+	if _, err := parseFaults("double_free,nope"); err == nil {
+		t.Fatal("unknown trigger accepted")
+	}
+	triggers, err := parseFaults("all")
+	if err != nil || len(triggers) != len(simulator.KVTriggers) {
+		t.Fatalf("all: %v %v", triggers, err)
+	}
+	triggers, _ = parseFaults("double_free, wrong_stride")
+	o := simOptions{rate: 10, encoding: simulator.EncodingProto, keyed: true, realistic: true, hosts: 1, kvEvents: true, faults: triggers}
+	sim, err := simulator.New(o.simConfig(1, simulator.DefaultStart))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 500 { // 100 s
+		sim.Next()
+	}
+	sim.Flush()
+	tr := sim.Truth()
+	if tr.KVEvents == 0 || tr.KV.Summary.Faults != 2 {
+		t.Fatalf("%d KV events, summary %+v", tr.KVEvents, tr.KV.Summary)
+	}
+}
