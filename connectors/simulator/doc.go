@@ -64,8 +64,10 @@
 // values follow the model (KV usage with the running requests, preemptions
 // under KV pressure, framebuffer use with KV usage); and per-request
 // resource truth (TraceTruth.Resources): the series at the request's place
-// over its window. WriteTruth writes the truth as JSON Lines. The zero
-// Config keeps the original content, byte for byte.
+// over its window. Config.KVEvents feeds every request to the KV block
+// simulator (NewKV, KV.md) and writes its per-block events as log records,
+// with Config.KV.Faults injected. WriteTruth writes the truth as JSON Lines.
+// The zero Config keeps the original content, byte for byte.
 //
 // # Content
 //

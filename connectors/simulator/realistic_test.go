@@ -435,7 +435,12 @@ func fmtWindow(w ResourceWindow) string {
 }
 
 func TestRealisticDeterministic(t *testing.T) {
-	for _, v := range realisticVariants[:3] {
+	kv := Config{Realistic: true, Rate: 5, Hosts: 1, KVEvents: true, KV: KVConfig{Faults: []KVFault{
+		{Trigger: DoubleFree, At: DefaultStart.Add(time.Second), GPU: -1}, {Trigger: PaddingSlotMinus1, At: DefaultStart, GPU: 1}}}}
+	for _, v := range append(realisticVariants[:3], struct {
+		name string
+		cfg  Config
+	}{"kv-events", kv}) {
 		t.Run(v.name, func(t *testing.T) {
 			gen := func(seed int64) ([]byte, []byte) {
 				cfg := v.cfg
