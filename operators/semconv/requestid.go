@@ -94,13 +94,13 @@ func (r RequestIDRules) Compile() (*RequestIDs, error) {
 // RequestIDs extracts request ids from serialized OTLP spans and log
 // records. It is safe for concurrent use.
 type RequestIDs struct {
-	attrs   map[string]attrRule
+	attrs   []attrRule // by priority
 	bodies  []bodyRule
 	formats []*regexp.Regexp
 }
 
 type attrRule struct {
-	prio   int
+	key    string
 	prefix string
 }
 
@@ -113,18 +113,16 @@ type bodyRule struct {
 
 func (r RequestIDRules) compile() (*RequestIDs, error) {
 	var errs []error
-	ids := &RequestIDs{attrs: make(map[string]attrRule, len(r.AttributeKeys))}
+	ids := &RequestIDs{}
 	for i, k := range r.AttributeKeys {
 		key, prefix, _ := strings.Cut(k, "=")
 		switch {
 		case key == "":
 			errs = append(errs, fmt.Errorf("semconv: attribute_keys[%d] %q: empty key", i, k))
+		case ids.attrRule([]byte(key)) >= 0:
+			errs = append(errs, fmt.Errorf("semconv: attribute_keys[%d] %q: duplicate key", i, k))
 		default:
-			if _, dup := ids.attrs[key]; dup {
-				errs = append(errs, fmt.Errorf("semconv: attribute_keys[%d] %q: duplicate key", i, k))
-				continue
-			}
-			ids.attrs[key] = attrRule{prio: i, prefix: prefix}
+			ids.attrs = append(ids.attrs, attrRule{key: key, prefix: prefix})
 		}
 	}
 	for i, p := range r.BodyPatterns {
@@ -311,63 +309,131 @@ func (ids *RequestIDs) KnownFormat(id string) bool {
 	return false
 }
 
-// fromAttrs returns the id from the highest-priority attribute rule that
-// matches an attribute of field of msg.
-func (ids *RequestIDs) fromAttrs(msg []byte, field protowire.Number) (string, bool) {
-	v, prefix, ok := ids.attrValue(msg, field)
-	if !ok {
-		return "", false
+// knownFormatBytes is KnownFormat without the string.
+func (ids *RequestIDs) knownFormatBytes(id []byte) bool {
+	if len(id) == 0 {
+		return false
 	}
-	if v.Type == ValueString && prefix == "" {
-		return string(v.raw), true
+	if len(ids.formats) == 0 {
+		return true
 	}
-	return withPrefix(prefix, v.String()), true
+	for _, re := range ids.formats {
+		if re.Match(id) {
+			return true
+		}
+	}
+	return false
 }
 
-// attrValue returns the value holding the id, without allocating.
-func (ids *RequestIDs) attrValue(msg []byte, field protowire.Number) (Value, string, bool) {
-	if len(ids.attrs) == 0 {
-		return Value{}, "", false
+// attrRule returns the index (priority) of the attribute rule for key, -1
+// if none.
+func (ids *RequestIDs) attrRule(key []byte) int {
+	for i := range ids.attrs {
+		if string(key) == ids.attrs[i].key {
+			return i
+		}
 	}
-	best := -1
-	var bestVal Value
-	var bestPrefix string
-	it := attrIter{msg: msg, field: field}
-	for {
-		k, v, ok := it.next()
+	return -1
+}
+
+// idValueOK reports whether an attribute value can hold a request id: a
+// scalar other than a bool, not an empty string.
+func idValueOK(v Value) bool {
+	return v.IsScalar() && v.Type != ValueBool && (v.Type != ValueString || len(v.raw) > 0)
+}
+
+// idAttr accumulates the highest-priority attribute holding a request id
+// over the attributes of one message, in wire order.
+type idAttr struct {
+	prio int // -1: none yet
+	val  Value
+}
+
+// offer considers the attribute key with the serialized AnyValue raw.
+func (a *idAttr) offer(ids *RequestIDs, key, raw []byte) {
+	if a.prio == 0 {
+		return
+	}
+	p := ids.attrRule(key)
+	if p < 0 || (a.prio >= 0 && p >= a.prio) {
+		return
+	}
+	if v := parseAnyValue(raw); idValueOK(v) {
+		a.prio, a.val = p, v
+	}
+}
+
+// appendID appends the normal form of the id in a (a.prio ≥ 0) to dst.
+func (a *idAttr) appendID(ids *RequestIDs, dst []byte) []byte {
+	prefix := ids.attrs[a.prio].prefix
+	start := len(dst)
+	dst = a.val.appendText(dst)
+	if prefix == "" || bytes.HasPrefix(dst[start:], []byte(prefix)) {
+		return dst
+	}
+	n := len(dst) - start
+	dst = append(dst, prefix...)
+	copy(dst[start+len(prefix):], dst[start:start+n])
+	copy(dst[start:], prefix)
+	return dst
+}
+
+// id returns the normal form of the id in a (a.prio ≥ 0).
+func (a *idAttr) id(ids *RequestIDs) string {
+	if a.val.Type == ValueString && ids.attrs[a.prio].prefix == "" {
+		return string(a.val.raw)
+	}
+	return withPrefix(ids.attrs[a.prio].prefix, a.val.String())
+}
+
+// scanLog reads, in one pass, the id attribute and the body of a
+// serialized LogRecord.
+func (ids *RequestIDs) scanLog(rec []byte) (a idAttr, body Value) {
+	a.prio = -1
+	var bodyRaw []byte
+	hasBody := false
+	for len(rec) > 0 {
+		num, typ, raw, _, rest, ok := consumeField(rec)
 		if !ok {
 			break
 		}
-		r, ok := ids.attrs[string(k)]
-		if !ok || (best >= 0 && r.prio >= best) {
+		rec = rest
+		if typ != protowire.BytesType {
 			continue
 		}
-		if !v.IsScalar() || v.Type == ValueBool || (v.Type == ValueString && len(v.raw) == 0) {
-			continue
-		}
-		best, bestVal, bestPrefix = r.prio, v, r.prefix
-		if best == 0 {
-			break
+		switch num {
+		case LogRecordAttrs:
+			if len(ids.attrs) > 0 {
+				k, v := parseKeyValueRaw(raw)
+				a.offer(ids, k, v)
+			}
+		case 5:
+			bodyRaw, hasBody = raw, true
 		}
 	}
-	return bestVal, bestPrefix, best >= 0
+	if hasBody {
+		body = parseAnyValue(bodyRaw)
+	}
+	return a, body
 }
 
 // hasLogID reports whether FromLog would find an id, without allocating.
 func (ids *RequestIDs) hasLogID(logRecord []byte) bool {
-	if _, _, ok := ids.attrValue(logRecord, LogRecordAttrs); ok {
+	a, body := ids.scanLog(logRecord)
+	if a.prio >= 0 {
 		return true
 	}
-	body := logBody(logRecord)
-	if body.Type != ValueString {
-		return false
-	}
+	return body.Type == ValueString && ids.bodyMatches(body.raw)
+}
+
+// bodyMatches reports whether a body pattern matches text.
+func (ids *RequestIDs) bodyMatches(text []byte) bool {
 	for i := range ids.bodies {
 		r := &ids.bodies[i]
-		if len(r.literal) > 0 && !bytes.Contains(body.raw, r.literal) {
+		if len(r.literal) > 0 && !bytes.Contains(text, r.literal) {
 			continue
 		}
-		if r.re.Match(body.raw) {
+		if r.re.Match(text) {
 			return true // the capture is required and non-empty (compile)
 		}
 	}
@@ -420,13 +486,10 @@ func (ids *RequestIDs) FromText(text []byte) (string, bool) {
 // the body is a string (LogRecord field 5, AnyValue field 1). It does not
 // allocate when there is none.
 func (ids *RequestIDs) FromLog(logRecord []byte) (string, bool) {
-	if id, ok := ids.fromAttrs(logRecord, LogRecordAttrs); ok {
-		return id, true
+	a, body := ids.scanLog(logRecord)
+	if a.prio >= 0 {
+		return a.id(ids), true
 	}
-	if len(ids.bodies) == 0 {
-		return "", false
-	}
-	body := logBody(logRecord)
 	if body.Type != ValueString {
 		return "", false
 	}
@@ -454,18 +517,7 @@ func logBody(rec []byte) Value {
 // name "… Req {rid}" (see SGLangRID). It does not allocate when there is
 // none.
 func (ids *RequestIDs) FromSpan(span []byte) (string, bool) {
-	if id, ok := ids.fromAttrs(span, SpanAttrs); ok {
-		return id, true
-	}
-	name := spanName(span)
-	i, j, ok := sglangRID(name)
-	if !ok {
-		return "", false
-	}
-	return string(name[i:j]), true
-}
-
-func spanName(span []byte) []byte {
+	a := idAttr{prio: -1}
 	var name []byte
 	for len(span) > 0 {
 		num, typ, raw, _, rest, ok := consumeField(span)
@@ -473,9 +525,25 @@ func spanName(span []byte) []byte {
 			break
 		}
 		span = rest
-		if num == 5 && typ == protowire.BytesType {
+		if typ != protowire.BytesType {
+			continue
+		}
+		switch num {
+		case SpanAttrs:
+			if len(ids.attrs) > 0 {
+				k, v := parseKeyValueRaw(raw)
+				a.offer(ids, k, v)
+			}
+		case 5:
 			name = raw
 		}
 	}
-	return name
+	if a.prio >= 0 {
+		return a.id(ids), true
+	}
+	i, j, ok := sglangRID(name)
+	if !ok {
+		return "", false
+	}
+	return string(name[i:j]), true
 }

@@ -88,11 +88,6 @@ func SpanKey(key string) (string, bool) {
 	return k, ok
 }
 
-func spanKeyBytes(key []byte) (string, bool) {
-	k, ok := spanKeys[string(key)]
-	return k, ok
-}
-
 // Span names of braid's detail spans.
 const (
 	SpanPrefill         = "llm.prefill"

@@ -95,3 +95,34 @@ func TestSGLangRID(t *testing.T) {
 		}
 	}
 }
+
+// TestSpanAttrCode checks the Deriver's key switch against spanKeys.
+func TestSpanAttrCode(t *testing.T) {
+	canonical := map[attrCode]string{
+		codeTTFT: KeyTTFT, codeE2E: KeyE2E, codeQueue: KeyQueueTime, codePrefill: KeyPrefillTime,
+		codeDecode: KeyDecodeTime, codeInference: KeyInferenceTime, codeKVTransfer: KeyKVCacheTransferTime,
+		codeInputTokens: KeyInputTokens, codeOutputTokens: KeyOutputTokens, codeModel: KeyModel,
+		codeRequestModel: KeyRequestModel, codeOperation: KeyOperation, codeProviderName: KeyProvider,
+		codeSystem: KeyProvider, codeLayerID: KeyLayerID, codeSeqLen: KeySeqLen,
+		codeKVCacheHitRatio: KeyKVCacheHitRatio, codeIsSpeculative: KeyIsSpeculative, codeLayerCount: KeyLayerCount,
+	}
+	used := map[string]bool{}
+	for _, k := range canonical {
+		used[k] = true
+	}
+	for src, want := range spanKeys {
+		c := spanAttrCode([]byte(src))
+		switch {
+		case c == codeNone && used[want]:
+			t.Errorf("spanAttrCode(%q) = none, want the code of %q", src, want)
+		case c != codeNone && canonical[c] != want:
+			t.Errorf("spanAttrCode(%q) means %q, want %q", src, canonical[c], want)
+		}
+	}
+	if c := spanAttrCode([]byte("gen_ai.system")); c != codeSystem {
+		t.Errorf("gen_ai.system: code %d", c)
+	}
+	if c := spanAttrCode([]byte("unknown")); c != codeNone {
+		t.Errorf("unknown key: code %d", c)
+	}
+}

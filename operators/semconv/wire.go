@@ -287,6 +287,21 @@ func (it *attrIter) next() (key []byte, val Value, ok bool) {
 
 // parseKeyValue decodes a serialized KeyValue (key 1, value 2).
 func parseKeyValue(b []byte) (key []byte, val Value) {
+	key, raw := parseKeyValueRaw(b)
+	return key, parseAnyValue(raw)
+}
+
+// parseKeyValueRaw splits a serialized KeyValue into its key and its
+// serialized AnyValue, leaving the value undecoded. The last occurrence of
+// a field wins.
+func parseKeyValueRaw(b []byte) (key, val []byte) {
+	// The common layout: the key, then the value, nothing else.
+	if len(b) >= 2 && b[0] == 0x0a && b[1] < 0x80 {
+		n := int(b[1])
+		if 2+n+2 <= len(b) && b[2+n] == 0x12 && b[3+n] < 0x80 && 4+n+int(b[3+n]) == len(b) {
+			return b[2 : 2+n], b[4+n:]
+		}
+	}
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
@@ -302,7 +317,7 @@ func parseKeyValue(b []byte) (key []byte, val Value) {
 			if num == 1 {
 				key = raw
 			} else {
-				val = parseAnyValue(raw)
+				val = raw
 			}
 			continue
 		}
