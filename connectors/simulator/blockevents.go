@@ -36,15 +36,12 @@ type xidEvent struct {
 	code float64
 }
 
-// startKV creates the KV simulator for the fleet.
-func (s *Simulator) startKV() error {
-	gpus := make([]KVGPU, len(s.instances))
-	for i, in := range s.instances {
-		gpus[i] = KVGPU{Host: in.host, UUID: in.gpuUUID, Index: in.gpuIndex, Instance: in.id, Service: in.service}
-	}
-	kc := s.cfg.KV
+// kvConfig is the KV simulator's configuration: Config.KV with the fleet's
+// defaults (DefaultFleetKVBlockTokens...) and Seed.
+func (c Config) kvConfig() KVConfig {
+	kc := c.KV
 	if kc.Seed == 0 {
-		kc.Seed = s.cfg.Seed
+		kc.Seed = c.Seed
 	}
 	if kc.BlockTokens == 0 && kc.BlockBytes == 0 {
 		kc.BlockTokens, kc.BlockBytes = DefaultFleetKVBlockTokens, DefaultFleetKVBlockTokens*256
@@ -52,6 +49,17 @@ func (s *Simulator) startKV() error {
 	if kc.BlocksPerGPU == 0 {
 		kc.BlocksPerGPU = DefaultFleetKVBlocksPerGPU
 	}
+	kc.EnsureDefaults()
+	return kc
+}
+
+// startKV creates the KV simulator for the fleet.
+func (s *Simulator) startKV() error {
+	gpus := make([]KVGPU, len(s.instances))
+	for i, in := range s.instances {
+		gpus[i] = KVGPU{Host: in.host, UUID: in.gpuUUID, Index: in.gpuIndex, Instance: in.id, Service: in.service}
+	}
+	kc := s.cfg.kvConfig()
 	k, err := NewKV(kc, gpus)
 	if err != nil {
 		return err

@@ -262,6 +262,17 @@ func (c Config) Validate() error {
 	if c.KVEvents && !c.Realistic || len(c.KV.Faults) > 0 && !c.KVEvents {
 		errs = append(errs, errors.New("KV events need realistic mode, faults need KV events"))
 	}
+	if c.KVEvents && c.Realistic {
+		hosts := c.Hosts
+		if hosts == 0 {
+			hosts = DefaultHosts
+		}
+		if kc := c.kvConfig(); hosts > 0 && hosts <= MaxHosts {
+			if err := kc.Validate(2 * hosts); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
 	if !c.Realistic && (c.Rate != 0 || c.Hosts != 0 || c.ScrapeInterval != 0 || c.AbortRatio != 0) {
 		errs = append(errs, errors.New("rate, hosts, scrape interval and abort ratio need realistic mode"))
 	}

@@ -668,3 +668,57 @@ func TestRealisticKVEvents(t *testing.T) {
 		})
 	}
 }
+
+func TestRealisticConfig(t *testing.T) {
+	for _, bad := range []Config{
+		{Rate: 3},                   // needs realistic
+		{KVEvents: true},            // needs realistic
+		{Realistic: true, Rate: -1}, //
+		{Realistic: true, Hosts: MaxHosts + 1},
+		{Realistic: true, AbortRatio: 2},
+		{Realistic: true, ScrapeInterval: time.Microsecond},
+		{Realistic: true, KV: KVConfig{Faults: []KVFault{{Trigger: DoubleFree}}}}, // faults need KV events
+		{Realistic: true, KVEvents: true, Hosts: 1, KV: KVConfig{Faults: []KVFault{{Trigger: DoubleFree, GPU: 2}}}},
+		{Realistic: true, KVEvents: true, KV: KVConfig{Faults: []KVFault{{Trigger: "nope", GPU: -1}}}},
+	} {
+		if err := bad.Validate(); err == nil {
+			t.Errorf("%+v: no error", bad)
+		}
+		if _, err := New(bad); err == nil {
+			t.Errorf("New(%+v): no error", bad)
+		}
+	}
+	c := Config{Realistic: true}
+	c.EnsureDefaults()
+	if c.Hosts != DefaultHosts || c.ScrapeInterval != DefaultScrapeInterval || c.AbortRatio != DefaultAbortRatio {
+		t.Fatalf("defaults %+v", c)
+	}
+	c = Config{Realistic: true, AbortRatio: -1}
+	c.EnsureDefaults()
+	if c.AbortRatio != 0 {
+		t.Fatalf("abort ratio -1 gave %v", c.AbortRatio)
+	}
+}
+
+func BenchmarkNextRealistic(b *testing.B) {
+	for _, kv := range []bool{false, true} {
+		b.Run(fmt.Sprintf("kv=%v", kv), func(b *testing.B) {
+			s, err := New(Config{Seed: 1, Realistic: true, Rate: 40, KVEvents: kv})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for range 100 { // warm up: requests in flight
+				s.Next()
+			}
+			b.ReportAllocs()
+			var bytes int64
+			for b.Loop() {
+				for _, m := range s.Next() {
+					bytes += int64(len(m.Value))
+				}
+			}
+			b.SetBytes(bytes / int64(b.N))
+			b.ReportMetric(float64(8*b.N)/b.Elapsed().Seconds(), "requests/s")
+		})
+	}
+}
