@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"regexp/syntax"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -96,7 +97,24 @@ func (r RequestIDRules) Compile() (*RequestIDs, error) {
 type RequestIDs struct {
 	attrs   []attrRule // by priority
 	bodies  []bodyRule
-	formats []*regexp.Regexp
+	formats []idFormat
+}
+
+// idFormat is a compiled IDFormats entry with bounds that reject most
+// ids of other formats before the regexp runs.
+type idFormat struct {
+	re             *regexp.Regexp // anchored
+	first          byteSet        // the bytes a match can start with
+	minLen, maxLen int            // maxLen -1: unbounded
+}
+
+func (f *idFormat) match(id []byte) bool { return admits(f, id) && f.re.Match(id) }
+
+func (f *idFormat) matchString(id string) bool { return admits(f, id) && f.re.MatchString(id) }
+
+// admits reports whether id passes f's bounds; a match passes them.
+func admits[S string | []byte](f *idFormat, id S) bool {
+	return len(id) >= f.minLen && (f.maxLen < 0 || len(id) <= f.maxLen) && (len(id) == 0 || f.first.has(id[0]))
 }
 
 type attrRule struct {
@@ -152,7 +170,7 @@ func (r RequestIDRules) compile() (*RequestIDs, error) {
 			errs = append(errs, fmt.Errorf("semconv: id_formats[%d] %q: %w", i, f, err))
 			continue
 		}
-		ids.formats = append(ids.formats, re)
+		ids.formats = append(ids.formats, compileFormat(re, f))
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -281,6 +299,136 @@ func maxWidth(re *syntax.Regexp) int {
 	return -1
 }
 
+// compileFormat adds to re, the anchored form of the id format f, the
+// bytes a match can start with and its length bounds.
+func compileFormat(re *regexp.Regexp, f string) idFormat {
+	out := idFormat{re: re, maxLen: -1}
+	sre, err := syntax.Parse(f, syntax.Perl)
+	if err != nil {
+		out.first.addAll()
+		return out
+	}
+	out.first, _ = firstBytes(sre)
+	out.minLen, out.maxLen = minWidth(sre), maxWidth(sre)
+	return out
+}
+
+// byteSet is a set of bytes.
+type byteSet [4]uint64
+
+func (s *byteSet) has(b byte) bool { return s[b>>6]&(1<<(b&63)) != 0 }
+
+func (s *byteSet) add(b byte) { s[b>>6] |= 1 << (b & 63) }
+
+func (s *byteSet) addAll() { *s = byteSet{^uint64(0), ^uint64(0), ^uint64(0), ^uint64(0)} }
+
+func (s *byteSet) union(t byteSet) {
+	for i := range s {
+		s[i] |= t[i]
+	}
+}
+
+// addRunes adds the first bytes of the UTF-8 encodings of lo…hi: the ASCII
+// ones, and every byte ≥ 0x80 when the range goes beyond ASCII.
+func (s *byteSet) addRunes(lo, hi rune) {
+	for r := max(lo, 0); r <= min(hi, utf8.RuneSelf-1); r++ {
+		s.add(byte(r))
+	}
+	if hi >= utf8.RuneSelf {
+		s[2], s[3] = ^uint64(0), ^uint64(0)
+	}
+}
+
+// firstBytes returns the bytes a match of re can start with, and whether
+// re can match the empty string.
+func firstBytes(re *syntax.Regexp) (first byteSet, nullable bool) {
+	switch re.Op {
+	case syntax.OpNoMatch:
+		return first, false
+	case syntax.OpEmptyMatch, syntax.OpBeginLine, syntax.OpEndLine, syntax.OpBeginText,
+		syntax.OpEndText, syntax.OpWordBoundary, syntax.OpNoWordBoundary:
+		return first, true
+	case syntax.OpLiteral:
+		if len(re.Rune) == 0 {
+			return first, true
+		}
+		r := re.Rune[0]
+		first.addRunes(r, r)
+		if re.Flags&syntax.FoldCase != 0 {
+			for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+				first.addRunes(f, f)
+			}
+		}
+		return first, false
+	case syntax.OpCharClass:
+		for i := 0; i+1 < len(re.Rune); i += 2 {
+			first.addRunes(re.Rune[i], re.Rune[i+1])
+		}
+		return first, false
+	case syntax.OpAnyChar, syntax.OpAnyCharNotNL:
+		first.addAll()
+		return first, false
+	case syntax.OpCapture, syntax.OpPlus:
+		return firstBytes(re.Sub[0])
+	case syntax.OpStar, syntax.OpQuest:
+		first, _ = firstBytes(re.Sub[0])
+		return first, true
+	case syntax.OpRepeat:
+		if re.Max == 0 {
+			return first, true
+		}
+		first, nullable = firstBytes(re.Sub[0])
+		return first, nullable || re.Min == 0
+	case syntax.OpConcat:
+		for _, sub := range re.Sub {
+			f, n := firstBytes(sub)
+			first.union(f)
+			if !n {
+				return first, false
+			}
+		}
+		return first, true
+	case syntax.OpAlternate:
+		for _, sub := range re.Sub {
+			f, n := firstBytes(sub)
+			first.union(f)
+			nullable = nullable || n
+		}
+		return first, nullable
+	}
+	first.addAll()
+	return first, true
+}
+
+// minWidth returns the fewest bytes a match of re can span.
+func minWidth(re *syntax.Regexp) int {
+	switch re.Op {
+	case syntax.OpLiteral:
+		return len(re.Rune) // a rune takes at least one byte
+	case syntax.OpCharClass, syntax.OpAnyChar, syntax.OpAnyCharNotNL:
+		return 1
+	case syntax.OpCapture, syntax.OpPlus:
+		return minWidth(re.Sub[0])
+	case syntax.OpRepeat:
+		return re.Min * minWidth(re.Sub[0])
+	case syntax.OpConcat:
+		w := 0
+		for _, sub := range re.Sub {
+			w += minWidth(sub)
+		}
+		return w
+	case syntax.OpAlternate:
+		w := -1
+		for _, sub := range re.Sub {
+			if sw := minWidth(sub); w < 0 || sw < w {
+				w = sw
+			}
+		}
+		return max(w, 0)
+	}
+	return 0
+}
+
 var defaultIDs = func() *RequestIDs {
 	ids, err := DefaultRequestIDRules().Compile()
 	if err != nil {
@@ -301,8 +449,8 @@ func (ids *RequestIDs) KnownFormat(id string) bool {
 	if len(ids.formats) == 0 {
 		return true
 	}
-	for _, re := range ids.formats {
-		if re.MatchString(id) {
+	for i := range ids.formats {
+		if ids.formats[i].matchString(id) {
 			return true
 		}
 	}
@@ -317,8 +465,8 @@ func (ids *RequestIDs) knownFormatBytes(id []byte) bool {
 	if len(ids.formats) == 0 {
 		return true
 	}
-	for _, re := range ids.formats {
-		if re.Match(id) {
+	for i := range ids.formats {
+		if ids.formats[i].match(id) {
 			return true
 		}
 	}
@@ -405,7 +553,9 @@ func (ids *RequestIDs) scanLog(rec []byte) (a idAttr, body Value) {
 		case LogRecordAttrs:
 			if len(ids.attrs) > 0 {
 				k, v := parseKeyValueRaw(raw)
-				a.offer(ids, k, v)
+				if a.offer(ids, k, v); a.prio == 0 {
+					return a, Value{} // the body is not needed
+				}
 			}
 		case 5:
 			bodyRaw, hasBody = raw, true
@@ -430,14 +580,30 @@ func (ids *RequestIDs) hasLogID(logRecord []byte) bool {
 func (ids *RequestIDs) bodyMatches(text []byte) bool {
 	for i := range ids.bodies {
 		r := &ids.bodies[i]
-		if len(r.literal) > 0 && !bytes.Contains(text, r.literal) {
-			continue
-		}
-		if r.re.Match(text) {
+		off, ok := r.window(text)
+		if ok && r.re.Match(text[off:]) {
 			return true // the capture is required and non-empty (compile)
 		}
 	}
 	return false
+}
+
+// window returns where in text a search for r needs to start: no match
+// starts before the first occurrence of the literal minus before. One
+// byte of left context is kept for \b and multi-line ^. ok is false when
+// text lacks the literal, so that r cannot match.
+func (r *bodyRule) window(text []byte) (off int, ok bool) {
+	if len(r.literal) == 0 {
+		return 0, true
+	}
+	i := bytes.Index(text, r.literal)
+	if i < 0 {
+		return 0, false
+	}
+	if r.before >= 0 {
+		off = max(0, i-r.before-1)
+	}
+	return off, true
 }
 
 func withPrefix(prefix, id string) string {
@@ -453,17 +619,9 @@ func (ids *RequestIDs) FromText(text []byte) (string, bool) {
 	var loc [4]int
 	for i := range ids.bodies {
 		r := &ids.bodies[i]
-		off := 0
-		if len(r.literal) > 0 {
-			i := bytes.Index(text, r.literal)
-			if i < 0 {
-				continue
-			}
-			// No match starts before the first literal minus before; keep
-			// one byte of left context for \b and multi-line ^.
-			if r.before >= 0 {
-				off = max(0, i-r.before-1)
-			}
+		off, ok := r.window(text)
+		if !ok {
+			continue
 		}
 		m := r.re.FindSubmatchIndex(text[off:])
 		if off > 0 && m != nil && m[0] == 0 {
@@ -532,7 +690,9 @@ func (ids *RequestIDs) FromSpan(span []byte) (string, bool) {
 		case SpanAttrs:
 			if len(ids.attrs) > 0 {
 				k, v := parseKeyValueRaw(raw)
-				a.offer(ids, k, v)
+				if a.offer(ids, k, v); a.prio == 0 {
+					return a.id(ids), true // nothing can take its place
+				}
 			}
 		case 5:
 			name = raw

@@ -1,6 +1,8 @@
 package semconv
 
 import (
+	"math/rand/v2"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -223,6 +225,33 @@ func TestFromTextLiteralWindow(t *testing.T) {
 		got, _ := ids.FromText([]byte(text))
 		if got != want {
 			t.Errorf("FromText(%q) = %q, want %q", text, got, want)
+		}
+	}
+}
+
+// TestFormatBounds checks that an id format's bounds never reject an id
+// its regexp matches.
+func TestFormatBounds(t *testing.T) {
+	formats := append(DefaultRequestIDRules().IDFormats,
+		`(?i)k+`, `é{2}x`, `a*`, `\d{1,3}|x`, `(?:)`, `[^a]b`, `.{2,4}`, `(?i)straße`, `\bq?`, `(?:ab)+|c?d`, `x{0}y`)
+	alphabet := []string{"a", "b", "c", "d", "k", "K", "\u212a", "é", "É", "x", "y", "q", "0", "7", "-", "s", "ß", "ẞ", "S", " "}
+	known := []string{"cmpl-8f2d-0", "chatcmpl-5c3b", "task-42", "3f2a9c0b7e1d4c5a8b6f0e2d1c3b4a59",
+		"123e4567-e89b-12d3-a456-426614174000", "17", "", "KK\u212ak", "ééx", "STRASSE", "ẞtraße", "ababab", "y"}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, f := range formats {
+		re := regexp.MustCompile(`^(?:` + f + `)$`)
+		idf := compileFormat(re, f)
+		for i := range 20000 {
+			var id []byte
+			for range rng.IntN(8) {
+				id = append(id, alphabet[rng.IntN(len(alphabet))]...)
+			}
+			if i < len(known) {
+				id = []byte(known[i])
+			}
+			if want := re.Match(id); idf.match(id) != want || idf.matchString(string(id)) != want {
+				t.Fatalf("format %q, id %q: match = %v, regexp %v", f, id, !want, want)
+			}
 		}
 	}
 }
