@@ -27,7 +27,7 @@ func cmdDemo(ctx context.Context, args []string, log *slog.Logger) error {
 	realistic := fs.Bool("realistic", true, "simulate the realistic fleet (FORMAT.md: engine logs without trace ids, aborted requests, Prometheus and DCGM scrapes); false: the original four servers")
 	hosts := fs.Int("hosts", 0, "hosts of the realistic fleet, two GPUs each (0: the simulator's default, 4)")
 	kvEvents := fs.Bool("kv-events", false, "write KV-block events (KV.md) of every request on the logs topic (realistic fleet only)")
-	faults := fs.String("faults", "", "KV faults to inject, comma-separated triggers or \"all\" ("+triggerNames()+"), one every 30s of event time from the start; implies --kv-events")
+	faults := fs.String("faults", "all", "KV faults to inject, comma-separated triggers or \"all\" ("+triggerNames()+"), the first 10s after the start, then one every 20s of event time; implies --kv-events; \"\": none")
 	truthFile := fs.String("truth", "", "write the simulator's ground truth (JSON Lines, FORMAT.md) to this file on exit")
 	encoding := fs.String("encoding", "otlp_proto", "encoding the simulated Collector writes: otlp_proto or otlp_json")
 	keyed := fs.Bool("keyed", true, "simulate partition_traces_by_id (false: whole unkeyed batches)")
@@ -100,12 +100,15 @@ func cmdDemo(ctx context.Context, args []string, log *slog.Logger) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
 	go func() { errc <- j.Run(ctx) }()
 	sim := simOptions{rate: *rate, encoding: *encoding, keyed: *keyed, realistic: *realistic, hosts: *hosts, truth: *truthFile,
 		kvEvents: *kvEvents || len(triggers) > 0, faults: triggers}
 	go func() { errc <- simulate(ctx, *addr, sim) }()
+	go func() { errc <- watchIncidents(ctx, *addr, cfg.Outputs.Incidents, os.Stderr) }()
+	workers := 3 // job, simulator, incidents
 	if !*quiet {
+		workers++
 		go func() { errc <- cmdTail(ctx, []string{"--brokers", *addr, "--from-beginning"}, os.Stdout) }()
 	}
 
@@ -115,26 +118,28 @@ func cmdDemo(ctx context.Context, args []string, log *slog.Logger) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return drain(errc)
+			return drain(errc, workers)
 		case err := <-errc:
 			cancel()
 			if err != nil && !errors.Is(err, context.Canceled) {
 				return err
 			}
-			return drain(errc)
+			return drain(errc, workers-1)
 		case <-tick.C:
 			st := j.Engine().Stats()
-			fmt.Fprintf(os.Stderr, "-- messages %d  members %d  fused %d (revisions %d)  late %d  dlq %d  unjoined logs %d points %d  open traces %d  checkpoints %d  last pause %v\n",
+			kc := j.KVCounters()
+			fmt.Fprintf(os.Stderr, "-- messages %d  members %d  fused %d (revisions %d)  late %d  dlq %d  logs joined by request id %d (unresolved %d)  resource points %d  KV events %d  incidents %d  open traces %d  checkpoints %d  last pause %v\n",
 				c.Messages.Load(), c.Members.Load(), c.Fused.Load(), c.Revisions.Load(), c.Late.Load(), c.DLQ.Load(),
-				c.UnjoinedLogs.Load(), c.UnjoinedPoint.Load(), c.OpenTraces.Load(), st.Checkpoints.Load(),
+				c.Resolved.Load(), c.Unresolved.Load(), c.ResourcePoint.Load(), c.KVLogs.Load(), kc.Incidents.Load(), c.OpenTraces.Load(), st.Checkpoints.Load(),
 				time.Duration(st.LastPauseNanos.Load()).Round(time.Microsecond))
 		}
 	}
 }
 
-func drain(errc chan error) error {
+// drain waits for n workers to report, at most 15s each.
+func drain(errc chan error, n int) error {
 	var first error
-	for range 2 {
+	for range n {
 		select {
 		case err := <-errc:
 			if err != nil && !errors.Is(err, context.Canceled) && first == nil {
@@ -201,7 +206,7 @@ func (o simOptions) simConfig(seed int64, start time.Time) simulator.Config {
 		scfg.Hosts = o.hosts
 		scfg.KVEvents = o.kvEvents
 		for i, t := range o.faults {
-			scfg.KV.Faults = append(scfg.KV.Faults, simulator.KVFault{Trigger: t, At: start.Add(time.Duration(i+1) * 30 * time.Second), GPU: -1})
+			scfg.KV.Faults = append(scfg.KV.Faults, simulator.KVFault{Trigger: t, At: start.Add(10*time.Second + time.Duration(i)*20*time.Second), GPU: -1})
 		}
 	} else {
 		scfg.RequestsPerBatch = max(1, int(o.rate/5))

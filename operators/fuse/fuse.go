@@ -48,6 +48,8 @@ type Counters struct {
 	KVLogs           atomic.Int64 // KV-block event, sanitizer and Xid logs routed to the kvgraph stage
 	IncidentTags     atomic.Int64 // incident tags sent to polluted requests' traces
 	IncidentTagsLate atomic.Int64 // of which arrived after their trace was purged
+	KVBuffered       atomic.Int64 // KV events held until the watermark passes them
+	KVLateEvents     atomic.Int64 // KV events that arrived behind the watermark (handed over at once)
 }
 
 // Stage is the fuse stage: its topology for the engine and its counters.
@@ -165,9 +167,13 @@ type processor struct {
 	pattrs    []semconv.KV
 
 	// kvgraph stage
-	kv    *kvgraph.Processor
-	task  *engine.Task // the task, while kv may call onIncident
-	kvErr error        // an error of onIncident, returned after the kv call
+	kv        *kvgraph.Processor
+	kvBuf     kvHeap     // KV events waiting for the watermark
+	kvNew     []*kvEvent // buffered since the last checkpoint
+	kvSeq     uint64
+	kvBacklog bool
+	task      *engine.Task // the task, while kv may call onIncident
+	kvErr     error        // an error of onIncident, returned after the kv call
 
 	// resolve stage
 	requests    map[string]*request
@@ -450,6 +456,9 @@ func (p *processor) nextAction(tr *trace) int64 {
 // then flushes traces idle in processing time.
 func (p *processor) OnWatermark(t *engine.Task, wm int64) error {
 	p.task = t
+	if err := p.kvError(p.releaseKV(t, wm, 4*timerSlice)); err != nil {
+		return err
+	}
 	if err := p.kvError(p.kv.OnWatermark(t, wm)); err != nil {
 		return err
 	}
@@ -499,7 +508,7 @@ func (p *processor) flushIdle(t *engine.Task, wm int64) error {
 const timerSlice = 512
 
 // Backlog implements engine.Backlogger.
-func (p *processor) Backlog() bool { return p.backlog || p.kv.Backlog() }
+func (p *processor) Backlog() bool { return p.backlog || p.kvBacklog || p.kv.Backlog() }
 
 func (p *processor) fireTimers(t *engine.Task, wm int64) error {
 	p.backlog = false
@@ -584,6 +593,9 @@ func (p *processor) PrepareCheckpoint(t *engine.Task) error {
 	if err := p.checkpointRequests(t); err != nil {
 		return err
 	}
+	if err := p.checkpointKV(t); err != nil {
+		return err
+	}
 	if err := p.kv.PrepareCheckpoint(t); err != nil {
 		return err
 	}
@@ -623,6 +635,9 @@ func (p *processor) Restore(t *engine.Task) error {
 	p.touched, p.touchHead = p.touched[:0], 0
 	p.changed = p.changed[:0]
 	if err := p.restoreRequests(t); err != nil {
+		return err
+	}
+	if err := p.restoreKV(t); err != nil {
 		return err
 	}
 	if err := p.kv.Restore(t); err != nil {

@@ -2,6 +2,9 @@ package fuse
 
 import (
 	"bytes"
+	"container/heap"
+	"encoding/binary"
+	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -54,22 +57,154 @@ func (p *processor) routeKV(t *engine.Task, it *otlp.Item, rec *kgo.Record) erro
 	p.s.counters.KVLogs.Add(1)
 	host, _ := semconv.Lookup(it.Resource, semconv.ResourceAttrs, "host.name")
 	q := otlp.HashPartition([]byte(host), p.cfg.Partitions)
-	if q == p.partition {
-		return p.kv.Add(t, it.Resource, it.Payload, it.Time, kvgraph.Origin{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset})
-	}
 	w := chunkWriter{}
 	w.appendItem(it, otlp.SignalLogs, rec.Topic, rec.Partition, rec.Offset)
+	if q == p.partition {
+		return p.bufferKV(t, w.buf)
+	}
 	t.Emit(&kgo.Record{Topic: p.cfg.KVTopic, Partition: q, Key: []byte(host), Value: w.buf})
 	return nil
 }
 
-// processKV hands KV logs routed here to the kvgraph processor.
+// processKV buffers KV logs routed here for the kvgraph processor.
 func (p *processor) processKV(t *engine.Task, rec *kgo.Record) error {
 	return readMembers(rec.Value, func(m *member) error {
+		w := chunkWriter{}
+		w.appendMember(m)
+		return p.bufferKV(t, w.buf)
+	})
+}
+
+// The kvgraph processor follows each block's life op by op, so it must see
+// a GPU's events in the order they happened, and they do not arrive so:
+// servers export in batches, the Collector batches again, a host's events
+// come from several input partitions. The task holds KV events in event
+// time order (in state, so a restart loses none) and hands them over once
+// the watermark has passed them; one that arrives behind the watermark goes
+// at once (counted in KVLateEvents).
+type kvEvent struct {
+	time   int64
+	seq    uint64
+	member []byte // one member: the log record, its resource and origin
+	stored bool   // has a key in the keyspace
+}
+
+const prefixKV = byte('v')
+
+func (p *processor) bufferKV(t *engine.Task, rec []byte) error {
+	var ts int64
+	if err := readMembers(rec, func(m *member) error { ts = m.time; return nil }); err != nil {
+		return err
+	}
+	if ts <= t.Watermark() {
+		p.s.counters.KVLateEvents.Add(1)
+		return p.handKV(t, rec)
+	}
+	ev := &kvEvent{time: ts, seq: p.kvSeq, member: rec}
+	p.kvSeq++
+	heap.Push(&p.kvBuf, ev)
+	p.kvNew = append(p.kvNew, ev)
+	p.s.counters.KVBuffered.Add(1)
+	return nil
+}
+
+func (p *processor) handKV(t *engine.Task, rec []byte) error {
+	return readMembers(rec, func(m *member) error {
 		_, payload, origin := memberParts(m.body)
 		topic, part, off := parseOrigin(origin)
 		return p.kv.Add(t, m.resource, payload, m.time, kvgraph.Origin{Topic: topic, Partition: part, Offset: off})
 	})
+}
+
+// releaseKV hands the buffered events up to wm to the kvgraph processor, in
+// event-time order, at most budget of them.
+func (p *processor) releaseKV(t *engine.Task, wm int64, budget int) error {
+	p.kvBacklog = false
+	for n := 0; len(p.kvBuf) > 0 && p.kvBuf[0].time <= wm; n++ {
+		if n == budget {
+			p.kvBacklog = true
+			return nil
+		}
+		ev := heap.Pop(&p.kvBuf).(*kvEvent)
+		p.s.counters.KVBuffered.Add(-1)
+		if ev.stored {
+			if err := t.State.Delete(kvKey(p.key[:0], ev)); err != nil {
+				return err
+			}
+		}
+		m := ev.member
+		ev.member = nil // released: checkpointKV skips it
+		if err := p.handKV(t, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func kvKey(dst []byte, ev *kvEvent) []byte {
+	dst = append(dst, prefixKV)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(ev.time)^(1<<63))
+	return binary.BigEndian.AppendUint64(dst, ev.seq)
+}
+
+// checkpointKV writes the events buffered since the last checkpoint.
+func (p *processor) checkpointKV(t *engine.Task) error {
+	for _, ev := range p.kvNew {
+		if len(ev.member) == 0 {
+			continue // released already
+		}
+		if err := t.State.Set(kvKey(p.key[:0], ev), ev.member); err != nil {
+			return fmt.Errorf("fuse: write KV event: %w", err)
+		}
+		ev.stored = true
+	}
+	clear(p.kvNew)
+	p.kvNew = p.kvNew[:0]
+	return nil
+}
+
+// restoreKV reloads the buffered events.
+func (p *processor) restoreKV(t *engine.Task) error {
+	p.s.counters.KVBuffered.Add(-int64(len(p.kvBuf)))
+	p.kvBuf, p.kvNew, p.kvSeq = p.kvBuf[:0], p.kvNew[:0], 0
+	it, err := t.State.Iter([]byte{prefixKV}, []byte{prefixKV + 1})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		k := it.Key()
+		if len(k) != 17 {
+			continue
+		}
+		ev := &kvEvent{time: int64(binary.BigEndian.Uint64(k[1:]) ^ (1 << 63)), seq: binary.BigEndian.Uint64(k[9:]),
+			member: append([]byte(nil), it.Value()...), stored: true}
+		p.kvBuf = append(p.kvBuf, ev)
+		p.kvSeq = max(p.kvSeq, ev.seq+1)
+	}
+	heap.Init(&p.kvBuf)
+	p.s.counters.KVBuffered.Add(int64(len(p.kvBuf)))
+	return it.Error()
+}
+
+// kvHeap orders buffered events by time, then arrival.
+type kvHeap []*kvEvent
+
+func (h kvHeap) Len() int { return len(h) }
+func (h kvHeap) Less(i, j int) bool {
+	if h[i].time != h[j].time {
+		return h[i].time < h[j].time
+	}
+	return h[i].seq < h[j].seq
+}
+func (h kvHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *kvHeap) Push(x any)   { *h = append(*h, x.(*kvEvent)) }
+func (h *kvHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return x
 }
 
 // onIncident tags the traces of an incident's polluted requests, each at

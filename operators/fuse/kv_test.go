@@ -15,6 +15,15 @@ import (
 // dirty-residue incident they show tags the victim request's FusedTrace
 // (fused on another task) with its id and FLAG_POLLUTED.
 func TestKVPollutionTagsTheVictimsTrace(t *testing.T) {
+	for _, reversed := range []bool{false, true} {
+		kvPollution(t, reversed)
+	}
+}
+
+// kvPollution runs the scenario with the KV events in order, or arriving
+// in reverse order from two input partitions (the stage sorts them by
+// event time before the detector sees them).
+func kvPollution(t *testing.T, reversed bool) {
 	c := newCluster(t, 3, nil)
 	pool := kvlog.Pool{Layers: 2, Blocks: 8, BlockBytes: 1024}
 	where := kvlog.Where{Host: "node-a", GPUUUID: "GPU-0", GPUIndex: 0, Instance: "vllm-0"}
@@ -35,7 +44,13 @@ func TestKVPollutionTagsTheVictimsTrace(t *testing.T) {
 	for i := range ops {
 		ops[i].Layers = pool.Layers
 	}
-	c.feed(0, inLogs, nil, kvlog.Marshal(where, ops...))
+	if reversed {
+		for i := len(ops) - 1; i >= 0; i-- {
+			c.feed(2*(i%2), inLogs, nil, kvlog.Marshal(where, ops[i]))
+		}
+	} else {
+		c.feed(0, inLogs, nil, kvlog.Marshal(where, ops...))
+	}
 	c.feed(1, inSpans, nil, spansMsg(requestSpan(victim, "r2", base, base.Add(10*time.Millisecond))))
 	for k := 1; k <= 8; k++ {
 		at := base.Add(time.Duration(k) * 2 * time.Second)
@@ -63,6 +78,11 @@ func TestKVPollutionTagsTheVictimsTrace(t *testing.T) {
 	}
 	if len(incidents) == 0 {
 		t.Fatal("no incident emitted")
+	}
+	for _, inc := range incidents {
+		if inc.Id != incidents[0].Id {
+			t.Fatalf("reversed=%v: incidents %s and %s; want one", reversed, incidents[0].Id, inc.Id)
+		}
 	}
 	inc := incidents[len(incidents)-1]
 	if inc.Pattern != braidpb.PollutionKind_POLLUTION_KIND_DIRTY_RESIDUE || inc.Root.GetRequestId() != "r1" {

@@ -18,6 +18,7 @@ import (
 	"github.com/braidlabs/braid/connectors/kafka"
 	"github.com/braidlabs/braid/engine"
 	"github.com/braidlabs/braid/operators/fuse"
+	"github.com/braidlabs/braid/operators/kvgraph"
 	"github.com/braidlabs/braid/state"
 )
 
@@ -148,6 +149,9 @@ func (j *Job) logCounters(msg string, err error) {
 
 // Counters are the fuse stage's live counters.
 func (j *Job) Counters() *fuse.Counters { return j.stage.Counters() }
+
+// KVCounters are the live counters of the kvgraph stage.
+func (j *Job) KVCounters() *kvgraph.Counters { return j.stage.KVCounters() }
 
 // Engine is the job's engine, for its stats.
 func (j *Job) Engine() *engine.Engine { return j.engine }
