@@ -330,6 +330,7 @@ func encodeBlock(b []byte, bl *block) []byte {
 	b = putStr(b, bl.hashWriter)
 	b = putStr(b, bl.base)
 	b = binary.AppendVarint(b, bl.baseAt)
+	b = append(b, boolByte(bl.baseTaint))
 	b = binary.AppendVarint(b, bl.last)
 	b = putStr(b, bl.lastFreed)
 	b = putStr(b, bl.doubleFree)
@@ -343,7 +344,7 @@ func encodeBlock(b []byte, bl *block) []byte {
 			b = binary.AppendVarint(b, s.hi)
 			b = putStr(b, s.writer)
 			b = binary.AppendVarint(b, s.at)
-			b = append(b, s.kind)
+			b = append(b, s.kind, boolByte(s.taint))
 			b = putStr(b, s.origin.Topic)
 			b = binary.AppendVarint(b, int64(s.origin.Partition))
 			b = binary.AppendVarint(b, s.origin.Offset)
@@ -381,6 +382,9 @@ func decodeBlock(v []byte, bl *block) error {
 	bl.hashWriter = d.str()
 	bl.base = d.str()
 	bl.baseAt = d.varint()
+	if x := d.raw(1); x != nil {
+		bl.baseTaint = x[0] == 1
+	}
 	bl.last = d.varint()
 	bl.lastFreed = d.str()
 	bl.doubleFree = d.str()
@@ -391,8 +395,8 @@ func decodeBlock(v []byte, bl *block) error {
 		ns := d.uvarint()
 		for j := uint64(0); j < ns && !d.err; j++ {
 			s := span{lo: d.varint(), hi: d.varint(), writer: d.str(), at: d.varint()}
-			if x := d.raw(1); x != nil {
-				s.kind = x[0]
+			if x := d.raw(2); x != nil {
+				s.kind, s.taint = x[0], x[1] == 1
 			}
 			s.origin.Topic = d.str()
 			s.origin.Partition = int32(d.varint())
@@ -410,7 +414,13 @@ func encodeReq(b []byte, r *request) []byte {
 	b = binary.AppendVarint(b, r.polluted)
 	b = append(b, r.via)
 	b = putStr(b, r.incident)
-	return binary.AppendVarint(b, r.last)
+	b = binary.AppendVarint(b, r.last)
+	b = binary.AppendVarint(b, int64(r.pollIdx))
+	b = binary.AppendUvarint(b, uint64(len(r.table)))
+	for _, x := range r.table {
+		b = binary.AppendVarint(b, x)
+	}
+	return b
 }
 
 func decodeReq(v []byte, r *request) error {
@@ -425,6 +435,11 @@ func decodeReq(v []byte, r *request) error {
 	}
 	r.incident = d.str()
 	r.last = d.varint()
+	r.pollIdx = int(d.varint())
+	n := d.uvarint()
+	for i := uint64(0); i < n && !d.err; i++ {
+		r.table = append(r.table, d.varint())
+	}
 	return d.done()
 }
 

@@ -167,6 +167,7 @@ func (p *Processor) Handle(t *engine.Task, ev *Event) {
 		}
 	case OpFree:
 		if r != nil {
+			r.release(b.id)
 			if !b.removeOwner(r.id) && b.lastFreed == r.id && b.doubleFree == "" {
 				b.doubleFree, b.doubleFreeAt = r.id, ev.Time
 			}
@@ -181,6 +182,7 @@ func (p *Processor) Handle(t *engine.Task, ev *Event) {
 		// (a free that may follow is not a second free).
 		if r != nil {
 			b.removeOwner(r.id)
+			r.release(b.id)
 		}
 	case OpSwapIn:
 		if r != nil {
@@ -195,7 +197,7 @@ func (p *Processor) Handle(t *engine.Task, ev *Event) {
 				b.layer(ev.Layer, true).overwrite(span{lo: -1, hi: -1, writer: r.id, at: ev.Time, origin: ev.Origin})
 			} else {
 				b.layers = b.layers[:0]
-				b.base, b.baseAt = r.id, ev.Time
+				b.base, b.baseAt, b.baseTaint = r.id, ev.Time, r.taints(b.id)
 			}
 		}
 	}
@@ -263,6 +265,7 @@ func (p *Processor) alloc(t *engine.Task, g *gpu, b *block, r *request, ev *Even
 		b.doubleFree = "" // the doubled free-list entry is used up
 	}
 	b.owners = append(b.owners, owner{req: r.id, at: ev.Time, shared: shared})
+	r.hold(b.id)
 }
 
 // layerRange is the byte range of layer l on g: the event's own, else
@@ -391,7 +394,7 @@ func (p *Processor) writeBlock(t *engine.Task, g *gpu, b *block, r *request, ev 
 	if !own || (len(b.owners) > 1 && !sameHash) {
 		p.foreign(t, g, b, r, ev, l, lo, hi, spanForeign, braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE)
 	} else {
-		b.layer(l, true).overwrite(span{lo: lo, hi: hi, writer: r.id, at: ev.Time, kind: spanOwn, origin: ev.Origin})
+		b.layer(l, true).overwrite(span{lo: lo, hi: hi, writer: r.id, at: ev.Time, kind: spanOwn, taint: r.taints(b.id), origin: ev.Origin})
 	}
 	if ev.HasHash {
 		b.hash, b.hasHash, b.hashWriter = ev.Hash, true, r.id
@@ -477,11 +480,12 @@ func (p *Processor) read(t *engine.Task, g *gpu, b *block, r *request, ev *Event
 			if s.writer == r.id || !overlaps(s, lo, hi) {
 				continue
 			}
-			p.classify(g, b, o, s.writer, s.at, s.kind, ls.layer, s.origin)
+			p.classify(g, b, o, s.writer, s.at, s.kind, s.taint, ls.layer, s.origin)
 		}
 	}
-	if b.base != "" && b.base != r.id && !p.covered(b, r.id, ev.Layer, lo, hi) {
-		p.classify(g, b, o, b.base, b.baseAt, spanOwn, ev.Layer, Origin{})
+	// Swapped-in content shows where no later write covers it.
+	if b.base != "" && b.base != r.id && !p.covered(b, ev.Layer, lo, hi) {
+		p.classify(g, b, o, b.base, b.baseAt, spanOwn, b.baseTaint, ev.Layer, Origin{})
 	}
 	if len(p.hits) == 0 {
 		return
@@ -523,9 +527,7 @@ func (p *Processor) read(t *engine.Task, g *gpu, b *block, r *request, ev *Event
 	}
 }
 
-func (p *Processor) classify(g *gpu, b *block, o *owner, writer string, at int64, kind uint8, layer int64, origin Origin) {
-	w := g.reqs[writer]
-	tainted := w != nil && w.polluted != 0 && at >= w.polluted
+func (p *Processor) classify(g *gpu, b *block, o *owner, writer string, at int64, kind uint8, tainted bool, layer int64, origin Origin) {
 	if o != nil && o.shared && at <= o.at && kind == spanOwn {
 		if tainted {
 			p.hits = append(p.hits, readHit{writer, braidpb.PollutionKind_POLLUTION_KIND_PROPAGATED, at, layer, origin})
@@ -542,9 +544,9 @@ func (p *Processor) classify(g *gpu, b *block, o *owner, writer string, at int64
 	p.hits = append(p.hits, readHit{writer, pk, at, layer, origin})
 }
 
-// covered reports whether r's own spans cover [lo, hi) of layer l (the
-// whole of what r wrote in l when lo < 0).
-func (p *Processor) covered(b *block, req string, l, lo, hi int64) bool {
+// covered reports whether spans cover [lo, hi) of layer l (anything
+// written in l when lo < 0).
+func (p *Processor) covered(b *block, l, lo, hi int64) bool {
 	for i := range b.layers {
 		ls := &b.layers[i]
 		if l >= 0 && ls.layer != l {
@@ -552,9 +554,6 @@ func (p *Processor) covered(b *block, req string, l, lo, hi int64) bool {
 		}
 		var n int64
 		for _, s := range ls.spans {
-			if s.writer != req {
-				continue
-			}
 			if s.lo < 0 || lo < 0 {
 				return true
 			}
@@ -771,11 +770,17 @@ func (p *Processor) markPolluted(g *gpu, inc *incident, pe pollution) {
 	if pe.kind == braidpb.PollutionKind_POLLUTION_KIND_PROPAGATED {
 		via = braidpb.PollutionVia_POLLUTION_VIA_PROPAGATED
 	}
-	if v.polluted == 0 {
-		v.polluted, v.via, v.incident = pe.ev.Time, uint8(via), inc.pb.Id
-		p.markReq(g, v)
-		p.c.Polluted.Add(1)
+	idx := 0
+	if pe.block >= 0 {
+		idx = v.index(pe.block)
 	}
+	if v.polluted == 0 {
+		v.polluted, v.pollIdx, v.via, v.incident = pe.ev.Time, idx, uint8(via), inc.pb.Id
+		p.c.Polluted.Add(1)
+	} else {
+		v.pollIdx = min(v.pollIdx, idx)
+	}
+	p.markReq(g, v)
 	if _, ok := inc.victims[v.id]; ok {
 		return
 	}

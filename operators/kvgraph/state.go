@@ -86,6 +86,9 @@ type span struct {
 	writer string
 	at     int64
 	kind   uint8
+	// taint: the writer was polluted when it wrote this, at or after the
+	// block-table position it was polluted from.
+	taint  bool
 	origin Origin
 }
 
@@ -105,10 +108,11 @@ type block struct {
 	hashWriter string
 	// base is the request whose content was swapped in (all layers, under
 	// the spans), "" for none (fresh or zeroed).
-	base   string
-	baseAt int64
-	layers []layerSpans
-	last   int64 // event time of the last op
+	base      string
+	baseAt    int64
+	baseTaint bool
+	layers    []layerSpans
+	last      int64 // event time of the last op
 	// lastFreed is the request that freed the block last; doubleFree the
 	// request that freed it again without owning it (with its time).
 	lastFreed    string
@@ -208,15 +212,53 @@ func (ls *layerSpans) clear(lo, hi int64) {
 type request struct {
 	id    string
 	trace [16]byte
-	// polluted is the event time it was first polluted (0: never).
+	// polluted is the event time it was first polluted (0: never);
+	// pollIdx the first position of its block table whose KV is polluted
+	// (attention is causal: blocks it writes from there on carry it).
 	polluted int64
+	pollIdx  int
 	via      uint8 // 1 direct, 2 propagated
 	incident string
-	last     int64
-	timerAt  int64
-	changed  bool
+	// table is the blocks it holds, in the order it got them.
+	table   []int64
+	last    int64
+	timerAt int64
+	changed bool
 }
 
 func reqNode(g *gpu, req string) string { return "req:" + g.id + "/" + req }
 func blkNode(g *gpu, b int64) string    { return "blk:" + g.id + "/" + strconv.FormatInt(b, 10) }
 func layerNode(g *gpu, l int64) string  { return "layer:" + g.id + "/" + strconv.FormatInt(l, 10) }
+
+// index is b's position in r's block table (0 when absent).
+func (r *request) index(b int64) int {
+	for i, x := range r.table {
+		if x == b {
+			return i
+		}
+	}
+	return 0
+}
+
+func (r *request) hold(b int64) {
+	for _, x := range r.table {
+		if x == b {
+			return
+		}
+	}
+	r.table = append(r.table, b)
+}
+
+func (r *request) release(b int64) {
+	for i, x := range r.table {
+		if x == b {
+			r.table = append(r.table[:i], r.table[i+1:]...)
+			return
+		}
+	}
+}
+
+// taints reports whether r's write into block b now carries its pollution.
+func (r *request) taints(b int64) bool {
+	return r != nil && r.polluted != 0 && r.index(b) >= r.pollIdx
+}
