@@ -288,3 +288,53 @@ func TestBlocksExpire(t *testing.T) {
 		t.Fatalf("edges %v", es)
 	}
 }
+
+func TestWriteIntoAnotherSlotOfTheLayer(t *testing.T) {
+	h := newHarness(t, nil)
+	// r1 owns blocks 2 and 4; its write for block 2 lands in block 4's
+	// slot (a wrong stride inside the layer): r1's block 4 and r2, which
+	// shares nothing, are untouched; r1 itself holds bytes that are not
+	// block 4's.
+	bad := pool.Write(at(3), "r1", 2, 1, 0, 1024)
+	bad.Addr = pool.Addr(1, 4)
+	h.feed(gpu0, seq(alloc(0, "r0", 9), fill(1, "r0", 9, 0), alloc(2, "r1", 2), alloc(2, "r1", 4), alloc(2, "r2", 5), fill(2, "r2", 5, 0), bad)...)
+	inc := h.only()
+	if got := polluted(inc); !slices.Equal(got, []string{"r1"}) || inc.Pattern != braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE {
+		t.Fatalf("polluted %v pattern %v", got, inc.Pattern)
+	}
+}
+
+func TestTaintFollowsTheBlockTable(t *testing.T) {
+	h := newHarness(t, nil)
+	h.feed(gpu0, seq(
+		alloc(0, "w", 3), fill(1, "w", 3, 0), free(2, "w", 3),
+		// r holds block 1 (index 0), then block 3 (index 1) with w's residue.
+		alloc(3, "r", 1), alloc(3, "r", 3), readAll(4, "r", 3),
+		// r fills block 1 after it was polluted at index 1: not tainted;
+		// then block 5 (index 2): tainted.
+		fill(5, "r", 1, 0xa1), alloc(6, "r", 5), fill(7, "r", 5, 0xa5),
+		allocHit(8, "s1", 1, 0xa1), readAll(9, "s1", 1),
+		allocHit(8, "s2", 5, 0xa5), readAll(9, "s2", 5),
+	)...)
+	if got := polluted(h.only()); !slices.Equal(got, []string{"r", "s2"}) {
+		t.Fatalf("polluted %v", got)
+	}
+}
+
+func TestSwappedInContentUnderLaterWrites(t *testing.T) {
+	h := newHarness(t, nil)
+	h.feed(gpu0, seq(
+		alloc(0, "a", 1), fill(1, "a", 1, 0), free(2, "a", 1), // residue of a
+		alloc(3, "p", 1), kvlog.Op{Time: at(4), Op: "swap_in", Request: "p", Block: 1}, readAll(5, "p", 1), free(6, "p", 1),
+		alloc(7, "q", 1), fill(8, "q", 1, 0xbb), readAll(9, "q", 1), free(10, "q", 1),
+		allocHit(11, "s", 1, 0xbb), readAll(12, "s", 1),
+	)...)
+	if es := h.edges(); len(es) != 0 {
+		t.Fatalf("edges %v", es)
+	}
+	// Swapped-in content read by another request is residue.
+	h.feed(gpu0, seq(alloc(20, "p", 2), kvlog.Op{Time: at(21), Op: "swap_in", Request: "p", Block: 2}, free(22, "p", 2), alloc(23, "x", 2), readAll(24, "x", 2))...)
+	if got := polluted(h.only()); !slices.Equal(got, []string{"x"}) {
+		t.Fatalf("polluted %v", got)
+	}
+}

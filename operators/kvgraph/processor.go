@@ -309,13 +309,16 @@ func (p *Processor) write(t *engine.Task, g *gpu, b *block, r *request, ev *Even
 		}
 		return
 	}
-	target := b
 	if ev.HasRange && ok && ev.Layer >= 0 {
 		if bb, exact := g.blockBytes(p.cfg.BlockBytes); exact {
 			slot := (ev.Addr - lb) / bb
 			if slot != b.id && (ev.Addr+ev.Bytes-1-lb)/bb == slot {
-				// Inside the layer but in another block's slot.
-				target = p.blockAt(g, slot, ev.Time)
+				// Inside the layer but in another block's slot: whoever
+				// holds that slot, the writer included, got bytes that
+				// are not theirs.
+				target := p.blockAt(g, slot, ev.Time)
+				p.foreign(t, g, target, r, ev, ev.Layer, ev.Addr, ev.Addr+ev.Bytes, spanMisplaced, braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE)
+				return
 			}
 		} else if b.owner(r.id) != nil {
 			g.learnSlot(b.id, ev.Addr-lb, ev.Bytes)
@@ -325,7 +328,7 @@ func (p *Processor) write(t *engine.Task, g *gpu, b *block, r *request, ev *Even
 	if ev.HasRange {
 		lo, hi = ev.Addr, ev.Addr+ev.Bytes
 	}
-	p.writeBlock(t, g, target, r, ev, ev.Layer, lo, hi)
+	p.writeBlock(t, g, b, r, ev, ev.Layer, lo, hi)
 }
 
 // blockAt returns block id of g, creating it.
@@ -412,7 +415,7 @@ func (p *Processor) foreign(t *engine.Task, g *gpu, b *block, r *request, ev *Ev
 		// Every other live owner now holds content it did not write; so
 		// does the writer itself when an out-of-bounds write lands in
 		// another layer of a block it owns.
-		if o.req != r.id || kind == spanOOB {
+		if o.req != r.id || kind == spanOOB || kind == spanMisplaced {
 			victims = append(victims, o.req)
 		}
 	}
@@ -538,7 +541,7 @@ func (p *Processor) classify(g *gpu, b *block, o *owner, writer string, at int64
 	switch {
 	case kind == spanOOB:
 		pk = braidpb.PollutionKind_POLLUTION_KIND_LAYER_OOB
-	case kind == spanForeign || b.owner(writer) != nil:
+	case kind == spanForeign || kind == spanMisplaced || b.owner(writer) != nil:
 		pk = braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE
 	}
 	p.hits = append(p.hits, readHit{writer, pk, at, layer, origin})

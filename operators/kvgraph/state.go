@@ -75,9 +75,10 @@ type owner struct {
 
 // Span kinds: who put content there.
 const (
-	spanOwn     uint8 = iota // written by a live owner of the block
-	spanForeign              // written by a request that did not own the block
-	spanOOB                  // landed here from outside its layer range
+	spanOwn       uint8 = iota // written by a live owner of the block
+	spanForeign                // written by a request that did not own the block
+	spanOOB                    // landed here from outside its layer range
+	spanMisplaced              // landed here from another block slot of the layer
 )
 
 // span is a byte range of one layer of a block and who wrote it last.
