@@ -1,6 +1,7 @@
 package semconv
 
 import (
+	"encoding/binary"
 	"encoding/hex"
 	"math"
 	"slices"
@@ -52,6 +53,26 @@ type Value struct {
 // parseAnyValue decodes a serialized AnyValue. The last field set wins, as
 // with a oneof.
 func parseAnyValue(b []byte) Value {
+	// The common layout: one field, short.
+	if len(b) >= 2 {
+		switch b[0] {
+		case 0x0a: // string_value
+			if n := int(b[1]); n < 0x80 && 2+n == len(b) {
+				return Value{Type: ValueString, raw: b[2:len(b):len(b)]}
+			}
+		case 0x10, 0x18: // bool_value, int_value
+			if x, m := protowire.ConsumeVarint(b[1:]); m == len(b)-1 {
+				if b[0] == 0x10 {
+					return Value{Type: ValueBool, num: x}
+				}
+				return Value{Type: ValueInt, num: x}
+			}
+		case 0x21: // double_value
+			if len(b) == 9 {
+				return Value{Type: ValueDouble, num: binary.LittleEndian.Uint64(b[1:])}
+			}
+		}
+	}
 	var v Value
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
@@ -299,7 +320,7 @@ func parseKeyValueRaw(b []byte) (key, val []byte) {
 	if len(b) >= 2 && b[0] == 0x0a && b[1] < 0x80 {
 		n := int(b[1])
 		if 2+n+2 <= len(b) && b[2+n] == 0x12 && b[3+n] < 0x80 && 4+n+int(b[3+n]) == len(b) {
-			return b[2 : 2+n], b[4+n:]
+			return b[2 : 2+n : 2+n], b[4+n:]
 		}
 	}
 	for len(b) > 0 {
@@ -439,6 +460,25 @@ func Lookup(msg []byte, field protowire.Number, key string) (string, bool) {
 
 // scalar fields of a message read in one pass.
 func consumeField(b []byte) (num protowire.Number, typ protowire.Type, raw []byte, x uint64, rest []byte, ok bool) {
+	// Fast path: a one-byte tag and a short length, a fixed64 or a
+	// one-byte varint.
+	if len(b) >= 2 && b[0] < 0x80 && b[0]>>3 != 0 {
+		num, typ = protowire.Number(b[0]>>3), protowire.Type(b[0]&7)
+		switch typ {
+		case protowire.BytesType:
+			if n := int(b[1]); n < 0x80 && 2+n <= len(b) {
+				return num, typ, b[2 : 2+n : 2+n], 0, b[2+n:], true
+			}
+		case protowire.Fixed64Type:
+			if len(b) >= 9 {
+				return num, typ, nil, binary.LittleEndian.Uint64(b[1:]), b[9:], true
+			}
+		case protowire.VarintType:
+			if b[1] < 0x80 {
+				return num, typ, nil, uint64(b[1]), b[2:], true
+			}
+		}
+	}
 	num, typ, n := protowire.ConsumeTag(b)
 	if n < 0 {
 		return 0, 0, nil, 0, nil, false
