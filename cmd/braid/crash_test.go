@@ -225,7 +225,7 @@ func (e *crashEnv) verifyExactlyOnce(t *testing.T, truth simulator.Truth, d time
 			return false
 		}
 		for id, tt := range truth.Traces {
-			if counts[id] != [3]int{tt.Spans, tt.Logs, tt.ExemplarPoints} {
+			if counts[id] != [3]int{tt.Spans, tt.Logs + tt.RequestIDLogs, tt.ExemplarPoints} {
 				return false // a later revision is still to come
 			}
 		}
@@ -263,8 +263,8 @@ func (e *crashEnv) verifyExactlyOnce(t *testing.T, truth simulator.Truth, d time
 				t.Errorf("trace %s emitted %d times, revisions %v; want once at revision 0", id, seen[id], revs[id])
 			}
 		}
-		if got := counts[id]; got != [3]int{tt.Spans, tt.Logs, tt.ExemplarPoints} {
-			t.Errorf("trace %s holds %v spans/logs/points, want %d/%d/%d", id, got, tt.Spans, tt.Logs, tt.ExemplarPoints)
+		if got := counts[id]; got != [3]int{tt.Spans, tt.Logs + tt.RequestIDLogs, tt.ExemplarPoints} {
+			t.Errorf("trace %s holds %v spans/logs/points, want %d/%d/%d (logs with its request id included)", id, got, tt.Spans, tt.Logs+tt.RequestIDLogs, tt.ExemplarPoints)
 		}
 	}
 	for id, n := range seen {

@@ -241,8 +241,8 @@ func checkTraces(t *testing.T, truth simulator.Truth, got map[string]*braidpb.Fu
 			t.Errorf("trace %s missing", id)
 			continue
 		}
-		if len(ft.Spans) != tt.Spans || len(ft.Logs) != tt.Logs || len(ft.Points) != tt.ExemplarPoints {
-			t.Errorf("trace %s: spans %d logs %d points %d, want %d %d %d", id, len(ft.Spans), len(ft.Logs), len(ft.Points), tt.Spans, tt.Logs, tt.ExemplarPoints)
+		if len(ft.Spans) != tt.Spans || len(ft.Logs) != tt.Logs+tt.RequestIDLogs || len(ft.Points) != tt.ExemplarPoints {
+			t.Errorf("trace %s: spans %d logs %d points %d, want %d %d %d", id, len(ft.Spans), len(ft.Logs), len(ft.Points), tt.Spans, tt.Logs+tt.RequestIDLogs, tt.ExemplarPoints)
 		}
 	}
 	for id := range got {
@@ -438,7 +438,7 @@ func TestReplayMatchesLiveJob(t *testing.T) {
 		got := decodeLatest(t, liveRecs)
 		complete := len(got) == len(truth.Traces)
 		for id, tt := range truth.Traces {
-			if ft := got[id]; ft == nil || len(ft.Spans) != tt.Spans || len(ft.Logs) != tt.Logs || len(ft.Points) != tt.ExemplarPoints {
+			if ft := got[id]; ft == nil || len(ft.Spans) != tt.Spans || len(ft.Logs) != tt.Logs+tt.RequestIDLogs || len(ft.Points) != tt.ExemplarPoints {
 				complete = false
 			}
 		}

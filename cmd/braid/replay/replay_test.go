@@ -19,6 +19,7 @@ import (
 	"github.com/braidlabs/braid/connectors/simulator"
 	"github.com/braidlabs/braid/operators/braidpb"
 	"github.com/braidlabs/braid/operators/fuse"
+	"github.com/braidlabs/braid/operators/semconv"
 	"github.com/braidlabs/braid/state"
 )
 
@@ -192,9 +193,11 @@ func runOffline(t *testing.T, in *offlineInput, f fetcher, checkpointRecords int
 			{Topic: in.topics[1], Signal: otlp.SignalLogs, Encoding: otlp.EncodingProto},
 			{Topic: in.topics[2], Signal: otlp.SignalMetrics, Encoding: otlp.EncodingProto},
 		},
-		Partitions: in.partitions,
-		IdleGap:    time.Second,
-		FlushAfter: -1,
+		Partitions:     in.partitions,
+		IdleGap:        time.Second,
+		FlushAfter:     -1,
+		RequestIDs:     semconv.DefaultRequestIDs(),
+		ResourcesTopic: "replay.resources",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -274,8 +277,8 @@ func checkComplete(t *testing.T, truth simulator.Truth, recs []*kgo.Record) {
 			t.Errorf("trace %s missing", id)
 			continue
 		}
-		if len(ft.Spans) != tt.Spans || len(ft.Logs) != tt.Logs || len(ft.Points) != tt.ExemplarPoints {
-			t.Errorf("trace %s: spans %d logs %d points %d, want %d %d %d", id, len(ft.Spans), len(ft.Logs), len(ft.Points), tt.Spans, tt.Logs, tt.ExemplarPoints)
+		if len(ft.Spans) != tt.Spans || len(ft.Logs) != tt.Logs+tt.RequestIDLogs || len(ft.Points) != tt.ExemplarPoints {
+			t.Errorf("trace %s: spans %d logs %d points %d, want %d %d %d", id, len(ft.Spans), len(ft.Logs), len(ft.Points), tt.Spans, tt.Logs+tt.RequestIDLogs, tt.ExemplarPoints)
 		}
 	}
 	if len(got) != len(truth.Traces) {
