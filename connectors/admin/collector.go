@@ -109,6 +109,14 @@ var (
 		"Samples applied to this instance's copy of the resources table.")
 	descResourceSeries = desc("braid_resource_table_series",
 		"Series in this instance's copy of the resources table.")
+	descKVEvents = desc("braid_kv_events_total",
+		"KV-block events, compute-sanitizer and Xid lines routed to the kvgraph stage.")
+	descPollutionEdges = desc("braid_pollution_edges_total",
+		"KV-cache pollution-graph edges emitted to the pollution topic.")
+	descIncidents = desc("braid_pollution_incidents_total",
+		"KV-cache pollution incidents opened (root causes found).")
+	descPolluted = desc("braid_polluted_requests_total",
+		"Requests found polluted by a KV-cache incident, directly or through the prefix cache.")
 	descTimers = desc("braid_timers_pending",
 		"Event-time timers pending. Every open trace has exactly one, so this is the same counter as braid_open_traces.")
 )
@@ -121,6 +129,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		descMessages, descMembers, descLocal, descRepartitioned, descFused, descRevisions, descLate, descDLQ,
 		descUnjoined, descTruncated, descOpenTraces, descTimers,
 		descDeclared, descResolved, descUnresolved, descOpenRequests, descResourcePoints, descResourceSamples, descResourceSeries,
+		descKVEvents, descPollutionEdges, descIncidents, descPolluted,
 	} {
 		ch <- d
 	}
@@ -186,5 +195,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descResourcePoints, k.ResourcePoints)
 		counter(descResourceSamples, k.ResourceSamples)
 		gauge(descResourceSeries, float64(k.ResourceSeries))
+		counter(descKVEvents, k.KVEvents)
+		counter(descPollutionEdges, k.PollutionEdges)
+		counter(descIncidents, k.Incidents)
+		counter(descPolluted, k.PollutedRequests)
 	}
 }

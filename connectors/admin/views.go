@@ -41,6 +41,11 @@ type Counters struct {
 	ResourcePoints  int64 // metric points without an exemplar written to the resources table
 	ResourceSamples int64 // samples applied to this instance's resources table
 	ResourceSeries  int64 // series in this instance's resources table
+	// kvgraph stage.
+	KVEvents         int64 // KV-block events, sanitizer and Xid lines routed to the kvgraph stage
+	PollutionEdges   int64 // pollution-graph edges emitted
+	Incidents        int64 // pollution incidents opened
+	PollutedRequests int64 // requests marked polluted
 }
 
 // PartitionLag is the consumer lag of one input partition.

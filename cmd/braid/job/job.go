@@ -227,7 +227,10 @@ func (o *observability) attach(cfg *Config, eng *engine.Engine, stage *fuse.Stag
 			OpenTraces: c.OpenTraces.Load(),
 			Declared:   c.Declared.Load(), Resolved: c.Resolved.Load(), Unresolved: c.Unresolved.Load(), OpenRequests: c.OpenRequests.Load(),
 			ResourcePoints: c.ResourcePoint.Load(),
+			KVEvents:       c.KVLogs.Load(),
 		}
+		kc := stage.KVCounters()
+		k.PollutionEdges, k.Incidents, k.PollutedRequests = kc.Edges.Load(), kc.Incidents.Load(), kc.Polluted.Load()
 		if tb := stage.Resources(); tb != nil {
 			k.ResourceSamples, k.ResourceSeries = tb.Samples.Load(), int64(tb.Series())
 		}
