@@ -1,7 +1,6 @@
 package fuse
 
 import (
-	"container/heap"
 	"encoding/binary"
 	"fmt"
 	"strconv"
@@ -146,7 +145,7 @@ type processor struct {
 	partition int32
 	dec       *otlp.Decoder
 	traces    map[[16]byte]*trace
-	timers    timerHeap
+	timers    minHeap[timer]
 	backlog   bool    // due timers remain after the last slice
 	lastInput int64   // processing time of the last record, ns
 	touched   []touch // in processing-time order; head at touchedHead
@@ -168,8 +167,8 @@ type processor struct {
 
 	// kvgraph stage
 	kv        *kvgraph.Processor
-	kvBuf     kvHeap     // KV events waiting for the watermark
-	kvNew     []*kvEvent // buffered since the last checkpoint
+	kvBuf     minHeap[*kvEvent] // KV events waiting for the watermark
+	kvNew     []*kvEvent        // buffered since the last checkpoint
 	kvSeq     uint64
 	kvBacklog bool
 	task      *engine.Task // the task, while kv may call onIncident
@@ -177,7 +176,7 @@ type processor struct {
 
 	// resolve stage
 	requests    map[string]*request
-	reqTimers   reqTimerHeap
+	reqTimers   minHeap[reqTimer]
 	changedReqs []*request
 	rgroups     map[string]int
 	rids        []string
@@ -441,7 +440,7 @@ func (p *processor) schedule(tr *trace) {
 		return // the pending timer fires first and reschedules
 	}
 	tr.timerAt = at
-	heap.Push(&p.timers, timer{at: at, tr: tr})
+	p.timers.push(timer{at: at, tr: tr})
 }
 
 // nextAction is the event time at which tr is emitted (dirty) or purged.
@@ -526,7 +525,7 @@ func (p *processor) fireTimers(t *engine.Task, wm int64) error {
 			p.backlog = true
 			return nil
 		}
-		tm := heap.Pop(&p.timers).(timer)
+		tm := p.timers.pop()
 		tr := tm.tr
 		if p.traces[tr.id] != tr || tr.timerAt != tm.at {
 			continue // purged, or superseded by an earlier timer
@@ -717,23 +716,10 @@ type timer struct {
 	tr *trace
 }
 
-// timerHeap orders timers by time, then trace id, so that firing order —
-// and with it the output — is deterministic.
-type timerHeap []timer
-
-func (h timerHeap) Len() int { return len(h) }
-func (h timerHeap) Less(i, j int) bool {
-	if h[i].at != h[j].at {
-		return h[i].at < h[j].at
+// before orders timers by time, then trace id.
+func (a timer) before(b timer) bool {
+	if a.at != b.at {
+		return a.at < b.at
 	}
-	return string(h[i].tr.id[:]) < string(h[j].tr.id[:])
-}
-func (h timerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *timerHeap) Push(x any)   { *h = append(*h, x.(timer)) }
-func (h *timerHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	old[len(old)-1] = timer{}
-	*h = old[:len(old)-1]
-	return x
+	return string(a.tr.id[:]) < string(b.tr.id[:])
 }

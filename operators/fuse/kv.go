@@ -2,7 +2,6 @@ package fuse
 
 import (
 	"bytes"
-	"container/heap"
 	"encoding/binary"
 	"fmt"
 
@@ -102,7 +101,7 @@ func (p *processor) bufferKV(t *engine.Task, rec []byte) error {
 	}
 	ev := &kvEvent{time: ts, seq: p.kvSeq, member: rec}
 	p.kvSeq++
-	heap.Push(&p.kvBuf, ev)
+	p.kvBuf.push(ev)
 	p.kvNew = append(p.kvNew, ev)
 	p.s.counters.KVBuffered.Add(1)
 	return nil
@@ -125,7 +124,7 @@ func (p *processor) releaseKV(t *engine.Task, wm int64, budget int) error {
 			p.kvBacklog = true
 			return nil
 		}
-		ev := heap.Pop(&p.kvBuf).(*kvEvent)
+		ev := p.kvBuf.pop()
 		p.s.counters.KVBuffered.Add(-1)
 		if ev.stored {
 			if err := t.State.Delete(kvKey(p.key[:0], ev)); err != nil {
@@ -182,29 +181,17 @@ func (p *processor) restoreKV(t *engine.Task) error {
 		p.kvBuf = append(p.kvBuf, ev)
 		p.kvSeq = max(p.kvSeq, ev.seq+1)
 	}
-	heap.Init(&p.kvBuf)
+	p.kvBuf.init()
 	p.s.counters.KVBuffered.Add(int64(len(p.kvBuf)))
 	return it.Error()
 }
 
-// kvHeap orders buffered events by time, then arrival.
-type kvHeap []*kvEvent
-
-func (h kvHeap) Len() int { return len(h) }
-func (h kvHeap) Less(i, j int) bool {
-	if h[i].time != h[j].time {
-		return h[i].time < h[j].time
+// before orders buffered events by time, then arrival.
+func (a *kvEvent) before(b *kvEvent) bool {
+	if a.time != b.time {
+		return a.time < b.time
 	}
-	return h[i].seq < h[j].seq
-}
-func (h kvHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *kvHeap) Push(x any)   { *h = append(*h, x.(*kvEvent)) }
-func (h *kvHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	return x
+	return a.seq < b.seq
 }
 
 // onIncident tags the traces of an incident's polluted requests, each at

@@ -1,7 +1,6 @@
 package fuse
 
 import (
-	"container/heap"
 	"encoding/binary"
 	"fmt"
 
@@ -226,7 +225,7 @@ func (p *processor) scheduleRequest(r *request) {
 		return
 	}
 	r.timerAt = at
-	heap.Push(&p.reqTimers, reqTimer{at: at, r: r})
+	p.reqTimers.push(reqTimer{at: at, r: r})
 }
 
 // fireRequests flags and forgets requests due at wm; it shares the timer
@@ -239,7 +238,7 @@ func (p *processor) fireRequests(t *engine.Task, wm int64, budget int) (int, err
 			return fired, nil
 		}
 		fired++
-		tm := heap.Pop(&p.reqTimers).(reqTimer)
+		tm := p.reqTimers.pop()
 		r := tm.r
 		if p.requests[r.id] != r || r.timerAt != tm.at {
 			continue
@@ -349,22 +348,10 @@ type reqTimer struct {
 	r  *request
 }
 
-// reqTimerHeap orders by time, then request id (deterministic output).
-type reqTimerHeap []reqTimer
-
-func (h reqTimerHeap) Len() int { return len(h) }
-func (h reqTimerHeap) Less(i, j int) bool {
-	if h[i].at != h[j].at {
-		return h[i].at < h[j].at
+// before orders by time, then request id (deterministic output).
+func (a reqTimer) before(b reqTimer) bool {
+	if a.at != b.at {
+		return a.at < b.at
 	}
-	return h[i].r.id < h[j].r.id
-}
-func (h reqTimerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *reqTimerHeap) Push(x any)   { *h = append(*h, x.(reqTimer)) }
-func (h *reqTimerHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	old[len(old)-1] = reqTimer{}
-	*h = old[:len(old)-1]
-	return x
+	return a.r.id < b.r.id
 }
