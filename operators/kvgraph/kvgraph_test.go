@@ -338,3 +338,25 @@ func TestSwappedInContentUnderLaterWrites(t *testing.T) {
 		t.Fatalf("polluted %v", got)
 	}
 }
+
+func TestRetryOfACancelledRequest(t *testing.T) {
+	h := newHarness(t, nil)
+	half := func(ms int64, req string, b int64, hash uint64, l0, l1 int64) []kvlog.Op {
+		var ops []kvlog.Op
+		for l := l0; l < l1; l++ {
+			op := pool.Write(at(ms), req, b, l, 0, pool.BlockBytes)
+			op.Hash = hash
+			ops = append(ops, op)
+		}
+		return ops
+	}
+	h.feed(gpu0, seq(
+		alloc(0, "v", 2), fill(1, "v", 2, 0), free(2, "v", 2), // residue in block 2
+		alloc(3, "c", 1), half(4, "c", 1, 0x77, 0, 2), free(5, "c", 1), // c cancelled mid-prefill
+		alloc(6, "retry", 2), half(7, "retry", 2, 0x77, 2, 4), readAll(8, "retry", 2), // the retry takes layers 0-1 as computed
+	)...)
+	inc := h.only()
+	if got := polluted(inc); !slices.Equal(got, []string{"retry"}) || inc.Root.RequestId != "c" {
+		t.Fatalf("polluted %v root %v", got, inc.Root)
+	}
+}

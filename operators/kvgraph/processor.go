@@ -523,7 +523,18 @@ func (p *Processor) read(t *engine.Task, g *gpu, b *block, r *request, ev *Event
 		case braidpb.PollutionKind_POLLUTION_KIND_PROPAGATED:
 			detail += ", shared by prefix hash after " + h.writer + " was polluted"
 		}
-		inc := p.pollute(t, g, pollution{kind: h.kind, src: h.writer, srcAt: at, srcOrigin: h.origin, block: b.id, layer: h.layer, victim: r.id, ev: ev, lo: lo, hi: hi, detail: detail})
+		pe := pollution{kind: h.kind, src: h.writer, srcAt: at, srcOrigin: h.origin, block: b.id, layer: h.layer, victim: r.id, ev: ev, lo: lo, hi: hi, detail: detail}
+		if h.kind == braidpb.PollutionKind_POLLUTION_KIND_DIRTY_RESIDUE && b.hasHash && b.hashWriter == r.id {
+			// r wrote this block's content hash yet reads layers it never
+			// wrote: it took them as computed. Whoever wrote that same
+			// content elsewhere (a cancelled request whose retry this is)
+			// is the root, whatever residue the block happened to hold.
+			if x := p.sameContent(g, b.hash, r.id, b.id); x != "" {
+				pe.rootSrc = x
+				pe.detail += "; " + r.id + " took it as computed by " + x + " (same content hash)"
+			}
+		}
+		inc := p.pollute(t, g, pe)
 		if inc != nil && h.layer >= 0 {
 			inc.layer(h.layer).CorruptedReads++
 		}
@@ -545,6 +556,25 @@ func (p *Processor) classify(g *gpu, b *block, o *owner, writer string, at int64
 		pk = braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE
 	}
 	p.hits = append(p.hits, readHit{writer, pk, at, layer, origin})
+}
+
+// sameContent is the request, other than req, that last wrote content
+// hash h into another block of g (the latest such block, then the lowest
+// id), "" if none.
+func (p *Processor) sameContent(g *gpu, h uint64, req string, not int64) string {
+	var best *block
+	for _, b := range g.blocks {
+		if b.id == not || !b.hasHash || b.hash != h || b.hashWriter == req || b.hashWriter == "" {
+			continue
+		}
+		if best == nil || b.last > best.last || (b.last == best.last && b.id < best.id) {
+			best = b
+		}
+	}
+	if best == nil {
+		return ""
+	}
+	return best.hashWriter
 }
 
 // covered reports whether spans cover [lo, hi) of layer l (anything
@@ -573,6 +603,7 @@ func (p *Processor) covered(b *block, l, lo, hi int64) bool {
 type pollution struct {
 	kind      braidpb.PollutionKind
 	src       string // request whose write (or content) is the source
+	rootSrc   string // the fault's source when not src
 	srcAt     int64  // time of the fault
 	srcOrigin Origin
 	block     int64 // -1 none
@@ -632,6 +663,10 @@ func (p *Processor) pollute(t *engine.Task, g *gpu, pe pollution) *incident {
 	if dst != "" {
 		inc.addNode(dst)
 	}
+	if pe.rootSrc != "" && mid != "" {
+		inc.addNode(reqNode(g, pe.rootSrc))
+		p.edge(t, g, inc, pe, reqNode(g, pe.rootSrc), mid)
+	}
 	if mid != "" {
 		p.edge(t, g, inc, pe, src, mid)
 		if dst != "" {
@@ -652,9 +687,13 @@ func (p *Processor) pollute(t *engine.Task, g *gpu, pe pollution) *incident {
 }
 
 func (p *Processor) rootOf(g *gpu, pe pollution) *braidpb.RootCause {
-	rc := &braidpb.RootCause{Node: reqNode(g, pe.src), Kind: pe.kind, RequestId: pe.src, Block: pe.block, Layer: int32(pe.layer),
+	src := pe.src
+	if pe.rootSrc != "" {
+		src = pe.rootSrc
+	}
+	rc := &braidpb.RootCause{Node: reqNode(g, src), Kind: pe.kind, RequestId: src, Block: pe.block, Layer: int32(pe.layer),
 		TimeUnixNano: uint64(pe.srcAt), Detail: pe.detail}
-	if w := g.reqs[pe.src]; w != nil && w.trace != ([16]byte{}) {
+	if w := g.reqs[src]; w != nil && w.trace != ([16]byte{}) {
 		rc.TraceId = append([]byte(nil), w.trace[:]...)
 	}
 	if pe.srcOrigin.Topic != "" {
@@ -664,7 +703,11 @@ func (p *Processor) rootOf(g *gpu, pe pollution) *braidpb.RootCause {
 }
 
 func (p *Processor) openIncident(g *gpu, pe pollution) *incident {
-	id := incidentID(g, pe.kind, pe.src, pe.block, pe.layer, pe.srcAt)
+	src := pe.src
+	if pe.rootSrc != "" {
+		src = pe.rootSrc
+	}
+	id := incidentID(g, pe.kind, src, pe.block, pe.layer, pe.srcAt)
 	inc := &incident{
 		pb: &braidpb.Incident{Id: id, State: braidpb.IncidentState_INCIDENT_STATE_OPEN, Host: g.host, Gpu: g.id, Pattern: pe.kind,
 			Root: p.rootOf(g, pe), FirstUnixNano: uint64(pe.ev.Time), LastUnixNano: uint64(pe.ev.Time)},
