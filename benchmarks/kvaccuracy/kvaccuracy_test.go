@@ -1,0 +1,43 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/braidlabs/braid/connectors/simulator"
+)
+
+// A short run of the suite: every trigger under light load on 2 GPUs, one
+// heavy run, and a clean heavy run; the accuracy targets must hold.
+func TestAccuracyShort(t *testing.T) {
+	var rs []Result
+	scs := []Scenario{}
+	for i, trig := range simulator.KVTriggers {
+		scs = append(scs, Scenario{Name: string(trig) + "/light", Trigger: trig, Load: Light, GPUs: 2, Duration: 150 * time.Second, Faults: 2, Seed: int64(100 + i)})
+	}
+	scs = append(scs, Scenario{Name: "double_free/heavy", Trigger: simulator.DoubleFree, Load: Heavy, GPUs: 2, Duration: 100 * time.Second, Faults: 2, Seed: 7})
+	for _, sc := range scs {
+		r, err := Run(sc, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%-28s faults %d polluted %d detected %d P %.3f R %.3f root %d latency %v", r.Name, r.FaultsRealised, r.TruthPolluted, r.Detected, r.Precision, r.Recall, r.RootCorrect, r.LatenciesMs)
+		if r.FaultsRealised == 0 {
+			t.Errorf("%s: no fault realised", r.Name)
+		}
+		rs = append(rs, r)
+	}
+	s := Aggregate(rs)
+	if s.Precision < 0.95 || s.Recall < 0.95 || s.RootAccuracy < 0.9 {
+		t.Errorf("precision %.3f recall %.3f root %.3f (%d/%d)", s.Precision, s.Recall, s.RootAccuracy, s.RootCorrect, s.Faults)
+	}
+	clean := Heavy
+	clean.Gap = time.Second
+	r, err := Run(Scenario{Name: "clean", Load: clean, GPUs: 2, Duration: 3 * time.Minute, Seed: 7}, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Incidents != 0 || r.Edges != 0 || r.Preemptions == 0 || r.Swaps == 0 || r.Evictions == 0 {
+		t.Errorf("clean run: %d incidents, %d edges (preemptions %d swaps %d evictions %d)", r.Incidents, r.Edges, r.Preemptions, r.Swaps, r.Evictions)
+	}
+}

@@ -1,0 +1,200 @@
+// Command kvaccuracy measures braid's KV-cache pollution detection
+// (operators/kvgraph) against the ground truth of the simulator's KV-block
+// generator (connectors/simulator, KV.md).
+//
+// Every fault trigger runs under a light and a heavy load (heavy: dense
+// arrivals into a small pool, most requests sharing system prompts, half of
+// them preempted or swapped, plus preemption on pool exhaustion — legitimate
+// sharing and preemption as distractors), with one fault per GPU. The
+// detector runs in-process (engine.Harness, one task, a checkpoint every
+// 10 s of event time). Scores: precision and recall of the polluted
+// requests, top-1 root cause (the incident holding a fault's victims names
+// the fault's source request as its root), the pattern, and detection
+// latency in event time (incident's first edge − the fault's first faulty
+// event). Then a clean run (no fault) of an hour of event time that must
+// give no incident, and throughput: event time simulated / wall time spent
+// processing (× real time).
+//
+//	go run ./benchmarks/kvaccuracy                 # full suite, writes benchmarks/results/kvaccuracy.json
+//	go run ./benchmarks/kvaccuracy -short          # minutes of event time per scenario
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/braidlabs/braid/connectors/simulator"
+)
+
+// Report is the JSON written to -out.
+type Report struct {
+	Scenarios  []Result           `json:"scenarios"`
+	ByTrigger  map[string]Summary `json:"by_trigger"`
+	ByPattern  map[string]Summary `json:"by_pattern"`
+	Overall    Summary            `json:"overall"`
+	Clean      Result             `json:"clean"`
+	Throughput Throughput         `json:"throughput"`
+	Targets    map[string]bool    `json:"targets_met"`
+}
+
+// Summary aggregates scenarios.
+type Summary struct {
+	Faults         int     `json:"faults_realised"`
+	TP, FP, FN     int     `json:"-"`
+	Precision      float64 `json:"precision"`
+	Recall         float64 `json:"recall"`
+	RootCorrect    int     `json:"root_correct"`
+	RootAccuracy   float64 `json:"root_accuracy"`
+	PatternCorrect int     `json:"pattern_correct"`
+	LatencyP50Ms   int64   `json:"latency_p50_ms"`
+	LatencyMaxMs   int64   `json:"latency_max_ms"`
+	Polluted       int     `json:"truth_polluted"`
+	Detected       int     `json:"detected_polluted"`
+	latencies      []int64
+}
+
+// Throughput is the detector's speed on the clean run.
+type Throughput struct {
+	Events          int     `json:"events"`
+	GPUs            int     `json:"gpus"`
+	EventTimeS      float64 `json:"event_time_s"`
+	WallS           float64 `json:"wall_s"`
+	EventsPerS      float64 `json:"events_per_s"`
+	FleetEventsPerS float64 `json:"fleet_events_per_s"`
+	XRealTime       float64 `json:"x_real_time"`
+}
+
+// Suite is the scenario list.
+func Suite(short bool) ([]Scenario, Scenario) {
+	light, heavy := 8*time.Minute, 6*time.Minute
+	clean := time.Hour
+	if short {
+		light, heavy, clean = 4*time.Minute, 3*time.Minute, 5*time.Minute
+	}
+	var out []Scenario
+	for i, trig := range simulator.KVTriggers {
+		for _, l := range []struct {
+			load Load
+			d    time.Duration
+		}{{Light, light}, {Heavy, heavy}} {
+			out = append(out, Scenario{Name: string(trig) + "/" + l.load.Name, Trigger: trig, Load: l.load, GPUs: 4, Duration: l.d, Faults: 4, Seed: int64(100 + i)})
+		}
+	}
+	cleanLoad := Heavy
+	cleanLoad.Name = "clean-heavy"
+	cleanLoad.Gap = time.Second
+	return out, Scenario{Name: "clean", Load: cleanLoad, GPUs: 2, Duration: clean, Seed: 7}
+}
+
+// Aggregate sums results into a Summary.
+func Aggregate(rs []Result) Summary {
+	var s Summary
+	for _, r := range rs {
+		s.Faults += r.FaultsRealised
+		s.TP += r.TP
+		s.FP += r.FP
+		s.FN += r.FN
+		s.RootCorrect += r.RootCorrect
+		s.PatternCorrect += r.PatternCorrect
+		s.Polluted += r.TruthPolluted
+		s.Detected += r.Detected
+		s.latencies = append(s.latencies, r.LatenciesMs...)
+	}
+	s.Precision, s.Recall = ratio(s.TP, s.TP+s.FP), ratio(s.TP, s.TP+s.FN)
+	s.RootAccuracy = ratio(s.RootCorrect, s.Faults)
+	if len(s.latencies) > 0 {
+		slices.Sort(s.latencies)
+		s.LatencyP50Ms = s.latencies[len(s.latencies)/2]
+		s.LatencyMaxMs = s.latencies[len(s.latencies)-1]
+	}
+	return s
+}
+
+// Build runs the suite and the clean run.
+func Build(short bool, dir string, only string, log func(string)) (Report, error) {
+	scs, clean := Suite(short)
+	var rep Report
+	for _, sc := range scs {
+		if only != "" && only != string(sc.Trigger) {
+			continue
+		}
+		r, err := Run(sc, filepath.Join(dir, "state"))
+		if err != nil {
+			return rep, fmt.Errorf("%s: %w", sc.Name, err)
+		}
+		log(fmt.Sprintf("%-28s faults %d polluted %3d detected %3d  P %.3f R %.3f  root %d/%d  pattern %d  events %d  %.1fs",
+			r.Name, r.FaultsRealised, r.TruthPolluted, r.Detected, r.Precision, r.Recall, r.RootCorrect, r.FaultsRealised, r.PatternCorrect, r.Events, r.WallS))
+		rep.Scenarios = append(rep.Scenarios, r)
+	}
+	rep.ByTrigger, rep.ByPattern = map[string]Summary{}, map[string]Summary{}
+	byT, byP := map[string][]Result{}, map[string][]Result{}
+	for _, r := range rep.Scenarios {
+		byT[r.Trigger] = append(byT[r.Trigger], r)
+		byP[r.Pattern] = append(byP[r.Pattern], r)
+	}
+	for k, v := range byT {
+		rep.ByTrigger[k] = Aggregate(v)
+	}
+	for k, v := range byP {
+		rep.ByPattern[k] = Aggregate(v)
+	}
+	rep.Overall = Aggregate(rep.Scenarios)
+	r, err := Run(clean, filepath.Join(dir, "state"))
+	if err != nil {
+		return rep, fmt.Errorf("clean: %w", err)
+	}
+	rep.Clean = r
+	log(fmt.Sprintf("clean %v: requests %d events %d preemptions %d swaps %d evictions %d → incidents %d edges %d (%.1fs)",
+		clean.Duration, r.Requests, r.Events, r.Preemptions, r.Swaps, r.Evictions, r.Incidents, r.Edges, r.WallS))
+	rep.Throughput = Throughput{Events: r.Events, GPUs: clean.GPUs, EventTimeS: r.EventTimeS, WallS: r.WallS,
+		EventsPerS: float64(r.Events) / r.WallS, FleetEventsPerS: float64(r.Events) / r.EventTimeS, XRealTime: r.EventTimeS / r.WallS}
+	rep.Targets = map[string]bool{
+		"precision>=0.95":   rep.Overall.Precision >= 0.95,
+		"recall>=0.95":      rep.Overall.Recall >= 0.95,
+		"root_first>=0.90":  rep.Overall.RootAccuracy >= 0.90,
+		"clean_incidents=0": r.Incidents == 0,
+		"x_real_time>=20":   rep.Throughput.XRealTime >= 20,
+	}
+	return rep, nil
+}
+
+func main() {
+	short := flag.Bool("short", false, "minutes of event time per scenario and a 5-minute clean run")
+	out := flag.String("out", "benchmarks/results/kvaccuracy.json", "write the report here (\"\" for none)")
+	only := flag.String("trigger", "", "run only this trigger's scenarios (and the clean run)")
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "kvaccuracy")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	defer os.RemoveAll(dir)
+	rep, err := Build(*short, dir, *only, func(s string) { fmt.Println(s) })
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kvaccuracy:", err)
+		os.Exit(1)
+	}
+	o := rep.Overall
+	fmt.Printf("overall: precision %.3f recall %.3f root first %d/%d (%.3f) pattern %d latency p50 %d ms max %d ms\n",
+		o.Precision, o.Recall, o.RootCorrect, o.Faults, o.RootAccuracy, o.PatternCorrect, o.LatencyP50Ms, o.LatencyMaxMs)
+	t := rep.Throughput
+	fmt.Printf("throughput: %d events in %.2fs = %.0f events/s; fleet of %d GPUs emits %.0f events/s → %.1f× real time\n",
+		t.Events, t.WallS, t.EventsPerS, t.GPUs, t.FleetEventsPerS, t.XRealTime)
+	fmt.Printf("targets: %v\n", rep.Targets)
+	if *out != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+}

@@ -1,0 +1,374 @@
+package main
+
+import (
+	"encoding/hex"
+	"fmt"
+	"math/rand"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/braidlabs/braid/connectors/simulator"
+	"github.com/braidlabs/braid/engine"
+	"github.com/braidlabs/braid/operators/braidpb"
+	"github.com/braidlabs/braid/operators/kvgraph"
+	"github.com/braidlabs/braid/operators/kvgraph/kvlog"
+	"github.com/braidlabs/braid/state"
+)
+
+var start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Load is a request mix: mean gap between arrivals per GPU, how much of it
+// shares system prompts, and how often requests are preempted or swapped.
+type Load struct {
+	Name         string
+	Gap          time.Duration
+	PrefixShare  float64
+	PrefixGroups int
+	Pressure     float64
+	BlocksPerGPU int
+}
+
+var (
+	Light = Load{Name: "light", Gap: 2 * time.Second, PrefixShare: 0.5, PrefixGroups: 4, Pressure: 0.2, BlocksPerGPU: 256}
+	// Heavy: arrivals 8× denser into a quarter of the pool, most requests
+	// sharing one of 3 prompts, half of them interrupted; pool exhaustion
+	// preempts on top.
+	Heavy = Load{Name: "heavy", Gap: 250 * time.Millisecond, PrefixShare: 0.9, PrefixGroups: 3, Pressure: 0.5, BlocksPerGPU: 64}
+)
+
+// Scenario is one simulated run.
+type Scenario struct {
+	Name     string
+	Trigger  simulator.KVTrigger // "" for a clean run
+	Load     Load
+	GPUs     int
+	Duration time.Duration
+	Faults   int // faults of Trigger, one per GPU in turn, a window apart
+	Seed     int64
+}
+
+// Result is what one scenario measured.
+type Result struct {
+	Name           string   `json:"name"`
+	Trigger        string   `json:"trigger,omitempty"`
+	Pattern        string   `json:"pattern,omitempty"`
+	Load           string   `json:"load"`
+	GPUs           int      `json:"gpus"`
+	EventTimeS     float64  `json:"event_time_s"`
+	Requests       int      `json:"requests"`
+	Events         int      `json:"events"`
+	Preemptions    int      `json:"preemptions"`
+	Swaps          int      `json:"swaps"`
+	Evictions      int      `json:"evictions"`
+	FaultsRealised int      `json:"faults_realised"`
+	TruthPolluted  int      `json:"truth_polluted"`
+	Detected       int      `json:"detected_polluted"`
+	TP             int      `json:"tp"`
+	FP             int      `json:"fp"`
+	FN             int      `json:"fn"`
+	Precision      float64  `json:"precision"`
+	Recall         float64  `json:"recall"`
+	RootCorrect    int      `json:"root_correct"`
+	PatternCorrect int      `json:"pattern_correct"`
+	LatenciesMs    []int64  `json:"detection_latency_ms"`
+	Incidents      int      `json:"incidents"`
+	Edges          int64    `json:"edges"`
+	WithEvidence   int      `json:"incidents_with_evidence"`
+	WallS          float64  `json:"wall_s"` // processing only
+	FalseExamples  []string `json:"false_examples,omitempty"`
+}
+
+// Run simulates sc, runs the detector over the events in-process (one
+// engine task, a checkpoint every 10 s of event time) and scores it.
+func Run(sc Scenario, dir string) (Result, error) {
+	cfg := simulator.KVConfig{Seed: sc.Seed, Layers: 8, BlocksPerGPU: sc.Load.BlocksPerGPU, PrefixShare: sc.Load.PrefixShare,
+		PrefixGroups: sc.Load.PrefixGroups, Pressure: sc.Load.Pressure}
+	kcfg := kvgraph.Config{Counters: &kvgraph.Counters{}}
+	kcfg.EnsureDefaults()
+	window := kcfg.IncidentWindow
+	for i := 0; i < sc.Faults; i++ {
+		cfg.Faults = append(cfg.Faults, simulator.KVFault{Trigger: sc.Trigger, GPU: i % sc.GPUs,
+			At: start.Add(time.Minute + time.Duration(i/sc.GPUs)*2*window + time.Duration(i%sc.GPUs)*7*time.Second)})
+	}
+	var gpus []simulator.KVGPU
+	for i := 0; i < sc.GPUs; i++ {
+		gpus = append(gpus, simulator.KVGPU{Host: fmt.Sprintf("node-%d", i/2), UUID: fmt.Sprintf("GPU-%08x-0000-0000-0000-000000000000", i), Index: i % 2,
+			Instance: fmt.Sprintf("vllm-%d", i), Service: "vllm"})
+	}
+	sim, err := simulator.NewKV(cfg, gpus)
+	if err != nil {
+		return Result{}, err
+	}
+	os.RemoveAll(dir)
+	store, err := state.Open(state.Options{Dir: dir})
+	if err != nil {
+		return Result{}, err
+	}
+	defer os.RemoveAll(dir)
+	defer store.Close()
+	h, err := engine.NewHarness(engine.Config{Store: store, OutOfOrderness: time.Second, Idleness: time.Hour},
+		kvgraph.Standalone(kcfg, []string{"otlp_logs"}, 1, ""), 0, time.Unix(1000, 0))
+	if err != nil {
+		return Result{}, err
+	}
+	defer h.Close()
+
+	res := Result{Name: sc.Name, Load: sc.Load.Name, GPUs: sc.GPUs, EventTimeS: sc.Duration.Seconds()}
+	if sc.Trigger != "" {
+		res.Trigger, res.Pattern = string(sc.Trigger), string(sc.Trigger.Pattern())
+	}
+	reqs := load(sc.Seed, sc.GPUs, sc.Duration, sc.Load.Gap)
+	where := make([]kvlog.Where, len(gpus))
+	for i, g := range gpus {
+		where[i] = kvlog.Where{Host: g.Host, GPUUUID: g.UUID, GPUIndex: int64(g.Index), Instance: g.Instance}
+	}
+	var wall time.Duration
+	var offset int64
+	var incidents []*braidpb.Incident
+	collect := func() error {
+		for _, r := range h.Out {
+			if r.Topic != kcfg.IncidentsTopic {
+				continue
+			}
+			inc := &braidpb.Incident{}
+			if err := proto.Unmarshal(r.Value, inc); err != nil {
+				return err
+			}
+			incidents = append(incidents, inc)
+		}
+		clear(h.Out)
+		h.Out = h.Out[:0]
+		return nil
+	}
+	feed := func(evs []simulator.KVEvent) error {
+		// One message per run of events of one GPU, at most 256 records:
+		// the Collector's batches by resource.
+		var recs []*kgo.Record
+		for i := 0; i < len(evs); {
+			j := i
+			var ops []kvlog.Op
+			for ; j < len(evs) && evs[j].GPU == evs[i].GPU && j-i < 256; j++ {
+				ops = append(ops, toOp(evs[j]))
+			}
+			v, err := proto.Marshal(kvlog.LogsData(where[evs[i].GPU], ops...))
+			if err != nil {
+				return err
+			}
+			recs = append(recs, &kgo.Record{Topic: "otlp_logs", Value: v, Offset: offset})
+			offset++
+			i = j
+		}
+		t0 := time.Now()
+		for _, r := range recs {
+			if err := h.Process(0, r); err != nil {
+				return err
+			}
+		}
+		if err := h.Checkpoint(); err != nil {
+			return err
+		}
+		wall += time.Since(t0)
+		res.Events += len(evs)
+		return collect()
+	}
+	i := 0
+	const step = 10 * time.Second
+	for until := start.Add(step); i < len(reqs); until = until.Add(step) {
+		for ; i < len(reqs) && reqs[i].Arrival.Before(until); i++ {
+			if err := sim.Add(reqs[i]); err != nil {
+				return res, err
+			}
+		}
+		if err := feed(sim.Step(until)); err != nil {
+			return res, err
+		}
+	}
+	if err := feed(sim.Flush()); err != nil {
+		return res, err
+	}
+	t0 := time.Now()
+	if err := h.Finish(); err != nil {
+		return res, err
+	}
+	wall += time.Since(t0)
+	if err := collect(); err != nil {
+		return res, err
+	}
+	res.WallS = wall.Seconds()
+	res.Edges = kcfg.Counters.Edges.Load()
+	score(&res, sim.Truth(), incidents, window)
+	return res, nil
+}
+
+// toOp is a simulator event as kvlog writes it.
+func toOp(ev simulator.KVEvent) kvlog.Op {
+	op := kvlog.Op{Time: ev.Time.UnixNano(), Op: ev.Op, Request: ev.RequestID, Block: int64(ev.Block), Layer: int64(ev.Layer),
+		Layers: int64(ev.LayerCount), Body: ev.Body}
+	if ev.Op == "" {
+		return op
+	}
+	if ev.TraceID != "" {
+		if b, err := hex.DecodeString(ev.TraceID); err == nil && len(b) == 16 {
+			op.TraceID = [16]byte(b)
+		}
+	}
+	if ev.Hash != "" {
+		op.Hash, _ = strconv.ParseUint(ev.Hash, 16, 64)
+	}
+	if ev.RefCnt >= 0 {
+		op.RefCnt, op.HasRef = int64(ev.RefCnt), true
+	}
+	if ev.Addr >= 0 && ev.Bytes >= 0 {
+		op.Addr, op.Bytes, op.HasRange = ev.Addr, ev.Bytes, true
+	}
+	if ev.LayerSize > 0 {
+		op.LayerBase, op.LayerSize = ev.LayerBase, ev.LayerSize
+	}
+	return op
+}
+
+// load is a steady stream of requests on every GPU (the simulator's own
+// test load): arrivals gap/2..3gap/2 apart, 1–9 s long, prompts of 20–320
+// tokens, up to 200 output tokens.
+func load(seed int64, gpus int, d, gap time.Duration) []simulator.KVRequest {
+	rng := rand.New(rand.NewSource(seed))
+	var out []simulator.KVRequest
+	for g := 0; g < gpus; g++ {
+		for t := start.Add(time.Duration(rng.Int63n(int64(gap)))); t.Before(start.Add(d)); t = t.Add(gap/2 + time.Duration(rng.Int63n(int64(gap)))) {
+			out = append(out, simulator.KVRequest{
+				RequestID: fmt.Sprintf("cmpl-%d-%d", g, len(out)), TraceID: fmt.Sprintf("%032x", len(out)+1), SpanID: fmt.Sprintf("%016x", len(out)+1),
+				GPU: g, Arrival: t, Finish: t.Add(time.Second + time.Duration(rng.Int63n(int64(8*time.Second)))),
+				PromptTokens: 20 + rng.Intn(300), OutputTokens: rng.Intn(200), Prefix: simulator.KVAutoPrefix,
+			})
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Arrival.Before(out[j].Arrival) })
+	return out
+}
+
+// score compares the incidents' latest revisions with the truth.
+func score(res *Result, truth simulator.KVTruth, all []*braidpb.Incident, window time.Duration) {
+	s := truth.Summary
+	res.Requests, res.Preemptions, res.Swaps, res.Evictions = s.Requests, s.Preemptions, s.Swaps, s.Evictions
+	res.FaultsRealised = len(truth.Faults)
+	latest := map[string]*braidpb.Incident{}
+	for _, inc := range all {
+		if old := latest[inc.Id]; old == nil || inc.Revision > old.Revision {
+			latest[inc.Id] = inc
+		}
+	}
+	var incs []*braidpb.Incident
+	for _, inc := range latest {
+		if inc.Root.GetDetail() != "" && len(inc.Root.Detail) > 0 && hasSuffix(inc.Root.Detail, "(merged into another incident)") {
+			continue // its content lives on in the survivor
+		}
+		incs = append(incs, inc)
+	}
+	slices.SortFunc(incs, func(a, b *braidpb.Incident) int {
+		if a.FirstUnixNano != b.FirstUnixNano {
+			if a.FirstUnixNano < b.FirstUnixNano {
+				return -1
+			}
+			return 1
+		}
+		if a.Id < b.Id {
+			return -1
+		}
+		return 1
+	})
+	res.Incidents = len(incs)
+	detected := map[string]bool{}
+	how := map[string]string{}
+	for _, inc := range incs {
+		for _, p := range inc.Polluted {
+			detected[p.RequestId] = true
+			how[p.RequestId] = kvgraph.KindName(inc.Pattern) + " " + strings.ToLower(strings.TrimPrefix(p.Via.String(), "POLLUTION_VIA_")) + " from " + p.From
+		}
+		if len(inc.Evidence) > 0 {
+			res.WithEvidence++
+		}
+	}
+	want := truth.PollutedSet()
+	res.TruthPolluted, res.Detected = len(want), len(detected)
+	for id := range detected {
+		if want[id] {
+			res.TP++
+		} else {
+			res.FP++
+			if len(res.FalseExamples) < 5 {
+				res.FalseExamples = append(res.FalseExamples, "fp "+id+" ("+how[id]+")")
+			}
+		}
+	}
+	for id := range want {
+		if !detected[id] {
+			res.FN++
+			if len(res.FalseExamples) < 10 {
+				res.FalseExamples = append(res.FalseExamples, "fn "+id)
+			}
+		}
+	}
+	res.Precision, res.Recall = ratio(res.TP, res.TP+res.FP), ratio(res.TP, res.TP+res.FN)
+	// Each realised fault to the incident that holds most of its victims,
+	// else the first on its GPU that opened within a window after it.
+	for _, f := range truth.Faults {
+		victims := map[string]bool{}
+		for _, v := range f.Victims {
+			victims[v] = true
+		}
+		for _, v := range f.Propagated {
+			victims[v] = true
+		}
+		var best *braidpb.Incident
+		bestN := 0
+		for _, inc := range incs {
+			if inc.Gpu != f.GPU {
+				continue
+			}
+			n := 0
+			for _, p := range inc.Polluted {
+				if victims[p.RequestId] {
+					n++
+				}
+			}
+			if n > bestN {
+				best, bestN = inc, n
+			}
+		}
+		if best == nil {
+			ft := uint64(f.Time.UnixNano())
+			for _, inc := range incs {
+				if inc.Gpu == f.GPU && inc.FirstUnixNano+uint64(time.Second) >= ft && inc.FirstUnixNano <= ft+uint64(window) {
+					best = inc
+					break
+				}
+			}
+		}
+		if best == nil {
+			continue
+		}
+		if best.Root.GetRequestId() == f.SourceRequest {
+			res.RootCorrect++
+		}
+		if kvgraph.KindName(best.Pattern) == string(f.Pattern) {
+			res.PatternCorrect++
+		}
+		res.LatenciesMs = append(res.LatenciesMs, (int64(best.FirstUnixNano)-f.Time.UnixNano())/int64(time.Millisecond))
+	}
+}
+
+func hasSuffix(s, suf string) bool { return len(s) >= len(suf) && s[len(s)-len(suf):] == suf }
+
+func ratio(a, b int) float64 {
+	if b == 0 {
+		return 1
+	}
+	return float64(a) / float64(b)
+}
