@@ -95,9 +95,10 @@ func (r RequestIDRules) Compile() (*RequestIDs, error) {
 // RequestIDs extracts request ids from serialized OTLP spans and log
 // records. It is safe for concurrent use.
 type RequestIDs struct {
-	attrs   []attrRule // by priority
-	bodies  []bodyRule
-	formats []idFormat
+	attrs    []attrRule // by priority
+	attrLens uint64     // bit min(len(key), 63) of each attrs key
+	bodies   []bodyRule
+	formats  []idFormat
 }
 
 // idFormat is a compiled IDFormats entry with bounds that reject most
@@ -106,11 +107,146 @@ type idFormat struct {
 	re             *regexp.Regexp // anchored
 	first          byteSet        // the bytes a match can start with
 	minLen, maxLen int            // maxLen -1: unbounded
+	pieces         []piece        // the pattern as pieces, when it can be; nil: use re
 }
 
-func (f *idFormat) match(id []byte) bool { return admits(f, id) && f.re.Match(id) }
+func (f *idFormat) match(id []byte) bool {
+	if !admits(f, id) {
+		return false
+	}
+	if f.pieces != nil {
+		return matchPieces(f.pieces, id)
+	}
+	return f.re.Match(id)
+}
 
-func (f *idFormat) matchString(id string) bool { return admits(f, id) && f.re.MatchString(id) }
+func (f *idFormat) matchString(id string) bool {
+	if !admits(f, id) {
+		return false
+	}
+	if f.pieces != nil {
+		return matchPieces(f.pieces, id)
+	}
+	return f.re.MatchString(id)
+}
+
+// piece is one element of a pattern made of ASCII literals, optional
+// ASCII literals and repeated ASCII character classes — the shape of
+// the usual id formats — matched without the regexp machinery.
+type piece struct {
+	lit      string  // a literal; "" for a class
+	class    byteSet // for a class: the bytes it matches
+	min, max int     // repetitions; a literal: 1, 1, or 0, 1 when optional; max -1: unbounded
+}
+
+// Bounds on the backtracking of matchPieces: pieces with a repetition
+// count that is not fixed, classes and optional literals.
+const (
+	maxClassChoices   = 1
+	maxLiteralChoices = 2
+)
+
+// patternPieces splits a parsed pattern into pieces, or returns nil when
+// it has another shape or too many choices to match cheaply.
+func patternPieces(re *syntax.Regexp) []piece {
+	subs := []*syntax.Regexp{re}
+	if re.Op == syntax.OpConcat {
+		subs = re.Sub
+	}
+	var ps []piece
+	classChoices, litChoices := 0, 0
+	for _, sub := range subs {
+		p, ok := toPiece(sub)
+		switch {
+		case !ok:
+			return nil
+		case p.min == p.max:
+		case p.lit != "":
+			litChoices++
+		default:
+			classChoices++
+		}
+		ps = append(ps, p)
+	}
+	if len(ps) == 0 || classChoices > maxClassChoices || litChoices > maxLiteralChoices {
+		return nil
+	}
+	return ps
+}
+
+func toPiece(re *syntax.Regexp) (piece, bool) {
+	switch re.Op {
+	case syntax.OpLiteral:
+		if re.Flags&syntax.FoldCase != 0 || len(re.Rune) == 0 {
+			return piece{}, false
+		}
+		b := make([]byte, 0, len(re.Rune))
+		for _, r := range re.Rune {
+			if r >= utf8.RuneSelf {
+				return piece{}, false
+			}
+			b = append(b, byte(r))
+		}
+		return piece{lit: string(b), min: 1, max: 1}, true
+	case syntax.OpCharClass:
+		var p piece
+		for i := 0; i+1 < len(re.Rune); i += 2 {
+			if re.Rune[i+1] >= utf8.RuneSelf {
+				return piece{}, false
+			}
+			for r := re.Rune[i]; r <= re.Rune[i+1]; r++ {
+				p.class.add(byte(r))
+			}
+		}
+		p.min, p.max = 1, 1
+		return p, true
+	case syntax.OpQuest, syntax.OpStar, syntax.OpPlus, syntax.OpRepeat:
+		p, ok := toPiece(re.Sub[0])
+		if !ok || p.min != 1 || p.max != 1 {
+			return piece{}, false
+		}
+		switch re.Op {
+		case syntax.OpQuest:
+			p.min, p.max = 0, 1
+		case syntax.OpStar:
+			p.min, p.max = 0, -1
+		case syntax.OpPlus:
+			p.min, p.max = 1, -1
+		default:
+			p.min, p.max = re.Min, re.Max
+		}
+		if p.lit != "" && p.max != 1 {
+			return piece{}, false // a repeated literal
+		}
+		return p, true
+	}
+	return piece{}, false
+}
+
+// matchPieces reports whether ps match all of s.
+func matchPieces[S string | []byte](ps []piece, s S) bool {
+	if len(ps) == 0 {
+		return len(s) == 0
+	}
+	p := &ps[0]
+	if p.lit != "" {
+		if len(s) >= len(p.lit) && string(s[:len(p.lit)]) == p.lit && matchPieces(ps[1:], s[len(p.lit):]) {
+			return true
+		}
+		return p.min == 0 && matchPieces(ps[1:], s)
+	}
+	// Greedy, then fewer.
+	n := 0
+	for n < len(s) && (p.max < 0 || n < p.max) && p.class.has(s[n]) {
+		n++
+	}
+	for ; n >= p.min; n-- {
+		if matchPieces(ps[1:], s[n:]) {
+			return true
+		}
+	}
+	return false
+}
 
 // admits reports whether id passes f's bounds; a match passes them.
 func admits[S string | []byte](f *idFormat, id S) bool {
@@ -141,6 +277,7 @@ func (r RequestIDRules) compile() (*RequestIDs, error) {
 			errs = append(errs, fmt.Errorf("semconv: attribute_keys[%d] %q: duplicate key", i, k))
 		default:
 			ids.attrs = append(ids.attrs, attrRule{key: key, prefix: prefix})
+			ids.attrLens |= 1 << min(len(key), 63)
 		}
 	}
 	for i, p := range r.BodyPatterns {
@@ -310,6 +447,7 @@ func compileFormat(re *regexp.Regexp, f string) idFormat {
 	}
 	out.first, _ = firstBytes(sre)
 	out.minLen, out.maxLen = minWidth(sre), maxWidth(sre)
+	out.pieces = patternPieces(sre)
 	return out
 }
 
@@ -476,6 +614,9 @@ func (ids *RequestIDs) knownFormatBytes(id []byte) bool {
 // attrRule returns the index (priority) of the attribute rule for key, -1
 // if none.
 func (ids *RequestIDs) attrRule(key []byte) int {
+	if ids.attrLens&(1<<min(len(key), 63)) == 0 {
+		return -1
+	}
 	for i := range ids.attrs {
 		if string(key) == ids.attrs[i].key {
 			return i

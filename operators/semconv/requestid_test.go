@@ -3,6 +3,7 @@ package semconv
 import (
 	"math/rand/v2"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -233,14 +234,18 @@ func TestFromTextLiteralWindow(t *testing.T) {
 // its regexp matches.
 func TestFormatBounds(t *testing.T) {
 	formats := append(DefaultRequestIDRules().IDFormats,
-		`(?i)k+`, `é{2}x`, `a*`, `\d{1,3}|x`, `(?:)`, `[^a]b`, `.{2,4}`, `(?i)straße`, `\bq?`, `(?:ab)+|c?d`, `x{0}y`)
-	alphabet := []string{"a", "b", "c", "d", "k", "K", "\u212a", "é", "É", "x", "y", "q", "0", "7", "-", "s", "ß", "ẞ", "S", " "}
+		`(?i)k+`, `é{2}x`, `a*`, `\d{1,3}|x`, `(?:)`, `[^a]b`, `.{2,4}`, `(?i)straße`, `\bq?`, `(?:ab)+|c?d`, `x{0}y`,
+		`a?ab`, `[ab]{2,3}b`, `x*`, `(?:ab)?abc`, `[0-9]{2}-?[0-9]+`, `(?:ab)?a?[a-c]*b`, `[ab]*[ab]`)
+	alphabet := []string{"ab", "abc", "chat", "cmpl-", "a", "b", "c", "d", "k", "K", "\u212a", "é", "É", "x", "y", "q", "0", "7", "-", "s", "ß", "ẞ", "S", " "}
 	known := []string{"cmpl-8f2d-0", "chatcmpl-5c3b", "task-42", "3f2a9c0b7e1d4c5a8b6f0e2d1c3b4a59",
 		"123e4567-e89b-12d3-a456-426614174000", "17", "", "KK\u212ak", "ééx", "STRASSE", "ẞtraße", "ababab", "y"}
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, f := range formats {
 		re := regexp.MustCompile(`^(?:` + f + `)$`)
 		idf := compileFormat(re, f)
+		if i := slices.Index(DefaultRequestIDRules().IDFormats, f); i >= 0 && idf.pieces == nil {
+			t.Errorf("default format %q: matched by the regexp, not by pieces", f)
+		}
 		for i := range 20000 {
 			var id []byte
 			for range rng.IntN(8) {
