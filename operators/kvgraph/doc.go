@@ -42,36 +42,44 @@
 //
 // Dirty block residue: a read by request R of bytes of block b whose last
 // writer W ≠ R, where W's content was neither zeroed since nor shared with
-// R by matching hash, and W is no longer an owner of b (it freed the
-// block). Edge W → b → R, kind DIRTY_RESIDUE; the fault's time is R's
-// alloc of b (the handover of a dirty block). A prefix-hit alloc whose hash
-// does not match the block's content hash is not sharing.
+// R by matching hash nor swapped in for R, and W is no longer an owner of
+// b (it freed or swapped out the block). Edge W → b → R, kind
+// DIRTY_RESIDUE, timed at the read; when several writers' leftovers are
+// read, the latest writer is the source. A prefix-hit alloc whose hash does
+// not match the block's content hash is not sharing. When R itself wrote
+// b's content hash (other layers) and reads layers it never wrote, it took
+// them as computed: the root is the request that wrote that same content
+// hash into another block (the cancelled request a retry relies on), not
+// whoever left the bytes.
 //
-// Cross-request mixed writes: (1) an alloc of a block that already has a
-// live owner, without a matching content hash: the block now has two live
-// owners (edge R → b, kind MIXED_WRITE; the source is the request that
-// freed the block twice when one did); (2) a write by W into block b while
-// W is not its owner (a stale write after free, preemption or a radix tree
-// pointing at freed pages) or while b has another live owner that does not
-// share it by hash: each other live owner O whose content the write
-// overlaps (or who shares the block by hash, or had it swapped in) is
-// polluted now (W → b → O); the others when they read W's bytes (a read
-// of bytes written by a co-owner or by a non-owner is MIXED_WRITE, not
-// residue).
+// Cross-request mixed writes: (1) an alloc (or swap-in) of a block that
+// already has a live owner, without a matching content hash: the block now
+// has two live owners (edge R → b, kind MIXED_WRITE; the source is the
+// request that freed the block twice — a free of a block it no longer
+// held, after freeing it — when one did); (2) a write by W into block b
+// while W is not its owner (a stale write after free, preemption or a
+// radix tree pointing at freed pages) or while b has another live owner
+// that does not share it by the write's hash: every other live owner O
+// holds content it did not write and is polluted now (W → b → O); later
+// readers of those bytes too (a read of bytes written by a co-owner or a
+// non-owner is MIXED_WRITE, not residue); (3) a write inside its layer but
+// outside its own block slot (when the slot size is known exactly) lands
+// in the other block: its owners, the writer included, are polluted.
 //
 // Layer out-of-bounds: a write whose range leaves [kv.layer.base,
 // kv.layer.base+kv.layer.size), or whose layer index is ≥ kv.layer.count.
 // The part outside lands in layer L' = addr / layer size (beyond the pool
 // when L' ≥ the layer count) and block slot (addr − L'·size) / blockBytes:
-// edge W → layer L' (kind LAYER_OOB), and the slot's live owners whose
-// bytes it overwrote are polluted (W → b' → O); later reads of those bytes
-// by the slot's owner are LAYER_OOB too. A write inside its layer but
-// outside its block's slot (when the slot size is known exactly) is a
-// write into the other block: a mixed write.
+// edge W → layer L' (kind LAYER_OOB), and every live owner of that slot —
+// W included when it is W's own block in another layer — is polluted
+// (W → b' → O); later readers of those bytes too.
 //
-// Propagation: bytes written by a polluted request after it was polluted
-// are tainted; a request that reads them through legitimate prefix sharing
-// (matching hash) is polluted too: edge P → b → Q, kind PROPAGATED.
+// Propagation: attention is causal, so a request polluted at the block in
+// position i of its block table (the blocks it holds, in the order it got
+// them) carries the pollution into the blocks it writes from position i
+// on, not the earlier ones. Those bytes are tainted; a request that reads
+// them through legitimate prefix sharing (matching hash), or as content
+// swapped in, is polluted too: edge P → b → Q, kind PROPAGATED.
 //
 // Supporting lines (sanitizer, Xid) never open an incident: they attach to
 // the open incidents of the same host and GPU (uuid or index; a line that
