@@ -458,7 +458,14 @@ func (p *processor) OnWatermark(t *engine.Task, wm int64) error {
 	if err := p.kvError(p.releaseKV(t, wm, 4*timerSlice)); err != nil {
 		return err
 	}
-	if err := p.kvError(p.kv.OnWatermark(t, wm)); err != nil {
+	// The detector's event time must not pass KV events still held (a
+	// backlog beyond this call's slice): it would expire and close on
+	// state those events still change.
+	kvWM := wm
+	if len(p.kvBuf) > 0 && p.kvBuf[0].time <= wm {
+		kvWM = p.kvBuf[0].time - 1
+	}
+	if err := p.kvError(p.kv.OnWatermark(t, kvWM)); err != nil {
 		return err
 	}
 	if err := p.fireTimers(t, wm); err != nil {
