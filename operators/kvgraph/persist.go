@@ -420,6 +420,10 @@ func encodeReq(b []byte, r *request) []byte {
 	for _, x := range r.table {
 		b = binary.AppendVarint(b, x)
 	}
+	b = binary.AppendUvarint(b, uint64(len(r.hashes)))
+	for _, x := range r.hashes {
+		b = binary.BigEndian.AppendUint64(b, x)
+	}
 	return b
 }
 
@@ -439,6 +443,12 @@ func decodeReq(v []byte, r *request) error {
 	n := d.uvarint()
 	for i := uint64(0); i < n && !d.err; i++ {
 		r.table = append(r.table, d.varint())
+	}
+	n = d.uvarint()
+	for i := uint64(0); i < n && !d.err; i++ {
+		if x := d.raw(8); x != nil {
+			r.hashes = append(r.hashes, binary.BigEndian.Uint64(x))
+		}
 	}
 	return d.done()
 }

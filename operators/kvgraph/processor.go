@@ -401,6 +401,9 @@ func (p *Processor) writeBlock(t *engine.Task, g *gpu, b *block, r *request, ev 
 	}
 	if ev.HasHash {
 		b.hash, b.hasHash, b.hashWriter = ev.Hash, true, r.id
+		if r.wroteHash(ev.Hash) {
+			p.markReq(g, r)
+		}
 	} else if b.hasHash && r.id != b.hashWriter {
 		b.hasHash = false
 	}
@@ -529,7 +532,7 @@ func (p *Processor) read(t *engine.Task, g *gpu, b *block, r *request, ev *Event
 			// wrote: it took them as computed. Whoever wrote that same
 			// content elsewhere (a cancelled request whose retry this is)
 			// is the root, whatever residue the block happened to hold.
-			if x := p.sameContent(g, b.hash, r.id, b.id); x != "" {
+			if x := p.sameContent(g, b.hash, r.id); x != "" {
 				pe.rootSrc = x
 				pe.detail += "; " + r.id + " took it as computed by " + x + " (same content hash)"
 			}
@@ -558,23 +561,22 @@ func (p *Processor) classify(g *gpu, b *block, o *owner, writer string, at int64
 	p.hits = append(p.hits, readHit{writer, pk, at, layer, origin})
 }
 
-// sameContent is the request, other than req, that last wrote content
-// hash h into another block of g (the latest such block, then the lowest
-// id), "" if none.
-func (p *Processor) sameContent(g *gpu, h uint64, req string, not int64) string {
-	var best *block
-	for _, b := range g.blocks {
-		if b.id == not || !b.hasHash || b.hash != h || b.hashWriter == req || b.hashWriter == "" {
+// sameContent is the request of g, other than req, that wrote content
+// hash h (the one active last, then the lowest id), "" if none.
+func (p *Processor) sameContent(g *gpu, h uint64, req string) string {
+	var best *request
+	for _, r := range g.reqs {
+		if r.id == req || !r.hasHash(h) {
 			continue
 		}
-		if best == nil || b.last > best.last || (b.last == best.last && b.id < best.id) {
-			best = b
+		if best == nil || r.last > best.last || (r.last == best.last && r.id < best.id) {
+			best = r
 		}
 	}
 	if best == nil {
 		return ""
 	}
-	return best.hashWriter
+	return best.id
 }
 
 // covered reports whether spans cover [lo, hi) of layer l (anything

@@ -221,7 +221,9 @@ type request struct {
 	via      uint8 // 1 direct, 2 propagated
 	incident string
 	// table is the blocks it holds, in the order it got them.
-	table   []int64
+	table []int64
+	// hashes are the content hashes it wrote (the first maxHashes).
+	hashes  []uint64
 	last    int64
 	timerAt int64
 	changed bool
@@ -262,4 +264,29 @@ func (r *request) release(b int64) {
 // taints reports whether r's write into block b now carries its pollution.
 func (r *request) taints(b int64) bool {
 	return r != nil && r.polluted != 0 && r.index(b) >= r.pollIdx
+}
+
+// maxHashes bounds the content hashes remembered per request.
+const maxHashes = 64
+
+func (r *request) wroteHash(h uint64) bool {
+	for _, x := range r.hashes {
+		if x == h {
+			return false
+		}
+	}
+	if len(r.hashes) >= maxHashes {
+		return false
+	}
+	r.hashes = append(r.hashes, h)
+	return true
+}
+
+func (r *request) hasHash(h uint64) bool {
+	for _, x := range r.hashes {
+		if x == h {
+			return true
+		}
+	}
+	return false
 }
