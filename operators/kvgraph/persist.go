@@ -128,6 +128,7 @@ func (p *Processor) Restore(t *engine.Task) error {
 	p.backlog = false
 	p.changedBlocks, p.changedReqs, p.changedGPUs, p.changedIncs = p.changedBlocks[:0], p.changedReqs[:0], p.changedGPUs[:0], p.changedIncs[:0]
 	p.deleted, p.dirtyIncs = p.deleted[:0], p.dirtyIncs[:0]
+	p.wm = t.Watermark()
 
 	if err := p.iter(t, 'g', func(k, v []byte) error {
 		g := newGPU(string(k[2:]), "")

@@ -45,6 +45,7 @@ type Processor struct {
 	timers    timerHeap
 	backlog   bool
 	nextOrder int64
+	wm        int64 // the last watermark given to OnWatermark
 
 	changedBlocks []blockRef
 	changedReqs   []reqRef
@@ -763,7 +764,7 @@ func (p *Processor) merge(t *engine.Task, a, b *incident) *incident {
 	p.dirty(a)
 	b.merged = true
 	b.nodes = nil
-	p.close(t, b)
+	p.close(t, b, p.wm)
 	return a
 }
 
@@ -931,13 +932,13 @@ func (p *Processor) emitIncident(t *engine.Task, inc *incident, wm int64) {
 }
 
 // close emits the final revision of inc and forgets it.
-func (p *Processor) close(t *engine.Task, inc *incident) {
+func (p *Processor) close(t *engine.Task, inc *incident, wm int64) {
 	inc.closed = true
 	inc.pb.State = braidpb.IncidentState_INCIDENT_STATE_CLOSED
 	if inc.merged {
 		inc.pb.Root.Detail += " (merged into another incident)"
 	}
-	p.emitIncident(t, inc, t.Watermark())
+	p.emitIncident(t, inc, wm)
 	for n, o := range inc.g.nodes {
 		if o == inc {
 			delete(inc.g.nodes, n)
@@ -959,6 +960,7 @@ func (p *Processor) Backlog() bool { return p.backlog }
 // forgets blocks and requests idle for BlockTTL — at most timerSlice of
 // those per call (Backlog reports more).
 func (p *Processor) OnWatermark(t *engine.Task, wm int64) error {
+	p.wm = wm
 	for _, inc := range p.dirtyIncs {
 		if inc.dirty && !inc.closed {
 			p.emitIncident(t, inc, wm)
@@ -983,7 +985,7 @@ func (p *Processor) OnWatermark(t *engine.Task, wm int64) error {
 		return 1
 	})
 	for _, inc := range due {
-		p.close(t, inc)
+		p.close(t, inc, wm)
 	}
 	n := len(p.pending)
 	p.pending = slices.DeleteFunc(p.pending, func(pe *pendingEvidence) bool { return int64(pe.pb.TimeUnixNano)+w <= wm })
