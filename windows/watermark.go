@@ -17,9 +17,11 @@ const (
 // largest event time minus the bounded out-of-orderness, or an upstream task
 // whose watermark arrives ready-made in markers on an internal topic.
 //
-// The task's watermark is the minimum over its active inputs. An input that
-// has shown no activity for longer than the idleness timeout stops holding the
-// watermark back. When every input is idle the watermark moves to the largest
+// The task's watermark is the minimum over its active inputs. A source input
+// that has shown no activity for longer than the idleness timeout stops
+// holding the watermark back; an upstream input does only while its markers
+// say the upstream task is idle, or while it has never reported (a task that
+// does not exist, as in a test harness). When every input is idle the watermark moves to the largest
 // watermark among the inputs. Freeze disables idleness for deterministic
 // replay.
 //
@@ -174,8 +176,17 @@ func (w *Watermarks) Advance(wm int64) {
 }
 
 func (w *Watermarks) isIdle(in *input, n int64) bool {
-	if in.upstream && in.idleFlag {
-		return true
+	if in.upstream {
+		if in.idleFlag {
+			return true
+		}
+		if in.seen {
+			// An upstream task that has reported is waited for: its
+			// markers come once per checkpoint, and a pause (a slow
+			// checkpoint, the task moving to another instance) is not
+			// silence. Only its own idle flag excludes it.
+			return false
+		}
 	}
 	return w.idle > 0 && n-in.activity > w.idle
 }

@@ -102,3 +102,25 @@ func TestIsLate(t *testing.T) {
 		t.Error("late iff ts + allowed lateness < watermark")
 	}
 }
+
+// TestUpstreamIsWaitedFor: an upstream task that has reported holds the
+// watermark back however long its next marker takes (a slow checkpoint, a
+// task moving between instances); it stops holding it only when it says it
+// is idle. One that never reported is idle after the timeout.
+func TestUpstreamIsWaitedFor(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	w := NewWatermarks(3, time.Second, 5*time.Second, t0)
+	w.MarkUpstream(1)
+	w.MarkUpstream(2)
+	w.Observe(0, 100e9, t0)
+	w.Report(1, 50e9, false, t0)
+	if got := w.Current(t0.Add(time.Minute)); got != 50e9 {
+		t.Fatalf("watermark %d a minute after upstream 1's last marker, want its 50s (upstream 2 never reported: idle)", got)
+	}
+	w.Report(1, 60e9, true, t0.Add(2*time.Minute))
+	if got := w.Current(t0.Add(2 * time.Minute)); got != 99e9 {
+		// Every input is idle now (the source since long, upstream 1 by
+		// its flag, upstream 2 never seen): the largest watermark.
+		t.Fatalf("watermark %d once upstream 1 is idle, want 99s", got)
+	}
+}
