@@ -263,6 +263,110 @@ type bodyRule struct {
 	literal []byte // a substring every match contains; may be empty
 	before  int    // most bytes a match spans before literal; -1: unbounded
 	prefix  string
+	// The pattern as pieces starting with a literal, optionally after
+	// \b, for telling whether it matches without the regexp; nil: use re.
+	pieces    []piece
+	wordStart bool // the pattern starts with \b
+}
+
+// bodyPieces splits a body pattern of the shape [\b] literal piece… —
+// capture groups aside — into pieces, or returns nil.
+func bodyPieces(pattern string) (ps []piece, wordStart bool) {
+	re, err := syntax.Parse(pattern, syntax.Perl)
+	if err != nil || re.Op != syntax.OpConcat {
+		return nil, false
+	}
+	var flat []*syntax.Regexp
+	var add func(re *syntax.Regexp)
+	add = func(re *syntax.Regexp) {
+		switch {
+		case re.Op == syntax.OpCapture:
+			add(re.Sub[0])
+		case re.Op == syntax.OpConcat:
+			for _, sub := range re.Sub {
+				add(sub)
+			}
+		default:
+			flat = append(flat, re)
+		}
+	}
+	add(re)
+	if len(flat) > 0 && flat[0].Op == syntax.OpWordBoundary {
+		wordStart, flat = true, flat[1:]
+	}
+	choices := 0
+	for _, sub := range flat {
+		p, ok := toPiece(sub)
+		if !ok {
+			return nil, false
+		}
+		if p.min != p.max {
+			choices++
+		}
+		ps = append(ps, p)
+	}
+	if len(ps) == 0 || ps[0].lit == "" || ps[0].min != 1 || choices > maxBodyChoices {
+		return nil, false
+	}
+	return ps, wordStart
+}
+
+// maxBodyChoices bounds the backtracking of a body pattern's pieces.
+const maxBodyChoices = 4
+
+// maxPieceText is the longest text given to the pieces of a body pattern;
+// longer texts go to the regexp, whose time is linear.
+const maxPieceText = 4096
+
+// matches reports whether r matches text, which holds r's literal from
+// off on (see window).
+func (r *bodyRule) matches(text []byte, off int) bool {
+	if r.pieces == nil || len(text) > maxPieceText {
+		return r.re.Match(text[off:])
+	}
+	lit := r.pieces[0].lit
+	for i := off; ; {
+		j := bytes.Index(text[i:], []byte(lit))
+		if j < 0 {
+			return false
+		}
+		i += j
+		if (!r.wordStart || (i > 0 && isWordByte(text[i-1])) != isWordByte(lit[0])) &&
+			matchPrefix(r.pieces[1:], text[i+len(lit):]) {
+			return true
+		}
+		i++
+	}
+}
+
+// isWordByte reports whether b is an ASCII word character (RE2's \w);
+// a byte of a multi-byte rune is not.
+func isWordByte(b byte) bool {
+	return b == '_' || 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9'
+}
+
+// matchPrefix reports whether ps match a prefix of s.
+func matchPrefix(ps []piece, s []byte) bool {
+	if len(ps) == 0 {
+		return true
+	}
+	p := &ps[0]
+	if p.lit != "" {
+		if len(s) >= len(p.lit) && string(s[:len(p.lit)]) == p.lit && matchPrefix(ps[1:], s[len(p.lit):]) {
+			return true
+		}
+		return p.min == 0 && matchPrefix(ps[1:], s)
+	}
+	n := 0
+	for n < len(s) && (p.max < 0 || n < p.max) && p.class.has(s[n]) {
+		n++
+	}
+	for ; n >= p.min; n-- {
+		if matchPrefix(ps[1:], s[n:]) {
+			return true
+		}
+	}
+	return false
 }
 
 func (r RequestIDRules) compile() (*RequestIDs, error) {
@@ -296,6 +400,7 @@ func (r RequestIDRules) compile() (*RequestIDs, error) {
 		}
 		lit, before := requiredLiteral(p)
 		rule := bodyRule{re: re, literal: []byte(lit), before: before}
+		rule.pieces, rule.wordStart = bodyPieces(p)
 		if name := re.SubexpNames()[1]; name != "" {
 			rule.prefix = name + "-"
 		}
@@ -722,7 +827,7 @@ func (ids *RequestIDs) bodyMatches(text []byte) bool {
 	for i := range ids.bodies {
 		r := &ids.bodies[i]
 		off, ok := r.window(text)
-		if ok && r.re.Match(text[off:]) {
+		if ok && r.matches(text, off) {
 			return true // the capture is required and non-empty (compile)
 		}
 	}

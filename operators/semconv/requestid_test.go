@@ -260,3 +260,35 @@ func TestFormatBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestBodyPieces checks that the body patterns matched by pieces agree
+// with their regexps.
+func TestBodyPieces(t *testing.T) {
+	patterns := append(DefaultRequestIDRules().BodyPatterns,
+		`\b(x-[a-c]+)`, `\b-([a-c]+)`, `ab([0-9])cd`, `\b(ab)?`, `q[=:]\s*['"]?([a-c]+)z`, `é(a)`, `\ba?b(c)`)
+	fragments := []string{"chatcmpl-", "cmpl-", "rid=", "rid='", `"id_task":`, " ", "  ", "task ", "request_id", "=", ":", "'",
+		"a", "b", "c", "z", "7", "-", "_", "x-", "q", "ab", "cd", "é", "\xff", "[request id: ", "]", "Req"}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, p := range patterns {
+		ids, err := RequestIDRules{BodyPatterns: []string{p}}.Compile()
+		if err != nil {
+			continue // not a valid body pattern (e.g. its capture may be empty)
+		}
+		r := &ids.bodies[0]
+		for range 20000 {
+			var text []byte
+			for range rng.IntN(8) {
+				text = append(text, fragments[rng.IntN(len(fragments))]...)
+			}
+			want := r.re.Match(text)
+			if got := ids.bodyMatches(text); got != want {
+				t.Fatalf("pattern %q (pieces %v), text %q: bodyMatches = %v, regexp %v", p, r.pieces != nil, text, got, want)
+			}
+		}
+	}
+	for _, p := range DefaultRequestIDRules().BodyPatterns[:3] {
+		if ps, _ := bodyPieces(p); ps == nil {
+			t.Errorf("default pattern %q: matched by the regexp, not by pieces", p)
+		}
+	}
+}
