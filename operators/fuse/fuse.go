@@ -649,25 +649,35 @@ func (p *processor) Restore(t *engine.Task) error {
 	if err := p.kv.Restore(t); err != nil {
 		return err
 	}
-	it, err := t.State.Iter([]byte{prefixMeta}, []byte{prefixMeta + 1})
+	defer func() { p.s.counters.OpenTraces.Add(int64(len(p.traces))) }()
+	return eachKey(t, prefixMeta, func(k, v []byte) error {
+		if len(k) != 17 {
+			return nil
+		}
+		tr := &trace{}
+		copy(tr.id[:], k[1:])
+		if err := decodeMeta(v, tr); err != nil {
+			return fmt.Errorf("fuse: trace %x: %w", tr.id, err)
+		}
+		p.traces[tr.id] = tr
+		p.schedule(tr)
+		return nil
+	})
+}
+
+// eachKey calls fn for every key under prefix in t's keyspace, in key
+// order; k and v are valid during the call only.
+func eachKey(t *engine.Task, prefix byte, fn func(k, v []byte) error) error {
+	it, err := t.State.Iter([]byte{prefix}, []byte{prefix + 1})
 	if err != nil {
 		return err
 	}
 	defer it.Close()
 	for it.First(); it.Valid(); it.Next() {
-		k := it.Key()
-		if len(k) != 17 {
-			continue
+		if err := fn(it.Key(), it.Value()); err != nil {
+			return err
 		}
-		tr := &trace{}
-		copy(tr.id[:], k[1:])
-		if err := decodeMeta(it.Value(), tr); err != nil {
-			return fmt.Errorf("fuse: trace %x: %w", tr.id, err)
-		}
-		p.traces[tr.id] = tr
-		p.schedule(tr)
 	}
-	p.s.counters.OpenTraces.Add(int64(len(p.traces)))
 	return it.Error()
 }
 

@@ -166,24 +166,20 @@ func (p *processor) checkpointKV(t *engine.Task) error {
 func (p *processor) restoreKV(t *engine.Task) error {
 	p.s.counters.KVBuffered.Add(-int64(len(p.kvBuf)))
 	p.kvBuf, p.kvNew, p.kvSeq = p.kvBuf[:0], p.kvNew[:0], 0
-	it, err := t.State.Iter([]byte{prefixKV}, []byte{prefixKV + 1})
-	if err != nil {
-		return err
-	}
-	defer it.Close()
-	for it.First(); it.Valid(); it.Next() {
-		k := it.Key()
+	defer func() {
+		p.kvBuf.init()
+		p.s.counters.KVBuffered.Add(int64(len(p.kvBuf)))
+	}()
+	return eachKey(t, prefixKV, func(k, v []byte) error {
 		if len(k) != 17 {
-			continue
+			return nil
 		}
 		ev := &kvEvent{time: int64(binary.BigEndian.Uint64(k[1:]) ^ (1 << 63)), seq: binary.BigEndian.Uint64(k[9:]),
-			member: append([]byte(nil), it.Value()...), stored: true}
+			member: append([]byte(nil), v...), stored: true}
 		p.kvBuf = append(p.kvBuf, ev)
 		p.kvSeq = max(p.kvSeq, ev.seq+1)
-	}
-	p.kvBuf.init()
-	p.s.counters.KVBuffered.Add(int64(len(p.kvBuf)))
-	return it.Error()
+		return nil
+	})
 }
 
 // before orders buffered events by time, then arrival.

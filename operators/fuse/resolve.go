@@ -314,14 +314,8 @@ func (p *processor) restoreRequests(t *engine.Task) error {
 	clear(p.requests)
 	p.reqTimers = p.reqTimers[:0]
 	p.changedReqs = p.changedReqs[:0]
-	it, err := t.State.Iter([]byte{prefixRequest}, []byte{prefixRequest + 1})
-	if err != nil {
-		return err
-	}
-	defer it.Close()
-	for it.First(); it.Valid(); it.Next() {
-		r := &request{id: string(it.Key()[1:]), stored: true}
-		v := it.Value()
+	return eachKey(t, prefixRequest, func(k, v []byte) error {
+		r := &request{id: string(k[1:]), stored: true}
 		if len(v) < 18 || v[0] != 1 {
 			return fmt.Errorf("fuse: request %q: unknown record version", r.id)
 		}
@@ -339,8 +333,8 @@ func (p *processor) restoreRequests(t *engine.Task) error {
 		r.waiting = append([]byte(nil), v[n:]...)
 		p.requests[r.id] = r
 		p.scheduleRequest(r)
-	}
-	return it.Error()
+		return nil
+	})
 }
 
 type reqTimer struct {
