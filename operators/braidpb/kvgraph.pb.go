@@ -712,8 +712,12 @@ type Incident struct {
 	LastUnixNano  uint64           `protobuf:"fixed64,14,opt,name=last_unix_nano,json=lastUnixNano,proto3" json:"last_unix_nano,omitempty"`
 	// Watermark of the task when the revision was emitted.
 	WatermarkUnixNano uint64 `protobuf:"fixed64,15,opt,name=watermark_unix_nano,json=watermarkUnixNano,proto3" json:"watermark_unix_nano,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Context from the resources stage: the series of the incident's GPU and
+	// of its server (KV-cache usage, preemptions, queue, GPU memory, Xid…)
+	// over [first, last].
+	Resources     *ResourceContext `protobuf:"bytes,16,opt,name=resources,proto3" json:"resources,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Incident) Reset() {
@@ -851,11 +855,18 @@ func (x *Incident) GetWatermarkUnixNano() uint64 {
 	return 0
 }
 
+func (x *Incident) GetResources() *ResourceContext {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
 var File_braid_v1_kvgraph_proto protoreflect.FileDescriptor
 
 const file_braid_v1_kvgraph_proto_rawDesc = "" +
 	"\n" +
-	"\x16braid/v1/kvgraph.proto\x12\bbraid.v1\x1a\x14braid/v1/braid.proto\"\x93\x04\n" +
+	"\x16braid/v1/kvgraph.proto\x12\bbraid.v1\x1a\x14braid/v1/braid.proto\x1a\x18braid/v1/resources.proto\"\x93\x04\n" +
 	"\rPollutionEdge\x12\x16\n" +
 	"\x06source\x18\x01 \x01(\tR\x06source\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\tR\x06target\x12+\n" +
@@ -903,7 +914,7 @@ const file_braid_v1_kvgraph_proto_rawDesc = "" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12$\n" +
 	"\x0etime_unix_nano\x18\x02 \x01(\x06R\ftimeUnixNano\x12\x12\n" +
 	"\x04text\x18\x03 \x01(\tR\x04text\x12(\n" +
-	"\x06origin\x18\x04 \x01(\v2\x10.braid.v1.OriginR\x06origin\"\xce\x04\n" +
+	"\x06origin\x18\x04 \x01(\v2\x10.braid.v1.OriginR\x06origin\"\x87\x05\n" +
 	"\bIncident\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\rR\brevision\x12-\n" +
@@ -920,7 +931,8 @@ const file_braid_v1_kvgraph_proto_rawDesc = "" +
 	"\bevidence\x18\f \x03(\v2\x12.braid.v1.EvidenceR\bevidence\x12&\n" +
 	"\x0ffirst_unix_nano\x18\r \x01(\x06R\rfirstUnixNano\x12$\n" +
 	"\x0elast_unix_nano\x18\x0e \x01(\x06R\flastUnixNano\x12.\n" +
-	"\x13watermark_unix_nano\x18\x0f \x01(\x06R\x11watermarkUnixNano*\xae\x01\n" +
+	"\x13watermark_unix_nano\x18\x0f \x01(\x06R\x11watermarkUnixNano\x127\n" +
+	"\tresources\x18\x10 \x01(\v2\x19.braid.v1.ResourceContextR\tresources*\xae\x01\n" +
 	"\rPollutionKind\x12\x1e\n" +
 	"\x1aPOLLUTION_KIND_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cPOLLUTION_KIND_DIRTY_RESIDUE\x10\x01\x12\x1e\n" +
@@ -961,6 +973,7 @@ var file_braid_v1_kvgraph_proto_goTypes = []any{
 	(*Evidence)(nil),        // 7: braid.v1.Evidence
 	(*Incident)(nil),        // 8: braid.v1.Incident
 	(*Origin)(nil),          // 9: braid.v1.Origin
+	(*ResourceContext)(nil), // 10: braid.v1.ResourceContext
 }
 var file_braid_v1_kvgraph_proto_depIdxs = []int32{
 	0,  // 0: braid.v1.PollutionEdge.kind:type_name -> braid.v1.PollutionKind
@@ -976,11 +989,12 @@ var file_braid_v1_kvgraph_proto_depIdxs = []int32{
 	3,  // 10: braid.v1.Incident.edges:type_name -> braid.v1.PollutionEdge
 	6,  // 11: braid.v1.Incident.layers:type_name -> braid.v1.LayerCount
 	7,  // 12: braid.v1.Incident.evidence:type_name -> braid.v1.Evidence
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	10, // 13: braid.v1.Incident.resources:type_name -> braid.v1.ResourceContext
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_braid_v1_kvgraph_proto_init() }
@@ -989,6 +1003,7 @@ func file_braid_v1_kvgraph_proto_init() {
 		return
 	}
 	file_braid_v1_braid_proto_init()
+	file_braid_v1_resources_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -198,6 +198,9 @@ func newProcessor(s *Stage, p int32) *processor {
 	kc := s.cfg.KVGraph
 	kc.Counters = &s.kvCounters
 	kc.OnIncident = pr.onIncident
+	if s.table != nil {
+		kc.Context = s.incidentContext
+	}
 	pr.kv = kvgraph.NewProcessor(kc, p)
 	return pr
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -220,4 +222,28 @@ func (p *processor) onIncident(inc *braidpb.Incident) {
 		}
 		t.Emit(&kgo.Record{Topic: p.cfg.RepartitionTopic, Partition: q, Key: append([]byte(nil), p.key...), Value: w.buf})
 	}
+}
+
+// incidentContext is the resources stage's context of a pollution
+// incident: the series of its GPU (by uuid, else index, on its host) and of
+// the server instance whose KV events showed it, whatever their model.
+func (s *Stage) incidentContext(host, gpu string, gpuIndex int64, instance string, start, end int64) *braidpb.ResourceContext {
+	index := ""
+	if gpuIndex >= 0 {
+		index = strconv.FormatInt(gpuIndex, 10)
+	}
+	uuid := gpu
+	if strings.HasPrefix(gpu, host+"/") {
+		uuid = "" // not a uuid: the detector's host/gpuN key
+	}
+	ws := s.table.WindowsOn(host, func(series semconv.Identity) bool {
+		if series.HasGPU() {
+			return (uuid != "" && series.GPUUUID == uuid) || (series.GPUUUID == "" && index != "" && series.GPUIndex == index)
+		}
+		return instance != "" && series.Instance == instance
+	}, start, end)
+	if len(ws) == 0 {
+		return nil
+	}
+	return &braidpb.ResourceContext{Series: ws}
 }

@@ -1,6 +1,7 @@
 package fuse
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -104,4 +105,69 @@ func kvPollution(t *testing.T, reversed bool) {
 	if len(ft.Logs) != 0 {
 		t.Errorf("KV events became trace members: %d logs", len(ft.Logs))
 	}
+}
+
+// TestIncidentCarriesResourceContext: an incident's evidence holds the
+// series of its GPU and of the server whose KV events showed it, from the
+// resources stage — not another GPU's.
+func TestIncidentCarriesResourceContext(t *testing.T) {
+	c := newCluster(t, 1, func(cfg *Config) { cfg.ResourcesTopic = "braid.resources"; cfg.ResourceIdleness = time.Second })
+	pool := kvlog.Pool{Layers: 2, Blocks: 8, BlockBytes: 1024}
+	where := kvlog.Where{Host: "h1", GPUUUID: "GPU-1", GPUIndex: 0, Instance: "h1:8000"}
+	ms := func(n int64) int64 { return base.UnixNano() + n*int64(time.Millisecond) }
+	for _, s := range []scrape{{base, 0.5, 1, 1000, 5}, {base.Add(time.Second), 0.9, 3, 1200, 5}} {
+		c.feed(0, inMetrics, nil, scrapeMsg(s))
+	}
+	ops := []kvlog.Op{{Time: ms(0), Op: "alloc", Request: "r1", Block: 1}}
+	for l := range pool.Layers {
+		ops = append(ops, pool.Write(ms(1), "r1", 1, l, 0, pool.BlockBytes))
+	}
+	ops = append(ops, kvlog.Op{Time: ms(3), Op: "free", Request: "r1", Block: 1},
+		kvlog.Op{Time: ms(1500), Op: "alloc", Request: "r2", Block: 1},
+		pool.Read(ms(1600), "r2", 1, 1, 0, 1024))
+	c.feed(0, inLogs, nil, kvlog.Marshal(where, ops...))
+	for k := 1; k <= 8; k++ {
+		at := base.Add(time.Duration(k) * 2 * time.Second)
+		c.feed(0, inMetrics, nil, scrapeMsg(scrape{at, 0.2, 3, 1000, 5}))
+		c.checkpoint(600 * time.Millisecond)
+	}
+	var inc *braidpb.Incident
+	for _, r := range c.hs[0].out("braid.incidents") {
+		inc = &braidpb.Incident{}
+		if err := proto.Unmarshal(r.Value, inc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if inc == nil {
+		t.Fatal("no incident")
+	}
+	got := map[string]bool{}
+	for _, w := range inc.GetResources().GetSeries() {
+		got[w.Metric+"|"+seriesPlaceOf(w.Resource)] = true
+	}
+	for _, want := range []string{"kv_cache_usage|instance=h1:8000", "preemptions|instance=h1:8000", "gpu_fb_used_mib|gpu=GPU-1"} {
+		if !got[want] {
+			t.Errorf("incident context lacks %s: %v", want, got)
+		}
+	}
+	if got["gpu_fb_used_mib|gpu=GPU-2"] {
+		t.Error("incident context holds another GPU's series")
+	}
+}
+
+func seriesPlaceOf(id string) string {
+	var inst, gpu string
+	for _, part := range strings.Split(id, ",") {
+		k, v, _ := strings.Cut(part, "=")
+		switch k {
+		case "instance":
+			inst = v
+		case "gpu_uuid":
+			gpu = v
+		}
+	}
+	if gpu != "" {
+		return "gpu=" + gpu
+	}
+	return "instance=" + inst
 }

@@ -40,6 +40,11 @@ type Config struct {
 	// (fuse tags the FusedTrace records of its polluted requests). Called
 	// on the task's goroutine; inc must not be retained or modified.
 	OnIncident func(inc *braidpb.Incident)
+	// Context, when set, returns the resource series in force on a GPU
+	// (host, gpu id — its uuid, else host/gpuN —, index or -1, and the
+	// server instance whose KV events it carried) over [start, end], for
+	// the incident's evidence; nil when none.
+	Context func(host, gpu string, gpuIndex int64, instance string, start, end int64) *braidpb.ResourceContext
 	// Counters, when set, receives the counts (shared by the tasks of a
 	// stage); else each processor has its own.
 	Counters *Counters

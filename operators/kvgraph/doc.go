@@ -104,7 +104,10 @@
 // after each batch that changed it, with revision+1; when event time passes
 // its last edge + IncidentWindow it is emitted a last time with state
 // CLOSED and forgotten, so a later fault on the same nodes opens a new one.
-// Config.OnIncident hands each emission's polluted trace ids to fuse.
+// Config.OnIncident hands each emission's polluted trace ids to fuse;
+// Config.Context fills Incident.resources with the resources stage's series
+// of the incident's GPU and server (KV-cache usage, preemptions, queue, GPU
+// memory, Xid) over the incident's span of event time.
 //
 // # State
 //

@@ -225,6 +225,9 @@ func (p *Processor) gpuOf(ev *Event) *gpu {
 		p.gpus[g.id] = g
 		p.markGPU(g)
 	}
+	if len(ev.Instance) > 0 && g.instance != string(ev.Instance) {
+		g.instance = string(ev.Instance)
+	}
 	return g
 }
 
@@ -921,6 +924,9 @@ func (p *Processor) dirty(inc *incident) {
 func (p *Processor) emitIncident(t *engine.Task, inc *incident, wm int64) {
 	inc.dirty = false
 	inc.pb.WatermarkUnixNano = uint64(wm)
+	if p.cfg.Context != nil && inc.g != nil {
+		inc.pb.Resources = p.cfg.Context(inc.g.host, inc.g.id, inc.g.index, inc.g.instance, int64(inc.pb.FirstUnixNano), int64(inc.pb.LastUnixNano))
+	}
 	p.c.Revisions.Add(1)
 	key := []byte(inc.pb.Id)
 	t.Emit(&kgo.Record{Topic: p.cfg.IncidentsTopic, Partition: otlp.HashPartition(key, p.cfg.Partitions), Key: key, Value: p.marshal(inc.pb)})

@@ -10,6 +10,9 @@ type gpu struct {
 	id    string
 	host  string
 	index int64 // gpu.index, -1 when unknown
+	// instance is the service.instance.id of the server whose events
+	// came last (not persisted: learnt again from the next event).
+	instance string
 	// layerSize and layers: learnt from kv.layer.size / kv.layer.count.
 	layerSize, layers int64
 	// bbLo..bbHi bound the bytes of a block slot, inferred from writes

@@ -164,13 +164,35 @@ func (t *Table) Windows(req semconv.Identity, start, end int64) []*braidpb.Serie
 			out = append(out, w)
 		}
 	}
+	sortWindows(out)
+	return out
+}
+
+// WindowsOn returns the windows over [start, end] of every series on host
+// that match accepts, sorted as Windows sorts them.
+func (t *Table) WindowsOn(host string, match func(series semconv.Identity) bool, start, end int64) []*braidpb.SeriesWindow {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	var out []*braidpb.SeriesWindow
+	for _, sr := range t.mu.byHost[host] {
+		if !match(sr.id) {
+			continue
+		}
+		if w := window(sr, start, end); w != nil {
+			out = append(out, w)
+		}
+	}
+	sortWindows(out)
+	return out
+}
+
+func sortWindows(out []*braidpb.SeriesWindow) {
 	slices.SortFunc(out, func(a, b *braidpb.SeriesWindow) int {
 		if c := strings.Compare(a.Metric, b.Metric); c != 0 {
 			return c
 		}
 		return strings.Compare(a.Resource, b.Resource)
 	})
-	return out
 }
 
 // window summarises sr over [start, end]; nil if it has no sample at or
