@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -57,8 +56,12 @@ type Task struct {
 	// older than its earlier markers allowed.
 	up []upstream
 	// srcOnly covers the source inputs only: the watermark sent on global
-	// topics, which only records read from sources feed.
+	// topics and on internal topics without From, which only records read
+	// from sources feed.
 	srcOnly *windows.Watermarks
+	// fed are the distinct trackers that observe the sources: all,
+	// srcOnly and those of the internal topics with From.
+	fed []*windows.Watermarks
 	// all covers source inputs and every upstream task of every internal
 	// input: the watermark that fires timers.
 	all *windows.Watermarks
@@ -74,20 +77,16 @@ type Task struct {
 var wmKey = []byte("\x00\x01watermark")
 
 // upstream tracks the watermark a task sends on one internal topic: its
-// sources, then the upstream tasks of each internal input in From.
+// sources, then the upstream tasks of each internal input in From. A topic
+// without From shares the task's source-only tracker.
 type upstream struct {
 	w    *windows.Watermarks
-	base map[int]int // internal input index → offset of its first task
+	from []int // internal inputs tracked after the sources, in order
 }
 
 func (e *Engine) newUpstream(k int, now time.Time) upstream {
-	p := int(e.topo.Partitions)
-	u := upstream{base: map[int]int{}}
-	n := e.sources
-	for _, j := range e.internalFrom[k] {
-		u.base[j] = n
-		n += p
-	}
+	u := upstream{from: e.internalFrom[k]}
+	n := e.sources + len(u.from)*int(e.topo.Partitions)
 	u.w = windows.NewWatermarks(n, e.cfg.OutOfOrderness, e.cfg.Idleness, now)
 	for i := e.sources; i < n; i++ {
 		u.w.MarkUpstream(i)
@@ -95,30 +94,36 @@ func (e *Engine) newUpstream(k int, now time.Time) upstream {
 	return u
 }
 
+// index is where upstream task up of internal input k sits in u.w.
+func (u upstream) index(e *Engine, k int, up int32) (int, bool) {
+	for i, j := range u.from {
+		if j == k {
+			return e.sources + i*int(e.topo.Partitions) + int(up), true
+		}
+	}
+	return 0, false
+}
+
 // restore sets u's maxima from a checkpoint's (laid out as Task.all's).
 func (u upstream) restore(all []int64, e *Engine) {
 	p := int(e.topo.Partitions)
-	m := make([]int64, 0, e.sources+len(u.base)*p)
-	m = append(m, all[:min(len(all), e.sources)]...)
-	for len(m) < e.sources {
-		m = append(m, windows.MinTime)
+	m := make([]int64, 0, e.sources+len(u.from)*p)
+	for i := range e.sources {
+		m = append(m, at(all, i))
 	}
-	offs := make([]int, 0, len(u.base))
-	for j := range u.base {
-		offs = append(offs, j)
-	}
-	slices.SortFunc(offs, func(a, b int) int { return u.base[a] - u.base[b] })
-	for _, j := range offs {
-		from := e.sources + j*p
+	for _, j := range u.from {
 		for q := range p {
-			v := windows.MinTime
-			if from+q < len(all) {
-				v = all[from+q]
-			}
-			m = append(m, v)
+			m = append(m, at(all, e.sources+j*p+q))
 		}
 	}
 	u.w.RestoreMaxima(m)
+}
+
+func at(m []int64, i int) int64 {
+	if i < len(m) {
+		return m[i]
+	}
+	return windows.MinTime
 }
 
 // newWatermarks tracks the sources and the upstream tasks of the first n
@@ -161,9 +166,15 @@ func (e *Engine) openTaskNoRun(p int32) (*Task, error) {
 	}
 	t.all = e.newWatermarks(len(e.internal), now)
 	t.srcOnly = e.newWatermarks(0, now)
+	t.fed = []*windows.Watermarks{t.all, t.srcOnly}
 	t.up = make([]upstream, len(e.internal))
 	for k := range t.up {
+		if len(e.internalFrom[k]) == 0 {
+			t.up[k] = upstream{w: t.srcOnly}
+			continue
+		}
 		t.up[k] = e.newUpstream(k, now)
+		t.fed = append(t.fed, t.up[k].w)
 	}
 	if err := t.loadCommitted(); err != nil {
 		ks.Close()
@@ -199,10 +210,12 @@ func (t *Task) loadCommitted() error {
 			maxima = append(maxima, int64(binary.BigEndian.Uint64(b)))
 		}
 		t.all.RestoreMaxima(maxima)
-		for _, u := range t.up {
-			u.restore(maxima, t.e)
-		}
 		t.srcOnly.RestoreMaxima(maxima)
+		for _, u := range t.up {
+			if len(u.from) > 0 {
+				u.restore(maxima, t.e)
+			}
+		}
 	}
 	t.lastWM = t.restoreWM
 	t.pub.watermark.Store(t.restoreWM)
@@ -309,8 +322,8 @@ func (t *Task) processRecord(r *kgo.Record, input int) error {
 		}
 		t.all.Report(t.e.sources+k*int(t.e.topo.Partitions)+int(up), wm, idle, t.now)
 		for _, u := range t.up {
-			if base, ok := u.base[k]; ok {
-				u.w.Report(base+int(up), wm, idle, t.now)
+			if i, ok := u.index(t.e, k, up); ok {
+				u.w.Report(i, wm, idle, t.now)
 			}
 		}
 		return nil
@@ -418,11 +431,9 @@ func (t *Task) Observe(input int, ts int64) {
 		return
 	}
 	i := t.sourceIndex(input)
-	for _, u := range t.up {
-		u.w.Observe(i, ts, t.now)
+	for _, w := range t.fed {
+		w.Observe(i, ts, t.now)
 	}
-	t.srcOnly.Observe(i, ts, t.now)
-	t.all.Observe(i, ts, t.now)
 }
 
 // Touch records activity without an event time on input.
@@ -431,11 +442,9 @@ func (t *Task) Touch(input int) {
 		return
 	}
 	i := t.sourceIndex(input)
-	for _, u := range t.up {
-		u.w.Touch(i, t.now)
+	for _, w := range t.fed {
+		w.Touch(i, t.now)
 	}
-	t.srcOnly.Touch(i, t.now)
-	t.all.Touch(i, t.now)
 }
 
 func (t *Task) sourceIndex(input int) int { return t.e.srcIndex[input] }

@@ -271,12 +271,8 @@ func (p *processor) appendDerived(b []byte, tr *trace) ([]byte, int, error) {
 			d.AddLog(m.sortKey, m.resource)
 		}
 	}
-	dv := d.Derived()
-	if proto.Size(dv) == 0 {
-		return b, 0, nil
-	}
-	v, err := proto.MarshalOptions{Deterministic: true}.Marshal(dv)
-	if err != nil {
+	v, err := proto.MarshalOptions{Deterministic: true}.Marshal(d.Derived())
+	if err != nil || len(v) == 0 {
 		return b, 0, err
 	}
 	b = protowire.AppendTag(b, fDerived, protowire.BytesType)
@@ -397,46 +393,11 @@ func statusCode(b []byte) (code int32) {
 }
 
 // serviceName returns the service.name string attribute of a Resource.
-func serviceName(res []byte) (name []byte) {
-	fields(res, func(num protowire.Number, typ protowire.Type, kv []byte, _ uint64) bool {
-		if num != 1 || typ != protowire.BytesType {
-			return true
-		}
-		v, ok := stringAttr(kv, "service.name")
-		if ok {
-			name = v
-		}
-		return !ok
-	})
-	return name
-}
-
-// stringAttr returns the string value of KeyValue kv if its key is key.
-func stringAttr(kv []byte, key string) (value []byte, ok bool) {
-	var k, v []byte
-	fields(kv, func(num protowire.Number, typ protowire.Type, b []byte, _ uint64) bool {
-		if typ == protowire.BytesType {
-			switch num {
-			case 1:
-				k = b
-			case 2:
-				v = b
-			}
-		}
-		return true
-	})
-	if string(k) != key {
-		return nil, false
+func serviceName(res []byte) []byte {
+	if v, ok := semconv.LookupValue(res, semconv.ResourceAttrs, "service.name"); ok && v.Type == semconv.ValueString {
+		return v.Raw()
 	}
-	// AnyValue{string_value = 1}
-	fields(v, func(num protowire.Number, typ protowire.Type, b []byte, _ uint64) bool {
-		if num == 1 && typ == protowire.BytesType {
-			value, ok = b, true
-			return false
-		}
-		return true
-	})
-	return value, ok
+	return nil
 }
 
 func (s *summary) append(b []byte) []byte {

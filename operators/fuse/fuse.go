@@ -160,10 +160,12 @@ type processor struct {
 	deriver   semconv.Deriver
 
 	// resources stage: samples of the current message per identity
-	samples   map[semconv.Identity][]byte
-	sampleIDs []semconv.Identity
-	attrs     []semconv.KV
-	pattrs    []semconv.KV
+	samples     map[semconv.Identity][]byte
+	sampleIDs   []semconv.Identity
+	attrs       []semconv.KV
+	pattrs      []semconv.KV
+	sampleRes   []semconv.KV // attributes of sampleResOf
+	sampleResOf []byte       // the resource last read, this message
 
 	// kvgraph stage
 	kv        *kvgraph.Processor
@@ -225,9 +227,7 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 	case p.resolveInput():
 		return p.processResolve(t, rec)
 	case p.kvInput():
-		p.task = t
-		err := p.processKV(t, rec)
-		return p.kvError(err)
+		return p.processKV(t, rec)
 	case p.repartitionInput():
 		return p.processRepartitioned(t, rec)
 	}
@@ -249,8 +249,7 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 		it := &items[i]
 		t.Observe(input, it.Time)
 		if src.Signal == otlp.SignalLogs && isKVLog(it.Payload) {
-			p.task = t
-			if err := p.kvError(p.routeKV(t, it, rec)); err != nil {
+			if err := p.routeKV(t, it, rec); err != nil {
 				return err
 			}
 			continue
@@ -457,8 +456,7 @@ func (p *processor) nextAction(tr *trace) int64 {
 // OnWatermark implements engine.WatermarkHandler: fires due timers in order,
 // then flushes traces idle in processing time.
 func (p *processor) OnWatermark(t *engine.Task, wm int64) error {
-	p.task = t
-	if err := p.kvError(p.releaseKV(t, wm, 4*timerSlice)); err != nil {
+	if err := p.releaseKV(t, wm, 4*timerSlice); err != nil {
 		return err
 	}
 	// The detector's event time must not pass KV events still held (a

@@ -32,25 +32,11 @@ func isKVLog(log []byte) bool {
 	if _, ok := semconv.LookupValue(log, semconv.LogRecordAttrs, "kv.op"); ok {
 		return true
 	}
-	body := logBodyString(log)
-	return bytes.HasPrefix(body, []byte("=========")) || bytes.Contains(body, []byte("NVRM: Xid"))
-}
-
-// logBodyString returns LogRecord.body (5) when it is a string value.
-func logBodyString(log []byte) (s []byte) {
-	fields(log, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) bool {
-		if num == 5 && typ == protowire.BytesType {
-			fields(v, func(n protowire.Number, t protowire.Type, sv []byte, _ uint64) bool {
-				if n == 1 && t == protowire.BytesType {
-					s = sv
-				}
-				return true
-			})
-			return false
-		}
-		return true
-	})
-	return s
+	body := semconv.LogBody(log)
+	if body.Type != semconv.ValueString {
+		return false
+	}
+	return bytes.HasPrefix(body.Raw(), []byte("=========")) || bytes.Contains(body.Raw(), []byte("NVRM: Xid"))
 }
 
 // routeKV sends a KV log to the kvgraph task of its host.
@@ -61,7 +47,7 @@ func (p *processor) routeKV(t *engine.Task, it *otlp.Item, rec *kgo.Record) erro
 	w := chunkWriter{}
 	w.appendItem(it, otlp.SignalLogs, rec.Topic, rec.Partition, rec.Offset)
 	if q == p.partition {
-		return p.bufferKV(t, w.buf)
+		return p.bufferKV(t, w.buf, it.Time)
 	}
 	t.Emit(&kgo.Record{Topic: p.cfg.KVTopic, Partition: q, Key: []byte(host), Value: w.buf})
 	return nil
@@ -72,7 +58,7 @@ func (p *processor) processKV(t *engine.Task, rec *kgo.Record) error {
 	return readMembers(rec.Value, func(m *member) error {
 		w := chunkWriter{}
 		w.appendMember(m)
-		return p.bufferKV(t, w.buf)
+		return p.bufferKV(t, w.buf, m.time)
 	})
 }
 
@@ -92,11 +78,9 @@ type kvEvent struct {
 
 const prefixKV = byte('v')
 
-func (p *processor) bufferKV(t *engine.Task, rec []byte) error {
-	var ts int64
-	if err := readMembers(rec, func(m *member) error { ts = m.time; return nil }); err != nil {
-		return err
-	}
+// bufferKV holds rec, one member at event time ts, until the watermark
+// passes ts.
+func (p *processor) bufferKV(t *engine.Task, rec []byte, ts int64) error {
 	if ts <= t.Watermark() {
 		p.s.counters.KVLateEvents.Add(1)
 		return p.handKV(t, rec)
@@ -195,12 +179,8 @@ func (a *kvEvent) before(b *kvEvent) bool {
 // onIncident tags the traces of an incident's polluted requests, each at
 // the event time it was polluted (within its request, so the trace is
 // revised, not reopened). It runs inside p.kv's calls, on the task's
-// goroutine.
-func (p *processor) onIncident(inc *braidpb.Incident) {
-	t := p.task
-	if t == nil {
-		return
-	}
+// goroutine; an error is returned after the call (kvError).
+func (p *processor) onIncident(t *engine.Task, inc *braidpb.Incident) {
 	for _, v := range inc.Polluted {
 		if len(v.TraceId) != 16 {
 			continue

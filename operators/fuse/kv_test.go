@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/braidlabs/braid/connectors/otlp"
 	"github.com/braidlabs/braid/operators/braidpb"
 	"github.com/braidlabs/braid/operators/kvgraph/kvlog"
 )
@@ -95,7 +96,7 @@ func kvPollution(t *testing.T, reversed bool) {
 		tagsLate += h.stage.Counters().IncidentTagsLate.Load()
 	}
 	t.Logf("incident records %d, tags %d (late %d), polluted %v", len(incidents), tags, tagsLate, inc.Polluted)
-	ft := c.fused()[string(appendHex(victim))]
+	ft := c.fused()[string(otlp.AppendTraceIDHex(nil, victim))]
 	if ft == nil {
 		t.Fatal("victim's trace not emitted")
 	}

@@ -11,6 +11,7 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/braidlabs/braid/connectors/otlp"
 	"github.com/braidlabs/braid/operators/braidpb"
 )
 
@@ -219,7 +220,7 @@ func TestResolveJoinsLogsByRequestID(t *testing.T) {
 			}
 			fused := c.fused()
 			for _, r := range reqs {
-				key := string(appendHex(r.id))
+				key := string(otlp.AppendTraceIDHex(nil, r.id))
 				ft := fused[key]
 				if ft == nil {
 					t.Fatalf("P=%d spanFirst=%v: trace of %s not emitted", partitions, spanFirst, r.rid)
@@ -286,13 +287,4 @@ func TestResolveUnresolvedLogsAreFlagged(t *testing.T) {
 	if u := h.stage.Counters().Unresolved.Load(); u != 1 {
 		t.Errorf("Unresolved = %d, want 1", u)
 	}
-}
-
-func appendHex(id [16]byte) []byte {
-	const hex = "0123456789abcdef"
-	b := make([]byte, 0, 32)
-	for _, x := range id {
-		b = append(b, hex[x>>4], hex[x&15])
-	}
-	return b
 }

@@ -22,7 +22,7 @@ func (p *processor) resourceSample(it *otlp.Item) bool {
 	}
 	// NumberDataPoint: attributes = 7, as_double = 4, as_int = 6.
 	m, ok := semconv.NormalizeMetric(string(it.Name), func(key string) (string, bool) {
-		return semconv.Lookup(it.Payload, 7, key)
+		return semconv.Lookup(it.Payload, semconv.NumberDataPointAttrs, key)
 	})
 	if !ok || m.Kind == semconv.Histogram {
 		return false
@@ -34,9 +34,14 @@ func (p *processor) resourceSample(it *otlp.Item) bool {
 	if m.Scale != 0 && m.Scale != 1 {
 		v *= m.Scale
 	}
-	p.attrs = semconv.AppendAttrs(p.attrs[:0], it.Resource, 1)
-	p.pattrs = semconv.AppendAttrs(p.pattrs[:0], it.Payload, 7)
-	id := semconv.IdentityOf(p.attrs, p.pattrs)
+	// The points of one ResourceMetrics share its resource bytes: read
+	// its attributes once per resource, not once per point.
+	if !sameBytes(it.Resource, p.sampleResOf) {
+		p.sampleRes = semconv.AppendAttrs(p.sampleRes[:0], it.Resource, semconv.ResourceAttrs)
+		p.sampleResOf = it.Resource
+	}
+	p.pattrs = semconv.AppendAttrs(p.pattrs[:0], it.Payload, semconv.NumberDataPointAttrs)
+	id := semconv.IdentityOf(p.sampleRes, p.pattrs)
 	b, seen := p.samples[id]
 	if !seen {
 		p.sampleIDs = append(p.sampleIDs, id)
@@ -61,6 +66,12 @@ func (p *processor) flushSamples(t *engine.Task) {
 		delete(p.samples, id)
 	}
 	p.sampleIDs = p.sampleIDs[:0]
+	p.sampleResOf = nil // the message's bytes may be reused
+}
+
+// sameBytes reports whether a and b are the same slice of memory.
+func sameBytes(a, b []byte) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // numberValue reads NumberDataPoint's as_double (4) or as_int (6).

@@ -11,6 +11,8 @@ import (
 	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/braidlabs/braid/connectors/otlp"
 )
 
 func strKV(k, v string) *commonpb.KeyValue {
@@ -95,7 +97,7 @@ func TestResourcesAttachValuesInForce(t *testing.T) {
 		c.feed(0, inSpans, nil, spansMsg(requestSpan(other, "x", at, at)))
 		c.checkpoint(600 * time.Millisecond)
 	}
-	ft := c.fused()[string(appendHex(id))]
+	ft := c.fused()[string(otlp.AppendTraceIDHex(nil, id))]
 	if ft == nil {
 		t.Fatal("trace not emitted")
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/braidlabs/braid/engine"
 	"github.com/braidlabs/braid/operators/braidpb"
 )
 
@@ -39,7 +40,7 @@ type Config struct {
 	// OnIncident, when set, is called on every emission of an incident
 	// (fuse tags the FusedTrace records of its polluted requests). Called
 	// on the task's goroutine; inc must not be retained or modified.
-	OnIncident func(inc *braidpb.Incident)
+	OnIncident func(t *engine.Task, inc *braidpb.Incident)
 	// Context, when set, returns the resource series in force on a GPU
 	// (host, gpu id — its uuid, else host/gpuN —, index or -1, and the
 	// server instance whose KV events it carried) over [start, end], for

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/braidlabs/braid/engine"
 	"github.com/braidlabs/braid/operators/braidpb"
 	"github.com/braidlabs/braid/operators/kvgraph/kvlog"
 )
@@ -233,7 +234,7 @@ func TestIncidentRevisionsAndClose(t *testing.T) {
 	var calls []string
 	var traces int
 	h := newHarness(t, func(c *Config) {
-		c.OnIncident = func(inc *braidpb.Incident) {
+		c.OnIncident = func(_ *engine.Task, inc *braidpb.Incident) {
 			calls = append(calls, inc.Id)
 			for _, v := range inc.Polluted {
 				if len(v.TraceId) == 16 {

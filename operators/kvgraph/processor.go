@@ -54,10 +54,9 @@ type Processor struct {
 	deleted       [][]byte
 	dirtyIncs     []*incident
 
-	hits  []readHit
-	key   []byte
-	buf   []byte
-	trace [][16]byte
+	hits []readHit
+	key  []byte
+	buf  []byte
 }
 
 type blockRef struct {
@@ -933,7 +932,7 @@ func (p *Processor) emitIncident(t *engine.Task, inc *incident, wm int64) {
 	inc.pb.Revision++
 	p.markInc(inc)
 	if p.cfg.OnIncident != nil {
-		p.cfg.OnIncident(inc.pb)
+		p.cfg.OnIncident(t, inc.pb)
 	}
 }
 

@@ -135,7 +135,7 @@ func TestRealCollectorRecords(t *testing.T) {
 					add("log", LogRecordAttrs)(b)
 					// telemetrygen's bodies carry no request id.
 					if id, ok := ids.FromLog(b); ok {
-						t.Errorf("%s: request id %q in %q", f, id, logBody(b).String())
+						t.Errorf("%s: request id %q in %q", f, id, LogBody(b).String())
 					}
 					if v, ok := Lookup(b, LogRecordAttrs, "app"); !ok || v != "server" {
 						t.Errorf("%s: Lookup(app) = %q, %v", f, v, ok)

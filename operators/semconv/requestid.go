@@ -900,8 +900,9 @@ func (ids *RequestIDs) FromLog(logRecord []byte) (string, bool) {
 	return ids.FromText(body.raw)
 }
 
-// logBody returns the body of a serialized LogRecord.
-func logBody(rec []byte) Value {
+// LogBody returns the body (field 5) of a serialized LogRecord; the empty
+// Value when it has none.
+func LogBody(rec []byte) Value {
 	var body Value
 	for len(rec) > 0 {
 		num, typ, raw, _, rest, ok := consumeField(rec)

@@ -2,6 +2,7 @@ package job
 
 import (
 	"context"
+	"encoding/hex"
 	"testing"
 	"time"
 
@@ -60,7 +61,7 @@ func TestIntegrationGPUExporterFeedsResources(t *testing.T) {
 			StartTimeUnixNano: uint64(end.Add(-2 * time.Second).UnixNano()), EndTimeUnixNano: uint64(end.UnixNano()),
 			Attributes: []*commonpb.KeyValue{str("gen_ai.request.id", "cmpl-gpu"+string(rune('a'+i%26))), str("gen_ai.response.model", "m")}}
 		v, _ := proto.Marshal(&tracepb.TracesData{ResourceSpans: []*tracepb.ResourceSpans{{Resource: res, ScopeSpans: []*tracepb.ScopeSpans{{Spans: []*tracepb.Span{sp}}}}}})
-		key := []byte(hexID(id))
+		key := []byte(hex.EncodeToString(id))
 		if err := tj.prod.ProduceSync(context.Background(), &kgo.Record{Topic: tj.cfg.Inputs.Spans.Topic, Key: key, Value: v}).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
@@ -107,13 +108,4 @@ func TestIntegrationGPUExporterFeedsResources(t *testing.T) {
 		t.Error("no request carries the Xid 43 that hit its GPU")
 	}
 	t.Logf("%d requests carry GPU 0's series; %d saw Xid 43", len(check), xid)
-}
-
-func hexID(b []byte) string {
-	const digits = "0123456789abcdef"
-	out := make([]byte, 0, 2*len(b))
-	for _, x := range b {
-		out = append(out, digits[x>>4], digits[x&15])
-	}
-	return string(out)
 }
