@@ -3,7 +3,9 @@ package job
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -58,9 +60,30 @@ type Config struct {
 	State struct {
 		// Dir holds one Pebble keyspace per task. Default ./braid-state.
 		Dir string `yaml:"dir"`
-		// MemoryBudget for caches and Pebble, bytes. Default 256 MiB.
+		// MemoryBudget bounds everything the job holds in memory, bytes:
+		// Pebble's cache and memtables, state writes before a checkpoint,
+		// fetched and produced records, open traces, waiting logs, KV
+		// buffers and the resources table, each a fixed share (Budget).
+		// The Go runtime's soft memory limit is set to it as well.
+		// Default 512 MiB, at least 64 MiB.
 		MemoryBudget int64 `yaml:"memory_budget"`
 	} `yaml:"state"`
+
+	Limits struct {
+		// MaxMessageBytes is the largest record braid writes to any topic
+		// (outputs, internal topics, changelog): larger values are cut
+		// into chunks or parts. It must not exceed the brokers'
+		// message.max.bytes (default 1048588) less headroom for headers
+		// and batch overhead. Default 1000000.
+		MaxMessageBytes int `yaml:"max_message_bytes"`
+	} `yaml:"limits"`
+
+	// Errors is the error policy of each stage for input it cannot
+	// handle: dead_letter (default: the record goes unchanged to the DLQ
+	// topic with braid.reason naming the stage and cause), skip (counted
+	// and dropped) or fail (the job stops; for debugging). Stages: ingest,
+	// resolve, fuse, kvgraph, resources.
+	Errors map[string]string `yaml:"errors"`
 
 	// CheckpointInterval, default 5s, 1s–60s.
 	CheckpointInterval time.Duration `yaml:"checkpoint_interval"`
@@ -89,6 +112,15 @@ type Config struct {
 		// processing time is emitted even before the watermark passes it
 		// (traffic stopped). Default 10s.
 		FlushAfter time.Duration `yaml:"flush_after"`
+		// MaxClockSkew: a member whose event time is further ahead of its
+		// Kafka record's timestamp than this does not advance any
+		// watermark, and no watermark moves past the largest record
+		// timestamp seen plus this. Default 10m.
+		MaxClockSkew time.Duration `yaml:"max_clock_skew"`
+		// Future is what happens to such a member: late (default: it goes
+		// to the late topic with reason "future event time") or restamp
+		// (its event time becomes the record's timestamp).
+		Future string `yaml:"future"`
 	} `yaml:"event_time"`
 
 	Caps struct {
@@ -137,6 +169,21 @@ type Config struct {
 		Addr string `yaml:"addr"`
 	} `yaml:"admin"`
 }
+
+// errorStages are the stages that take an error policy (Config.Errors).
+var errorStages = []string{"ingest", "resolve", "fuse", "kvgraph", "resources"}
+
+// ErrorPolicy is the policy of stage: dead_letter unless Errors says
+// otherwise.
+func (c *Config) ErrorPolicy(stage string) string {
+	if p, ok := c.Errors[stage]; ok {
+		return p
+	}
+	return "dead_letter"
+}
+
+// Budget is state.memory_budget split into its shares.
+func (c *Config) Budget() Budget { return SplitBudget(c.State.MemoryBudget) }
 
 // InputConfig is one OTLP input topic.
 type InputConfig struct {
@@ -210,8 +257,15 @@ func (c *Config) EnsureDefaults() {
 	def(&c.Outputs.Format, "proto")
 	def(&c.State.Dir, "braid-state")
 	if c.State.MemoryBudget == 0 {
-		c.State.MemoryBudget = 256 << 20
+		c.State.MemoryBudget = 512 << 20
 	}
+	if c.Limits.MaxMessageBytes == 0 {
+		c.Limits.MaxMessageBytes = 1_000_000
+	}
+	if c.EventTime.MaxClockSkew == 0 {
+		c.EventTime.MaxClockSkew = 10 * time.Minute
+	}
+	def(&c.EventTime.Future, "late")
 	if c.CheckpointInterval == 0 {
 		c.CheckpointInterval = 5 * time.Second
 	}
@@ -252,6 +306,26 @@ func (c *Config) Validate() error {
 		// idle between two markers and runs the watermark ahead of data
 		// still on its way, which then lands in the late topic.
 		errs = append(errs, fmt.Errorf("config: event_time.idleness %v must be at least twice checkpoint_interval %v", idle, c.CheckpointInterval))
+	}
+	if c.State.MemoryBudget < MinMemoryBudget {
+		errs = append(errs, fmt.Errorf("config: state.memory_budget %d is below the minimum of %d (64 MiB)", c.State.MemoryBudget, MinMemoryBudget))
+	}
+	if m := c.Limits.MaxMessageBytes; m < 64<<10 || m > 64<<20 {
+		errs = append(errs, fmt.Errorf("config: limits.max_message_bytes %d is outside 64 KiB–64 MiB", m))
+	}
+	if c.EventTime.MaxClockSkew < time.Second {
+		errs = append(errs, fmt.Errorf("config: event_time.max_clock_skew %v is below 1s", c.EventTime.MaxClockSkew))
+	}
+	if f := c.EventTime.Future; f != "late" && f != "restamp" {
+		errs = append(errs, fmt.Errorf("config: event_time.future %q is neither late nor restamp", f))
+	}
+	for _, stage := range slices.Sorted(maps.Keys(c.Errors)) {
+		if !slices.Contains(errorStages, stage) {
+			errs = append(errs, fmt.Errorf("config: errors.%s: unknown stage (want one of %s)", stage, strings.Join(errorStages, ", ")))
+		}
+		if p := c.Errors[stage]; p != "dead_letter" && p != "skip" && p != "fail" {
+			errs = append(errs, fmt.Errorf("config: errors.%s: policy %q is none of dead_letter, skip, fail", stage, p))
+		}
 	}
 	if c.InstanceID == "" {
 		errs = append(errs, errors.New("config: instance_id is empty and the host name is unknown"))
