@@ -4,6 +4,8 @@ import (
 	"context"
 	"flag"
 	"log/slog"
+	"os"
+	"runtime/debug"
 	"strings"
 
 	"github.com/braidlabs/braid/cmd/braid/job"
@@ -14,6 +16,7 @@ func cmdRun(ctx context.Context, args []string, log *slog.Logger) error {
 	path := fs.String("config", "", "YAML configuration file (see README.md)")
 	brokers := fs.String("brokers", "", "comma-separated brokers; overrides the file and BRAID_KAFKA_BROKERS")
 	stateDir := fs.String("state-dir", "", "state directory; overrides the file and BRAID_STATE_DIR")
+	printBudget := fs.Bool("print-budget", false, "print how state.memory_budget is split into shares, then exit")
 	adminAddr := fs.String("admin-addr", "", `admin HTTP address of /metrics, /healthz, /readyz; overrides the file's admin.addr (default 127.0.0.1:9464; "" disables)`)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -37,6 +40,14 @@ func cmdRun(ctx context.Context, args []string, log *slog.Logger) error {
 	}
 	if err != nil {
 		return err
+	}
+	if *printBudget {
+		return cfg.Budget().WriteTable(os.Stdout)
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		// The Go heap is most of what the budget bounds: let the
+		// collector work harder before the process grows past it.
+		debug.SetMemoryLimit(cfg.State.MemoryBudget)
 	}
 	j, err := job.Prepare(ctx, cfg, log)
 	if err != nil {
