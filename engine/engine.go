@@ -333,13 +333,8 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 		pollCtx, cancel := context.WithDeadline(ctx, next)
 		fetches := sess.PollRecords(pollCtx, e.cfg.MaxPollRecords)
 		cancel()
-		if ctx.Err() != nil {
-			fctx, fcancel := context.WithTimeout(context.Background(), e.cfg.TransactionTimeout)
-			defer fcancel()
-			if err := e.checkpoint(fctx, false); err != nil {
-				return fmt.Errorf("engine: final checkpoint: %w", err)
-			}
-			return nil
+		if fetches.NumRecords() > 0 {
+			afterPoll(ctx, fetches)
 		}
 		var fatal error
 		fetches.EachError(func(topic string, p int32, err error) {
@@ -373,6 +368,17 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 		if err := e.taskErr(); err != nil {
 			return err
 		}
+		if ctx.Err() != nil {
+			// Everything the last poll returned has been dispatched: the
+			// session commits the polled offsets with this checkpoint, so
+			// the records must be in it.
+			fctx, fcancel := context.WithTimeout(context.Background(), e.cfg.TransactionTimeout)
+			defer fcancel()
+			if err := e.checkpoint(fctx, false); err != nil {
+				return fmt.Errorf("engine: final checkpoint: %w", err)
+			}
+			return nil
+		}
 		if now := e.cfg.Now(); !now.Before(next) {
 			// A checkpoint runs to its end even when ctx is cancelled
 			// meanwhile: the final checkpoint follows it.
@@ -386,6 +392,11 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 		}
 	}
 }
+
+// afterPoll runs between a poll that returned records and their dispatch:
+// the failpoint after-poll, replaced by tests to hold the loop in the window
+// where a SIGTERM used to lose the polled records.
+var afterPoll = func(ctx context.Context, _ kgo.Fetches) { failpointHold(ctx, "after-poll") }
 
 func (e *Engine) taskErr() error {
 	for _, t := range e.tasks {
