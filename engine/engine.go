@@ -105,6 +105,12 @@ type Config struct {
 	// OnCheckpoint, if set, is called on the Run goroutine after every
 	// checkpoint (metrics). It must not block.
 	OnCheckpoint func(CheckpointInfo)
+	// MaxRecordBytes is the largest record braid writes, in bytes of key,
+	// value and headers (RecordBytes). Changelog records above it are cut
+	// into chunks; any other record above it fails the checkpoint (the
+	// Harness returns the error). Default 1,000,000 (DefaultMaxRecordBytes:
+	// the broker's default message.max.bytes, 1,048,588, minus headroom).
+	MaxRecordBytes int
 }
 
 // CheckpointInfo describes one finished checkpoint.
@@ -148,6 +154,9 @@ func (c *Config) EnsureDefaults() {
 	if c.QueueDepth == 0 {
 		c.QueueDepth = 8
 	}
+	if c.MaxRecordBytes == 0 {
+		c.MaxRecordBytes = DefaultMaxRecordBytes
+	}
 }
 
 // Validate reports every problem at once.
@@ -167,6 +176,9 @@ func (c *Config) Validate() error {
 	}
 	if c.TransactionTimeout < c.CheckpointInterval+10*time.Second {
 		errs = append(errs, fmt.Errorf("engine: Config.TransactionTimeout %v must exceed CheckpointInterval %v by at least 10s", c.TransactionTimeout, c.CheckpointInterval))
+	}
+	if c.MaxRecordBytes < 1024 {
+		errs = append(errs, fmt.Errorf("engine: Config.MaxRecordBytes %d is below the minimum of 1024", c.MaxRecordBytes))
 	}
 	if c.OutOfOrderness < 0 || c.Idleness < 0 {
 		errs = append(errs, errors.New("engine: Config.OutOfOrderness and Config.Idleness must not be negative"))
@@ -209,6 +221,8 @@ type Engine struct {
 	// every input topic; nil in a Harness.
 	committed func(ctx context.Context, p int32) (map[string]int64, error)
 
+	// chunkMu keeps the chunks of one record together (EmitChunks).
+	chunkMu    sync.Mutex
 	produceErr atomic.Pointer[error]
 	stats      Stats
 }
@@ -291,6 +305,9 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 		kgo.OnPartitionsRevoked(e.onRevoked),
 		kgo.OnPartitionsLost(e.onRevoked),
 		kgo.MaxBufferedRecords(1<<20),
+		// Room for a record of MaxRecordBytes with its record and batch
+		// overhead; the broker's own limit is message.max.bytes.
+		kgo.ProducerBatchMaxBytes(int32(min(e.cfg.MaxRecordBytes+48_000, 1<<30))),
 	)
 	var sess session
 	if e.cfg.AtLeastOnce {
@@ -544,10 +561,16 @@ func (e *Engine) applyAssignment() error {
 		if e.tasks[p] != nil {
 			continue
 		}
-		t, err := e.openTask(p)
+		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.TransactionTimeout)
+		t, err := e.openTaskNoRun(ctx, p)
+		cancel()
 		if err != nil {
 			return err
 		}
+		if t.seek != nil {
+			e.seek(p, t.seek)
+		}
+		go t.run()
 		e.log.Info("task assigned", "stage", e.topo.Name, "partition", p)
 		e.tasks[p] = t
 		e.mu.Lock()
@@ -555,6 +578,21 @@ func (e *Engine) applyAssignment() error {
 		e.mu.Unlock()
 	}
 	return nil
+}
+
+// seek moves consumption of partition p of every input to offs (the start
+// for an input offs lacks): the task's state is that of the checkpoint
+// with these offsets. The session commits them with the next checkpoint.
+func (e *Engine) seek(p int32, offs map[string]int64) {
+	set := map[string]map[int32]kgo.EpochOffset{}
+	for _, in := range e.topo.Inputs {
+		o, ok := offs[in.Topic]
+		if !ok {
+			o = 0
+		}
+		set[in.Topic] = map[int32]kgo.EpochOffset{p: {Epoch: -1, Offset: o}}
+	}
+	e.sess.Client().SetOffsets(set)
 }
 
 func (e *Engine) closeTasks() {
@@ -610,6 +648,11 @@ func (e *Engine) Watermarks() map[int32]int64 {
 }
 
 func (e *Engine) produce(r *kgo.Record) {
+	if n := RecordBytes(r); n > e.cfg.MaxRecordBytes {
+		err := fmt.Errorf("%w: %d bytes to %s[%d] exceed MaxRecordBytes %d", ErrRecordTooLarge, n, r.Topic, r.Partition, e.cfg.MaxRecordBytes)
+		e.produceErr.CompareAndSwap(nil, &err)
+		return
+	}
 	e.stats.RecordsOut.Add(1)
 	if e.sink != nil {
 		e.sink(r)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -72,6 +73,11 @@ type Task struct {
 	now       time.Time
 	failed    bool
 	pub       published
+	// seek: where consumption of the task's partitions must go back to
+	// before it reads (see openKeyspace); nil normally.
+	seek map[string]int64
+	// closeErr is what closing the processor and keyspace returned.
+	closeErr error
 }
 
 var wmKey = []byte("\x00\x01watermark")
@@ -137,24 +143,18 @@ func (e *Engine) newWatermarks(n int, now time.Time) *windows.Watermarks {
 	return w
 }
 
-func (e *Engine) openTask(p int32) (*Task, error) {
-	t, err := e.openTaskNoRun(p)
-	if err != nil {
-		return nil, err
-	}
-	go t.run()
-	return t, nil
-}
-
-func (e *Engine) openTaskNoRun(p int32) (*Task, error) {
-	ks, err := e.openKeyspace(p)
+// openTaskNoRun opens task p without starting its goroutine. ctx bounds
+// the restore from the changelog.
+func (e *Engine) openTaskNoRun(ctx context.Context, p int32) (*Task, error) {
+	ks, seek, err := e.openKeyspace(ctx, p)
 	if err != nil {
 		return nil, err
 	}
 	now := e.cfg.Now()
 	t := &Task{
 		Partition: p,
-		State:     &State{ks: ks, changelog: e.topo.Changelog, partition: p, emit: e.produce},
+		State:     &State{ks: ks, changelog: e.topo.Changelog, partition: p, emit: e.produce, limit: e.cfg.MaxRecordBytes},
+		seek:      seek,
 		Log:       e.log.With("stage", e.topo.Name, "partition", p),
 		e:         e,
 		ks:        ks,
@@ -177,23 +177,27 @@ func (e *Engine) openTaskNoRun(p int32) (*Task, error) {
 		t.fed = append(t.fed, t.up[k].w)
 	}
 	if err := t.loadCommitted(); err != nil {
-		ks.Close()
-		return nil, err
+		return nil, errors.Join(err, ks.Close())
 	}
 	proc, err := e.topo.NewProcessor(t)
 	if err != nil {
-		ks.Close()
-		return nil, fmt.Errorf("engine: processor for partition %d: %w", p, err)
+		return nil, errors.Join(fmt.Errorf("engine: processor for partition %d: %w", p, err), ks.Close())
 	}
 	t.proc = proc
 	t.wmh, _ = proc.(WatermarkHandler)
 	if r, ok := proc.(Restorer); ok {
 		if err := r.Restore(t); err != nil {
-			ks.Close()
-			return nil, fmt.Errorf("engine: restore partition %d: %w", p, err)
+			return nil, errors.Join(fmt.Errorf("engine: restore partition %d: %w", p, err), t.closeProc(), ks.Close())
 		}
 	}
 	return t, nil
+}
+
+func (t *Task) closeProc() error {
+	if c, ok := t.proc.(Closer); ok {
+		return c.Close()
+	}
+	return nil
 }
 
 // loadCommitted reads the watermark and offsets of the last checkpoint.
@@ -230,7 +234,7 @@ func (t *Task) loadCommitted() error {
 			t.offsets[topic] = o
 		}
 	}
-	return nil
+	return t.State.loadChunked()
 }
 
 func (t *Task) run() {
@@ -289,10 +293,10 @@ func (t *Task) handle(m taskMsg) bool {
 	case msgAbort:
 		m.reply <- t.rollback()
 	case msgClose:
-		if c, ok := t.proc.(Closer); ok {
-			c.Close()
+		t.closeErr = errors.Join(t.closeProc(), t.ks.Close())
+		if t.closeErr != nil {
+			t.Log.Error("close task", "err", t.closeErr)
 		}
-		t.ks.Close()
 		return true
 	}
 	return false
@@ -371,7 +375,9 @@ func (t *Task) prepare() error {
 	if t.State.changelog != "" {
 		// The checkpoint record closes this checkpoint in the changelog:
 		// restore replays up to the one whose offsets the group committed.
-		t.State.log(checkpointKey, encodeTaskOffsets(t.offsets))
+		if err := t.State.log(checkpointKey, encodeTaskOffsets(t.offsets)); err != nil {
+			return err
+		}
 	}
 	if len(t.e.topo.Globals) > 0 {
 		marker := encodeMarker(t.Partition, t.srcOnly.Current(t.now), t.srcOnly.Idle(t.now))
@@ -420,8 +426,35 @@ func (t *Task) close() {
 	<-t.done
 }
 
-// Emit produces r in the current transaction. r.Partition must be set.
+// Emit produces r in the current transaction. r.Partition must be set. A
+// record over MaxRecordBytes fails the checkpoint (the broker would reject
+// it); the Harness returns that error. Use EmitChunks for a record that may
+// be larger.
 func (t *Task) Emit(r *kgo.Record) { t.e.produce(r) }
+
+// EmitChunks produces r, cut into chunks by Chunks if it exceeds
+// MaxRecordBytes, one after another in its partition (no other task's
+// chunks come between). The reader puts it back together with a
+// Reassembler.
+func (t *Task) EmitChunks(r *kgo.Record) error {
+	cs, err := Chunks(r, t.e.cfg.MaxRecordBytes)
+	if err != nil {
+		return err
+	}
+	if len(cs) == 1 {
+		t.e.produce(cs[0])
+		return nil
+	}
+	t.e.chunkMu.Lock()
+	defer t.e.chunkMu.Unlock()
+	for _, c := range cs {
+		t.e.produce(c)
+	}
+	return nil
+}
+
+// MaxRecordBytes is the largest record (RecordBytes) the task may emit.
+func (t *Task) MaxRecordBytes() int { return t.e.cfg.MaxRecordBytes }
 
 // Observe records an event at event time ts on input (a Topology.Inputs
 // index) for the watermark. Internal inputs carry their watermark in
