@@ -111,6 +111,15 @@ type Config struct {
 	// Harness returns the error). Default 1,000,000 (DefaultMaxRecordBytes:
 	// the broker's default message.max.bytes, 1,048,588, minus headroom).
 	MaxRecordBytes int
+	// MaxClockSkew bounds how far event time may run ahead of the Kafka
+	// record timestamps (the producers' and brokers' clocks): Task.Observe
+	// never lets a source's maximum pass the record's timestamp plus it,
+	// the all-idle rule never moves a watermark past the largest record
+	// timestamp seen plus it, and a restored watermark beyond that is
+	// lowered. Operators send members further ahead to the late topic
+	// themselves (or re-stamp them); this is the engine's safety net.
+	// Default 10m.
+	MaxClockSkew time.Duration
 }
 
 // CheckpointInfo describes one finished checkpoint.
@@ -157,7 +166,13 @@ func (c *Config) EnsureDefaults() {
 	if c.MaxRecordBytes == 0 {
 		c.MaxRecordBytes = DefaultMaxRecordBytes
 	}
+	if c.MaxClockSkew == 0 {
+		c.MaxClockSkew = DefaultMaxClockSkew
+	}
 }
+
+// DefaultMaxClockSkew is the default of Config.MaxClockSkew.
+const DefaultMaxClockSkew = 10 * time.Minute
 
 // Validate reports every problem at once.
 func (c *Config) Validate() error {
@@ -179,6 +194,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxRecordBytes < 1024 {
 		errs = append(errs, fmt.Errorf("engine: Config.MaxRecordBytes %d is below the minimum of 1024", c.MaxRecordBytes))
+	}
+	if c.MaxClockSkew < 0 {
+		errs = append(errs, fmt.Errorf("engine: Config.MaxClockSkew %v must not be negative", c.MaxClockSkew))
 	}
 	if c.OutOfOrderness < 0 || c.Idleness < 0 {
 		errs = append(errs, errors.New("engine: Config.OutOfOrderness and Config.Idleness must not be negative"))
@@ -235,6 +253,9 @@ type Stats struct {
 	Aborts          atomic.Int64
 	LastPauseNanos  atomic.Int64
 	LastCommitNanos atomic.Int64
+	// ClampedEvents counts event times Task.Observe lowered to the record
+	// timestamp plus MaxClockSkew.
+	ClampedEvents atomic.Int64
 }
 
 // New validates cfg and topo.
