@@ -359,7 +359,9 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 	defer func() {
 		stopGlobals()
 		<-globalsDone
-		e.closeTasks()
+		if cerr := e.closeTasks(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
 		sess.Close()
 	}()
 
@@ -571,7 +573,9 @@ func (e *Engine) applyAssignment() error {
 	e.mu.Unlock()
 	for p, t := range e.tasks {
 		if !want[p] {
-			t.close()
+			if err := t.close(); err != nil {
+				return fmt.Errorf("engine: close revoked task %d: %w", p, err)
+			}
 			delete(e.tasks, p)
 			e.mu.Lock()
 			delete(e.mu.tasks, p)
@@ -616,14 +620,18 @@ func (e *Engine) seek(p int32, offs map[string]int64) {
 	e.sess.Client().SetOffsets(set)
 }
 
-func (e *Engine) closeTasks() {
+func (e *Engine) closeTasks() error {
+	var errs []error
 	for p, t := range e.tasks {
-		t.close()
+		if err := t.close(); err != nil {
+			errs = append(errs, fmt.Errorf("engine: close task %d: %w", p, err))
+		}
 		delete(e.tasks, p)
 	}
 	e.mu.Lock()
 	clear(e.mu.tasks)
 	e.mu.Unlock()
+	return errors.Join(errs...)
 }
 
 // published holds what a task publishes for observers.

@@ -20,6 +20,8 @@ type Harness struct {
 	t   *Task
 	now time.Time
 	p   int32
+	// closed: the task is closed (Close).
+	closed bool
 	// Out collects every emitted record, in order.
 	Out []*kgo.Record
 }
@@ -129,14 +131,34 @@ func (h *Harness) Abort() error {
 // keyspace, as after a crash.
 func (h *Harness) Restart() error {
 	h.t.handle(taskMsg{kind: msgClose})
+	if h.t.closeErr != nil {
+		return h.t.closeErr
+	}
 	return h.open()
 }
 
 // Watermark is the task's watermark.
 func (h *Harness) Watermark() int64 { return h.t.lastWM }
 
-// Close closes the task.
-func (h *Harness) Close() { h.t.handle(taskMsg{kind: msgClose}) }
+// Close closes the task. A second Close does nothing. (Its error is
+// CloseErr's.)
+func (h *Harness) Close() {
+	if h.closed {
+		return
+	}
+	h.closed = true
+	h.t.handle(taskMsg{kind: msgClose})
+}
+
+// CloseErr closes the task and returns what closing its processor and
+// keyspace returned.
+func (h *Harness) CloseErr() error {
+	if h.closed {
+		return nil
+	}
+	h.Close()
+	return h.t.closeErr
+}
 
 // err returns the task's error, or else the first record the task emitted
 // over MaxRecordBytes.

@@ -536,9 +536,12 @@ func (t *Task) rollback() error {
 	return nil
 }
 
-func (t *Task) close() {
+// close stops the task and returns what closing its processor and
+// keyspace returned.
+func (t *Task) close() error {
 	t.in <- taskMsg{kind: msgClose}
 	<-t.done
+	return t.closeErr
 }
 
 // Emit produces r in the current transaction. r.Partition must be set. A
