@@ -216,6 +216,9 @@ type Engine struct {
 		sync.Mutex
 		// assigned: partition → topics of that partition currently assigned.
 		assigned map[int32]map[string]bool
+		// fresh: partitions assigned (and paused) since the Run goroutine
+		// last looked.
+		fresh map[int32]bool
 		// published figures of the open tasks.
 		tasks map[int32]*published
 	}
@@ -224,6 +227,13 @@ type Engine struct {
 	// polled counts records dispatched since the last checkpoint (Run
 	// goroutine only).
 	polled int
+	// opening: tasks being opened off the Run goroutine (Run goroutine
+	// only); each sends its result to opened, then calls wake (the cancel
+	// of the poll in progress).
+	opening map[int32]*opening
+	opened  chan openResult
+	openWG  sync.WaitGroup
+	wake    atomic.Pointer[context.CancelFunc]
 
 	inputIndex map[string]int
 	srcIndex   []int // input index → source index (-1 for internal)
@@ -269,6 +279,9 @@ func New(cfg Config, topo Topology) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, topo: topo, log: cfg.Logger, tasks: map[int32]*Task{}, inputIndex: map[string]int{}}
 	e.mu.assigned = map[int32]map[string]bool{}
+	e.mu.fresh = map[int32]bool{}
+	e.opening = map[int32]*opening{}
+	e.opened = make(chan openResult, topo.Partitions)
 	e.mu.tasks = map[int32]*published{}
 	for i, in := range topo.Inputs {
 		if _, dup := e.inputIndex[in.Topic]; dup {
@@ -359,6 +372,7 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 	defer func() {
 		stopGlobals()
 		<-globalsDone
+		e.stopOpening()
 		if cerr := e.closeTasks(); cerr != nil {
 			err = errors.Join(err, cerr)
 		}
@@ -371,7 +385,12 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 	next := e.cfg.Now().Add(e.cfg.CheckpointInterval)
 	for {
 		pollCtx, cancel := context.WithDeadline(ctx, next)
+		e.wake.Store(&cancel)
+		if len(e.opened) > 0 {
+			cancel() // a task finished opening meanwhile: install it now
+		}
 		fetches := sess.PollRecords(pollCtx, e.cfg.MaxPollRecords)
+		e.wake.Store(nil)
 		cancel()
 		if fetches.NumRecords() > 0 {
 			afterPoll(ctx, fetches)
@@ -536,7 +555,10 @@ func (e *Engine) checkpoint(ctx context.Context, begin bool) error {
 	return nil
 }
 
-func (e *Engine) onAssigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+func (e *Engine) onAssigned(_ context.Context, cl *kgo.Client, m map[string][]int32) {
+	// Nothing is fetched for a new partition until its task is open
+	// (install resumes it): called before fetching of m begins.
+	cl.PauseFetchPartitions(m)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for topic, ps := range m {
@@ -545,6 +567,7 @@ func (e *Engine) onAssigned(_ context.Context, _ *kgo.Client, m map[string][]int
 				e.mu.assigned[p] = map[string]bool{}
 			}
 			e.mu.assigned[p][topic] = true
+			e.mu.fresh[p] = true
 		}
 	}
 }
@@ -562,47 +585,165 @@ func (e *Engine) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int3
 	}
 }
 
-// applyAssignment starts tasks for newly assigned partitions and closes the
-// tasks of revoked ones. Called from the Run goroutine only.
+// opening is a task being opened (its state restored) off the Run
+// goroutine.
+type opening struct {
+	cancel context.CancelFunc
+	// reopen: the partition was revoked and assigned again meanwhile, so
+	// what this opening compared with may be out of date; open again.
+	reopen bool
+}
+
+type openResult struct {
+	p   int32
+	t   *Task
+	err error
+}
+
+// applyAssignment closes the tasks of revoked partitions, starts opening
+// tasks for newly assigned ones, and installs the tasks whose opening has
+// finished. Opening — reading the committed offsets, rebuilding state from
+// the changelog, the processor's Restore — runs on a goroutine of its own,
+// however long it takes: the partition's fetching is paused meanwhile
+// (onAssigned), the task takes no part in checkpoints, and the other tasks
+// go on. Called from the Run goroutine only.
 func (e *Engine) applyAssignment() error {
 	e.mu.Lock()
 	want := make(map[int32]bool, len(e.mu.assigned))
 	for p := range e.mu.assigned {
 		want[p] = true
 	}
+	fresh := e.mu.fresh
+	e.mu.fresh = map[int32]bool{}
 	e.mu.Unlock()
 	for p, t := range e.tasks {
-		if !want[p] {
-			if err := t.close(); err != nil {
-				return fmt.Errorf("engine: close revoked task %d: %w", p, err)
+		if !want[p] || fresh[p] {
+			// Revoked, or revoked and assigned again since the last look
+			// (another member may have committed meanwhile): close, and
+			// open again below if it is still ours.
+			if err := e.closeTask(p, t); err != nil {
+				return err
 			}
-			delete(e.tasks, p)
-			e.mu.Lock()
-			delete(e.mu.tasks, p)
-			e.mu.Unlock()
+		}
+	}
+	for p, o := range e.opening {
+		if !want[p] || fresh[p] {
+			o.cancel()
+			o.reopen = want[p]
+		}
+	}
+	for done := false; !done; {
+		select {
+		case r := <-e.opened:
+			if err := e.install(r, want); err != nil {
+				return err
+			}
+		default:
+			done = true
 		}
 	}
 	for p := range want {
-		if e.tasks[p] != nil {
-			continue
+		if e.tasks[p] == nil && e.opening[p] == nil {
+			e.startOpen(p)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.TransactionTimeout)
-		t, err := e.openTaskNoRun(ctx, p)
-		cancel()
-		if err != nil {
-			return err
-		}
-		if t.seek != nil {
-			e.seek(p, t.seek)
-		}
-		go t.run()
-		e.log.Info("task assigned", "stage", e.topo.Name, "partition", p)
-		e.tasks[p] = t
-		e.mu.Lock()
-		e.mu.tasks[p] = &t.pub
-		e.mu.Unlock()
 	}
 	return nil
+}
+
+func (e *Engine) closeTask(p int32, t *Task) error {
+	delete(e.tasks, p)
+	e.mu.Lock()
+	delete(e.mu.tasks, p)
+	e.mu.Unlock()
+	if err := t.close(); err != nil {
+		return fmt.Errorf("engine: close task %d: %w", p, err)
+	}
+	return nil
+}
+
+func (e *Engine) startOpen(p int32) {
+	ctx, cancel := context.WithCancel(context.Background())
+	e.opening[p] = &opening{cancel: cancel}
+	e.openWG.Add(1)
+	go func() {
+		defer e.openWG.Done()
+		start := time.Now()
+		t, err := e.openTaskNoRun(ctx, p)
+		cancel()
+		if err == nil && time.Since(start) > time.Second {
+			e.log.Info("task opened", "stage", e.topo.Name, "partition", p, "took", time.Since(start).Round(time.Millisecond))
+		}
+		e.opened <- openResult{p: p, t: t, err: err}
+		if wake := e.wake.Load(); wake != nil {
+			(*wake)() // end the poll in progress, so the task starts now
+		}
+	}()
+}
+
+// install takes a finished opening: the task starts and its partitions are
+// fetched again.
+func (e *Engine) install(r openResult, want map[int32]bool) error {
+	o := e.opening[r.p]
+	delete(e.opening, r.p)
+	if o == nil || o.reopen || !want[r.p] {
+		if r.t != nil {
+			if err := r.t.closeNoRun(); err != nil {
+				e.log.Warn("close task opened for a revoked partition", "partition", r.p, "err", err)
+			}
+		}
+		if o != nil && o.reopen && want[r.p] {
+			e.startOpen(r.p)
+		}
+		return nil
+	}
+	if r.err != nil {
+		return r.err
+	}
+	t := r.t
+	if t.seek != nil {
+		e.seek(r.p, t.seek)
+	}
+	go t.run()
+	e.log.Info("task assigned", "stage", e.topo.Name, "partition", r.p)
+	e.tasks[r.p] = t
+	e.mu.Lock()
+	e.mu.tasks[r.p] = &t.pub
+	e.mu.Unlock()
+	e.resume(r.p)
+	return nil
+}
+
+// resume fetches partition p of every input again.
+func (e *Engine) resume(p int32) {
+	if e.sess == nil {
+		return
+	}
+	tps := map[string][]int32{}
+	for _, in := range e.topo.Inputs {
+		tps[in.Topic] = []int32{p}
+	}
+	e.sess.Client().ResumeFetchPartitions(tps)
+}
+
+// stopOpening cancels every opening and closes the tasks they produce.
+func (e *Engine) stopOpening() {
+	for _, o := range e.opening {
+		o.cancel()
+	}
+	e.openWG.Wait()
+	for done := false; !done; {
+		select {
+		case r := <-e.opened:
+			if r.t != nil {
+				if err := r.t.closeNoRun(); err != nil {
+					e.log.Warn("close task", "partition", r.p, "err", err)
+				}
+			}
+		default:
+			done = true
+		}
+	}
+	clear(e.opening)
 }
 
 // seek moves consumption of partition p of every input to offs (the start

@@ -1,13 +1,17 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/braidlabs/braid/connectors/kafka/kafkatest"
@@ -113,8 +117,9 @@ func (b brokerEnv) readOut(t *testing.T) map[string]int {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pr := kafkatest.Client(t, b.brokers, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	end := fmt.Sprintf("\x00end-%d", time.Now().UnixNano())
 	for p := range b.partitions {
-		if err := pr.ProduceSync(ctx, &kgo.Record{Topic: b.out, Partition: p, Key: []byte("\x00end")}).FirstErr(); err != nil {
+		if err := pr.ProduceSync(ctx, &kgo.Record{Topic: b.out, Partition: p, Key: []byte(end)}).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -128,11 +133,11 @@ func (b brokerEnv) readOut(t *testing.T) map[string]int {
 			t.Fatalf("reading %s: %v (ended partitions %v)", b.out, ctx.Err(), ended)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			if string(r.Key) == "\x00end" {
+			if string(r.Key) == end {
 				ended[r.Partition] = true
 				return
 			}
-			if !ended[r.Partition] {
+			if !ended[r.Partition] && !strings.HasPrefix(string(r.Key), "\x00end") {
 				got[string(r.Key)]++
 			}
 		})
@@ -165,7 +170,11 @@ func (b brokerEnv) runUntil(t *testing.T, e *Engine, want int) error {
 			<-errc
 			return fmt.Errorf("output has %d of %d keys after 90s", len(seen), want)
 		}
-		fs.EachRecord(func(r *kgo.Record) { seen[string(r.Key)] = true })
+		fs.EachRecord(func(r *kgo.Record) {
+			if !strings.HasPrefix(string(r.Key), "\x00end") {
+				seen[string(r.Key)] = true
+			}
+		})
 	}
 	cancel()
 	return <-errc
@@ -240,4 +249,197 @@ func TestSIGTERMAfterPollLosesNothing(t *testing.T) {
 	if len(got) != 2*n {
 		t.Errorf("output has %d keys, want %d", len(got), 2*n)
 	}
+}
+
+// slowRestore is relay whose Restore blocks for partition 1 until release
+// is closed.
+type slowRestore struct {
+	relay
+	release <-chan struct{}
+	blocked chan<- struct{}
+}
+
+func (s slowRestore) Restore(t *Task) error {
+	if t.Partition == 1 {
+		select {
+		case s.blocked <- struct{}{}:
+		default:
+		}
+		<-s.release
+	}
+	return nil
+}
+
+// TestSlowRestoreDoesNotStallOtherTasks: while task 1 takes longer to open
+// than the transaction timeout, task 0 reads, checkpoints and commits its
+// output; then task 1 opens and everything is out exactly once.
+func TestSlowRestoreDoesNotStallOtherTasks(t *testing.T) {
+	b := newBrokerEnv(t, 2)
+	const n = 100
+	b.produce(t, "a", n)
+	release := make(chan struct{})
+	blocked := make(chan struct{}, 1)
+	topo := b.topology()
+	topo.NewProcessor = func(*Task) (Processor, error) {
+		return slowRestore{relay: relay{mid: b.mid, out: b.out}, release: release, blocked: blocked}, nil
+	}
+	store, err := state.Open(state.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	const txnTimeout = 11 * time.Second
+	e, err := New(Config{
+		ClientOpts: []kgo.Opt{kgo.SeedBrokers(b.brokers...), kgo.FetchMaxWait(200 * time.Millisecond)},
+		Group:      b.group, TransactionalID: b.txnID, CheckpointInterval: time.Second, TransactionTimeout: txnTimeout, Store: store,
+	}, topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- e.Run(ctx) }()
+	select {
+	case <-blocked:
+	case err := <-errc:
+		t.Fatalf("engine stopped: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("task 1 never started opening")
+	}
+	start := time.Now()
+	// Partition 0's half of the input comes out while task 1 is opening.
+	cl := kafkatest.Client(t, b.brokers, kgo.ConsumeTopics(b.out), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	seen := map[string]bool{}
+	pctx, pcancel := context.WithTimeout(ctx, 60*time.Second)
+	defer pcancel()
+	for len(seen) < n/2 {
+		fs := cl.PollFetches(pctx)
+		if pctx.Err() != nil {
+			t.Fatalf("only %d of partition 0's %d records out while task 1 opens", len(seen), n/2)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Partition != 0 {
+				t.Errorf("record %s of partition %d out while its task was opening", r.Key, r.Partition)
+			}
+			seen[string(r.Key)] = true
+		})
+	}
+	// Keep task 1 opening past the transaction timeout.
+	for time.Since(start) < txnTimeout+time.Second {
+		select {
+		case err := <-errc:
+			t.Fatalf("engine stopped while task 1 was opening: %v", err)
+		case <-time.After(time.Until(start.Add(txnTimeout + time.Second))):
+		}
+	}
+	close(release)
+	for len(seen) < n {
+		fs := cl.PollFetches(pctx)
+		if pctx.Err() != nil {
+			t.Fatalf("%d of %d records out after task 1 opened", len(seen), n)
+		}
+		fs.EachRecord(func(r *kgo.Record) { seen[string(r.Key)] = true })
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	got := b.readOut(t)
+	if len(got) != n {
+		t.Errorf("output has %d keys, want %d", len(got), n)
+	}
+	for k, c := range got {
+		if c != 1 {
+			t.Errorf("key %s out %d times", k, c)
+		}
+	}
+}
+
+// TestRestoreWithoutMatchingCheckpointRecovers: the group's committed
+// offsets are ahead of every checkpoint record in the changelog (as a run
+// that committed records it had not processed left it). The restart
+// restores the latest checkpoint, reads again from its offsets, and every
+// record comes out exactly once.
+func TestRestoreWithoutMatchingCheckpointRecovers(t *testing.T) {
+	b := newBrokerEnv(t, 2)
+	const n = 100
+	b.produce(t, "a", n)
+	if err := b.runUntil(t, b.engine(t, t.TempDir(), nil), n); err != nil {
+		t.Fatal(err)
+	}
+	b.produce(t, "b", n)
+	// Move the committed offset of partition 0 of the input over 10 of
+	// the new records, as if they had been committed unprocessed.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(kafkatest.Client(t, b.brokers))
+	offs, err := adm.FetchOffsets(ctx, b.group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, ok := offs.Lookup(b.in, 0)
+	if !ok || o.At != n/2 {
+		t.Fatalf("committed offset of %s[0] is %+v, want %d", b.in, o, n/2)
+	}
+	var set kadm.Offsets
+	set.AddOffset(b.in, 0, o.At+10, -1)
+	if resp, err := adm.CommitOffsets(ctx, b.group, set); err != nil || resp.Error() != nil {
+		t.Fatalf("commit offsets: %v %v", err, resp.Error())
+	}
+	var logBuf syncBuffer
+	log := slog.New(slog.NewTextHandler(&logBuf, nil))
+	if err := b.runUntil(t, b.engine(t, t.TempDir(), func(c *Config) { c.Logger = log }), 2*n); err != nil {
+		t.Fatalf("restart: %v\n%s", err, logBuf.String())
+	}
+	got := b.readOut(t)
+	if len(got) != 2*n {
+		t.Errorf("output has %d keys, want %d", len(got), 2*n)
+	}
+	for k, c := range got {
+		if c != 1 {
+			t.Errorf("key %s out %d times", k, c)
+		}
+	}
+	if !strings.Contains(logBuf.String(), "without a checkpoint record with the committed offsets") {
+		t.Errorf("the restart did not say why it went back:\n%s", logBuf.String())
+	}
+	// The recovered position is committed: a restart from an empty store
+	// restores the committed checkpoint without going back again.
+	logBuf.Reset()
+	b.produce(t, "c", 10)
+	if err := b.runUntil(t, b.engine(t, t.TempDir(), func(c *Config) { c.Logger = log }), 2*n+10); err != nil {
+		t.Fatalf("second restart: %v", err)
+	}
+	if strings.Contains(logBuf.String(), "not the committed one") {
+		t.Errorf("the second restart went back again:\n%s", logBuf.String())
+	}
+	if got := b.readOut(t); len(got) != 2*n+10 {
+		t.Errorf("output has %d keys after the second restart, want %d", len(got), 2*n+10)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the engine's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (s *syncBuffer) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.Reset()
 }

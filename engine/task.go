@@ -536,6 +536,12 @@ func (t *Task) rollback() error {
 	return nil
 }
 
+// closeNoRun closes a task whose goroutine never started.
+func (t *Task) closeNoRun() error {
+	t.handle(taskMsg{kind: msgClose})
+	return t.closeErr
+}
+
 // close stops the task and returns what closing its processor and
 // keyspace returned.
 func (t *Task) close() error {
