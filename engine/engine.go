@@ -120,7 +120,30 @@ type Config struct {
 	// themselves (or re-stamp them); this is the engine's safety net.
 	// Default 10m.
 	MaxClockSkew time.Duration
+	// ProducerBufferBytes bounds the records produced but not yet
+	// acknowledged by the brokers, in bytes (franz-go's MaxBufferedBytes):
+	// a task that emits past it waits. Default 64 MiB; at least twice
+	// MaxRecordBytes.
+	ProducerBufferBytes int64
+	// FetchBufferBytes bounds the records polled but not yet processed by
+	// the tasks, in bytes (RecordBytes): the poll loop stops polling while
+	// the tasks' queues hold more (one poll may overshoot it by up to
+	// MaxPollRecords records). The client's own fetch buffer is bounded
+	// at half of it (4 concurrent fetches of FetchBufferBytes/8 each, at
+	// least MaxRecordBytes), so fetched input takes at most about 1.5 ×
+	// FetchBufferBytes (more when batches decompress). Default 64 MiB.
+	FetchBufferBytes int64
 }
+
+// Defaults of Config's buffer bounds.
+const (
+	DefaultProducerBufferBytes = 64 << 20
+	DefaultFetchBufferBytes    = 64 << 20
+	// producerBufferRecords bounds the records the producer buffers
+	// (franz-go's MaxBufferedRecords); the byte bound is the one that
+	// matters, this one only caps per-record overhead.
+	producerBufferRecords = 1 << 18
+)
 
 // CheckpointInfo describes one finished checkpoint.
 type CheckpointInfo struct {
@@ -169,6 +192,12 @@ func (c *Config) EnsureDefaults() {
 	if c.MaxClockSkew == 0 {
 		c.MaxClockSkew = DefaultMaxClockSkew
 	}
+	if c.ProducerBufferBytes == 0 {
+		c.ProducerBufferBytes = DefaultProducerBufferBytes
+	}
+	if c.FetchBufferBytes == 0 {
+		c.FetchBufferBytes = DefaultFetchBufferBytes
+	}
 }
 
 // DefaultMaxClockSkew is the default of Config.MaxClockSkew.
@@ -194,6 +223,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxRecordBytes < 1024 {
 		errs = append(errs, fmt.Errorf("engine: Config.MaxRecordBytes %d is below the minimum of 1024", c.MaxRecordBytes))
+	}
+	if c.ProducerBufferBytes < 2*int64(c.MaxRecordBytes) {
+		errs = append(errs, fmt.Errorf("engine: Config.ProducerBufferBytes %d must be at least twice MaxRecordBytes %d", c.ProducerBufferBytes, c.MaxRecordBytes))
+	}
+	if c.FetchBufferBytes < 1<<20 {
+		errs = append(errs, fmt.Errorf("engine: Config.FetchBufferBytes %d is below the minimum of 1 MiB", c.FetchBufferBytes))
 	}
 	if c.MaxClockSkew < 0 {
 		errs = append(errs, fmt.Errorf("engine: Config.MaxClockSkew %v must not be negative", c.MaxClockSkew))
@@ -227,6 +262,10 @@ type Engine struct {
 	// polled counts records dispatched since the last checkpoint (Run
 	// goroutine only).
 	polled int
+	// queued is the RecordBytes of the records dispatched to tasks and not
+	// yet processed; a task signals drained when it lowers it.
+	queued  atomic.Int64
+	drained chan struct{}
 	// opening: tasks being opened off the Run goroutine (Run goroutine
 	// only); each sends its result to opened, then calls wake (the cancel
 	// of the poll in progress).
@@ -266,6 +305,9 @@ type Stats struct {
 	// ClampedEvents counts event times Task.Observe lowered to the record
 	// timestamp plus MaxClockSkew.
 	ClampedEvents atomic.Int64
+	// Backpressure counts the polls held back because the tasks' queues
+	// held more than FetchBufferBytes.
+	Backpressure atomic.Int64
 }
 
 // New validates cfg and topo.
@@ -282,6 +324,7 @@ func New(cfg Config, topo Topology) (*Engine, error) {
 	e.mu.fresh = map[int32]bool{}
 	e.opening = map[int32]*opening{}
 	e.opened = make(chan openResult, topo.Partitions)
+	e.drained = make(chan struct{}, 1)
 	e.mu.tasks = map[int32]*published{}
 	for i, in := range topo.Inputs {
 		if _, dup := e.inputIndex[in.Topic]; dup {
@@ -338,7 +381,10 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 		kgo.OnPartitionsAssigned(e.onAssigned),
 		kgo.OnPartitionsRevoked(e.onRevoked),
 		kgo.OnPartitionsLost(e.onRevoked),
-		kgo.MaxBufferedRecords(1<<20),
+		kgo.MaxBufferedRecords(producerBufferRecords),
+		kgo.MaxBufferedBytes(int(min(e.cfg.ProducerBufferBytes, 1<<40))),
+		kgo.FetchMaxBytes(int32(min(max(e.cfg.FetchBufferBytes/8, int64(e.cfg.MaxRecordBytes)), 1<<30))),
+		kgo.MaxConcurrentFetches(4),
 		// Room for a record of MaxRecordBytes with its record and batch
 		// overhead; the broker's own limit is message.max.bytes.
 		kgo.ProducerBatchMaxBytes(int32(min(e.cfg.MaxRecordBytes+48_000, 1<<30))),
@@ -384,6 +430,7 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 	}
 	next := e.cfg.Now().Add(e.cfg.CheckpointInterval)
 	for {
+		e.waitQueued(ctx, next)
 		pollCtx, cancel := context.WithDeadline(ctx, next)
 		e.wake.Store(&cancel)
 		if len(e.opened) > 0 {
@@ -422,7 +469,12 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 			}
 			e.stats.RecordsIn.Add(int64(len(ftp.Records)))
 			e.polled += len(ftp.Records)
-			t.in <- taskMsg{kind: msgRecords, input: e.inputIndex[ftp.Topic], recs: ftp.Records}
+			n := int64(0)
+			for _, r := range ftp.Records {
+				n += int64(RecordBytes(r))
+			}
+			e.queued.Add(n)
+			t.in <- taskMsg{kind: msgRecords, input: e.inputIndex[ftp.Topic], recs: ftp.Records, bytes: n}
 		})
 		if err := e.taskErr(); err != nil {
 			return err
@@ -448,6 +500,26 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 				return err
 			}
 			next = e.cfg.Now().Add(e.cfg.CheckpointInterval)
+		}
+	}
+}
+
+// waitQueued holds the poll loop while the tasks' queues hold more than
+// FetchBufferBytes, until they drain, the checkpoint is due or ctx ends.
+func (e *Engine) waitQueued(ctx context.Context, next time.Time) {
+	if e.queued.Load() <= e.cfg.FetchBufferBytes {
+		return
+	}
+	e.stats.Backpressure.Add(1)
+	timer := time.NewTimer(time.Until(next))
+	defer timer.Stop()
+	for e.queued.Load() > e.cfg.FetchBufferBytes {
+		select {
+		case <-e.drained:
+		case <-timer.C:
+			return
+		case <-ctx.Done():
+			return
 		}
 	}
 }

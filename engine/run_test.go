@@ -443,3 +443,100 @@ func (s *syncBuffer) Reset() {
 	defer s.mu.Unlock()
 	s.b.Reset()
 }
+
+// gatedRelay is relay whose first source record waits for release.
+type gatedRelay struct {
+	relay
+	once    *sync.Once
+	release <-chan struct{}
+}
+
+func (g gatedRelay) Process(t *Task, rec *kgo.Record, input int) error {
+	g.once.Do(func() { <-g.release })
+	return g.relay.Process(t, rec, input)
+}
+
+// TestPollBackpressureBoundsQueuedBytes: while a task is stuck, the poll
+// loop stops once the tasks' queues hold FetchBufferBytes (plus one poll),
+// instead of queueing the whole backlog; released, everything comes out
+// exactly once.
+func TestPollBackpressureBoundsQueuedBytes(t *testing.T) {
+	b := newBrokerEnv(t, 1)
+	const n, size = 3000, 2048
+	cl := kafkatest.Client(t, b.brokers, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchMaxBytes(1<<20))
+	var recs []*kgo.Record
+	for i := range n {
+		k := fmt.Sprintf("a%04d", i)
+		recs = append(recs, &kgo.Record{Topic: b.in, Key: []byte(k), Value: make([]byte, size)})
+	}
+	pctx, pcancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer pcancel()
+	if err := cl.ProduceSync(pctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	topo := b.topology()
+	topo.NewProcessor = func(*Task) (Processor, error) {
+		return gatedRelay{relay: relay{mid: b.mid, out: b.out}, once: &sync.Once{}, release: release}, nil
+	}
+	store, err := state.Open(state.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	const limit, maxPoll = 1 << 20, 100
+	e, err := New(Config{
+		ClientOpts: []kgo.Opt{kgo.SeedBrokers(b.brokers...), kgo.FetchMaxWait(200 * time.Millisecond)},
+		Group:      b.group, TransactionalID: b.txnID, CheckpointInterval: time.Second, Store: store,
+		FetchBufferBytes: limit, MaxPollRecords: maxPoll, QueueDepth: 1000,
+	}, topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- e.Run(ctx) }()
+	deadline := time.Now().Add(60 * time.Second)
+	highest := int64(0)
+	for e.Stats().Backpressure.Load() < 1 {
+		highest = max(highest, e.queued.Load())
+		if time.Now().After(deadline) {
+			t.Fatalf("no backpressure within 60s (queued %d bytes, records in %d)", e.queued.Load(), e.Stats().RecordsIn.Load())
+		}
+		time.Sleep(10 * time.Millisecond) // sampling interval, not synchronisation
+	}
+	highest = max(highest, e.queued.Load())
+	if bound := int64(limit + maxPoll*(size+5)); highest > bound {
+		t.Errorf("queued %d bytes, over FetchBufferBytes plus one poll (%d)", highest, bound)
+	}
+	if in := e.Stats().RecordsIn.Load(); in >= n {
+		t.Errorf("all %d records were polled while the task was stuck", in)
+	}
+	close(release)
+	pctx2, pcancel2 := context.WithTimeout(context.Background(), 90*time.Second)
+	defer pcancel2()
+	out := kafkatest.Client(t, b.brokers, kgo.ConsumeTopics(b.out), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	seen := map[string]bool{}
+	for len(seen) < n {
+		fs := out.PollFetches(pctx2)
+		if pctx2.Err() != nil {
+			t.Fatalf("%d of %d records out", len(seen), n)
+		}
+		fs.EachRecord(func(r *kgo.Record) { seen[string(r.Key)] = true })
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	got := b.readOut(t)
+	for k, c := range got {
+		if c != 1 {
+			t.Errorf("key %s out %d times", k, c)
+		}
+	}
+	if len(got) != n {
+		t.Errorf("%d keys out, want %d", len(got), n)
+	}
+}

@@ -28,6 +28,7 @@ type taskMsg struct {
 	kind  msgKind
 	input int
 	recs  []*kgo.Record
+	bytes int64 // RecordBytes of recs, counted in Engine.queued
 	reply chan error
 }
 
@@ -373,6 +374,9 @@ func (t *Task) run() {
 func (t *Task) handle(m taskMsg) bool {
 	switch m.kind {
 	case msgRecords:
+		if m.bytes > 0 {
+			defer t.e.dequeued(m.bytes)
+		}
 		if t.failed {
 			return false
 		}
@@ -534,6 +538,16 @@ func (t *Task) rollback() error {
 		return r.Restore(t)
 	}
 	return nil
+}
+
+// dequeued lowers the queued bytes by n and wakes a poll loop waiting for
+// room.
+func (e *Engine) dequeued(n int64) {
+	e.queued.Add(-n)
+	select {
+	case e.drained <- struct{}{}:
+	default:
+	}
 }
 
 // closeNoRun closes a task whose goroutine never started.
