@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/braidlabs/braid/state"
@@ -126,9 +127,15 @@ func (e *Engine) restore(ctx context.Context, ks *state.Keyspace, p int32, want 
 			return res, fmt.Errorf("replayed %d records up to offset %d of %d: %w", res.records, pos, end.Offset, err)
 		}
 		var ferr error
-		fs.EachError(func(_ string, _ int32, err error) { ferr = err })
+		fs.EachError(func(_ string, _ int32, err error) {
+			if kerr.IsRetriable(err) {
+				e.log.Warn("changelog fetch failed; retrying", "partition", p, "err", err)
+				return
+			}
+			ferr = err
+		})
 		if ferr != nil {
-			return res, ferr
+			return res, fmt.Errorf("fetch at offset %d: %w", pos, ferr)
 		}
 		var aerr error
 		fs.EachRecord(func(rec *kgo.Record) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -114,6 +115,26 @@ func (b brokerEnv) produce(t *testing.T, prefix string, n int) {
 // marks the end.
 func (b brokerEnv) readOut(t *testing.T) map[string]int {
 	t.Helper()
+	got := map[string]int{}
+	for _, r := range b.readRecords(t) {
+		got[string(r.Key)]++
+	}
+	return got
+}
+
+// readValues returns the last committed value of each key in the output.
+func (b brokerEnv) readValues(t *testing.T) map[string]string {
+	t.Helper()
+	got := map[string]string{}
+	for _, r := range b.readRecords(t) {
+		got[string(r.Key)] = string(r.Value)
+	}
+	return got
+}
+
+// readRecords returns the committed output (sentinels left out).
+func (b brokerEnv) readRecords(t *testing.T) []*kgo.Record {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pr := kafkatest.Client(t, b.brokers, kgo.RecordPartitioner(kgo.ManualPartitioner()))
@@ -125,7 +146,7 @@ func (b brokerEnv) readOut(t *testing.T) map[string]int {
 	}
 	cl := kafkatest.Client(t, b.brokers, kgo.ConsumeTopics(b.out), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	got := map[string]int{}
+	var got []*kgo.Record
 	ended := map[int32]bool{}
 	for len(ended) < int(b.partitions) {
 		fs := cl.PollFetches(ctx)
@@ -138,7 +159,7 @@ func (b brokerEnv) readOut(t *testing.T) map[string]int {
 				return
 			}
 			if !ended[r.Partition] && !strings.HasPrefix(string(r.Key), "\x00end") {
-				got[string(r.Key)]++
+				got = append(got, r)
 			}
 		})
 	}
@@ -538,5 +559,111 @@ func TestPollBackpressureBoundsQueuedBytes(t *testing.T) {
 	}
 	if len(got) != n {
 		t.Errorf("%d keys out, want %d", len(got), n)
+	}
+}
+
+// bigValues keeps, for a source record "set:N", N bytes derived from the
+// key in state under the key; for "get" it emits the stored value's length
+// and whether its bytes are intact.
+type bigValues struct{ out string }
+
+func bigValue(key []byte, n int) []byte {
+	v := make([]byte, n)
+	for i := range v {
+		v[i] = key[0] + byte(i%251)
+	}
+	return v
+}
+
+func (p bigValues) Process(t *Task, rec *kgo.Record, _ int) error {
+	if n, ok := strings.CutPrefix(string(rec.Value), "set:"); ok {
+		size, err := strconv.Atoi(n)
+		if err != nil {
+			return err
+		}
+		return t.State.Set(rec.Key, bigValue(rec.Key, size))
+	}
+	v, ok, err := t.State.Get(nil, rec.Key)
+	if err != nil {
+		return err
+	}
+	res := "missing"
+	if ok {
+		res = fmt.Sprintf("%d %v", len(v), bytes.Equal(v, bigValue(rec.Key, len(v))))
+	}
+	t.Emit(&kgo.Record{Topic: p.out, Partition: t.Partition, Key: rec.Key, Value: []byte(res)})
+	return nil
+}
+
+// TestChunkedChangelogRestoresThroughKafka: state values of several MB go
+// through the real broker's changelog (1 MB message limit) in chunks, and a
+// restart with an empty store gets them back, a later shorter value
+// included.
+func TestChunkedChangelogRestoresThroughKafka(t *testing.T) {
+	b := newBrokerEnv(t, 1)
+	topo := b.topology()
+	topo.Inputs = topo.Inputs[:1]
+	topo.NewProcessor = func(*Task) (Processor, error) { return bigValues{out: b.out}, nil }
+	run := func(recs ...*kgo.Record) {
+		t.Helper()
+		cl := kafkatest.Client(t, b.brokers, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		for _, r := range recs {
+			r.Topic = b.in
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		store, err := state.Open(state.Options{Dir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer store.Close()
+		e, err := New(Config{ClientOpts: []kgo.Opt{kgo.SeedBrokers(b.brokers...), kgo.FetchMaxWait(200 * time.Millisecond)},
+			Group: b.group, TransactionalID: b.txnID, CheckpointInterval: time.Second, Store: store}, topo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, rcancel := context.WithCancel(ctx)
+		errc := make(chan error, 1)
+		go func() { errc <- e.Run(rctx) }()
+		// Run until the input is consumed: its committed offset is at the
+		// end.
+		adm := kadm.NewClient(kafkatest.Client(t, b.brokers))
+		for {
+			offs, err := adm.FetchOffsets(ctx, b.group)
+			if o, ok := offs.Lookup(b.in, 0); err == nil && ok {
+				ends, err := adm.ListEndOffsets(ctx, b.in)
+				if end, ok2 := ends.Lookup(b.in, 0); err == nil && ok2 && o.At >= end.Offset {
+					break
+				}
+			}
+			select {
+			case err := <-errc:
+				rcancel()
+				t.Fatalf("engine stopped: %v", err)
+			case <-ctx.Done():
+				rcancel()
+				t.Fatal("input not consumed within 90s")
+			case <-time.After(100 * time.Millisecond): // poll interval of the check
+			}
+		}
+		rcancel()
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	set := func(k string, n int) *kgo.Record {
+		return &kgo.Record{Key: []byte(k), Value: []byte("set:" + strconv.Itoa(n))}
+	}
+	run(set("a", 2_500_000), set("b", 3_000_000), set("c", 1_800_000))
+	run(set("a", 1_200_000), set("c", 10))
+	run(&kgo.Record{Key: []byte("a"), Value: []byte("get")}, &kgo.Record{Key: []byte("b"), Value: []byte("get")}, &kgo.Record{Key: []byte("c"), Value: []byte("get")})
+	got := b.readValues(t)
+	for k, want := range map[string]string{"a": "1200000 true", "b": "3000000 true", "c": "10 true"} {
+		if got[k] != want {
+			t.Errorf("key %s after restores: %q, want %q", k, got[k], want)
+		}
 	}
 }
