@@ -105,7 +105,45 @@ type Config struct {
 	// OnCheckpoint, if set, is called on the Run goroutine after every
 	// checkpoint (metrics). It must not block.
 	OnCheckpoint func(CheckpointInfo)
+	// MaxRecordBytes is the largest record braid writes, in bytes of key,
+	// value and headers (RecordBytes). Changelog records above it are cut
+	// into chunks; any other record above it fails the checkpoint (the
+	// Harness returns the error). Default 1,000,000 (DefaultMaxRecordBytes:
+	// the broker's default message.max.bytes, 1,048,588, minus headroom).
+	MaxRecordBytes int
+	// MaxClockSkew bounds how far event time may run ahead of the Kafka
+	// record timestamps (the producers' and brokers' clocks): Task.Observe
+	// never lets a source's maximum pass the record's timestamp plus it,
+	// the all-idle rule never moves a watermark past the largest record
+	// timestamp seen plus it, and a restored watermark beyond that is
+	// lowered. Operators send members further ahead to the late topic
+	// themselves (or re-stamp them); this is the engine's safety net.
+	// Default 10m.
+	MaxClockSkew time.Duration
+	// ProducerBufferBytes bounds the records produced but not yet
+	// acknowledged by the brokers, in bytes (franz-go's MaxBufferedBytes):
+	// a task that emits past it waits. Default 64 MiB; at least twice
+	// MaxRecordBytes.
+	ProducerBufferBytes int64
+	// FetchBufferBytes bounds the records polled but not yet processed by
+	// the tasks, in bytes (RecordBytes): the poll loop stops polling while
+	// the tasks' queues hold more (one poll may overshoot it by up to
+	// MaxPollRecords records). The client's own fetch buffer is bounded
+	// at half of it (4 concurrent fetches of FetchBufferBytes/8 each, at
+	// least MaxRecordBytes), so fetched input takes at most about 1.5 ×
+	// FetchBufferBytes (more when batches decompress). Default 64 MiB.
+	FetchBufferBytes int64
 }
+
+// Defaults of Config's buffer bounds.
+const (
+	DefaultProducerBufferBytes = 64 << 20
+	DefaultFetchBufferBytes    = 64 << 20
+	// producerBufferRecords bounds the records the producer buffers
+	// (franz-go's MaxBufferedRecords); the byte bound is the one that
+	// matters, this one only caps per-record overhead.
+	producerBufferRecords = 1 << 18
+)
 
 // CheckpointInfo describes one finished checkpoint.
 type CheckpointInfo struct {
@@ -148,7 +186,22 @@ func (c *Config) EnsureDefaults() {
 	if c.QueueDepth == 0 {
 		c.QueueDepth = 8
 	}
+	if c.MaxRecordBytes == 0 {
+		c.MaxRecordBytes = DefaultMaxRecordBytes
+	}
+	if c.MaxClockSkew == 0 {
+		c.MaxClockSkew = DefaultMaxClockSkew
+	}
+	if c.ProducerBufferBytes == 0 {
+		c.ProducerBufferBytes = DefaultProducerBufferBytes
+	}
+	if c.FetchBufferBytes == 0 {
+		c.FetchBufferBytes = DefaultFetchBufferBytes
+	}
 }
+
+// DefaultMaxClockSkew is the default of Config.MaxClockSkew.
+const DefaultMaxClockSkew = 10 * time.Minute
 
 // Validate reports every problem at once.
 func (c *Config) Validate() error {
@@ -168,6 +221,18 @@ func (c *Config) Validate() error {
 	if c.TransactionTimeout < c.CheckpointInterval+10*time.Second {
 		errs = append(errs, fmt.Errorf("engine: Config.TransactionTimeout %v must exceed CheckpointInterval %v by at least 10s", c.TransactionTimeout, c.CheckpointInterval))
 	}
+	if c.MaxRecordBytes < 1024 {
+		errs = append(errs, fmt.Errorf("engine: Config.MaxRecordBytes %d is below the minimum of 1024", c.MaxRecordBytes))
+	}
+	if c.ProducerBufferBytes < 2*int64(c.MaxRecordBytes) {
+		errs = append(errs, fmt.Errorf("engine: Config.ProducerBufferBytes %d must be at least twice MaxRecordBytes %d", c.ProducerBufferBytes, c.MaxRecordBytes))
+	}
+	if c.FetchBufferBytes < 1<<20 {
+		errs = append(errs, fmt.Errorf("engine: Config.FetchBufferBytes %d is below the minimum of 1 MiB", c.FetchBufferBytes))
+	}
+	if c.MaxClockSkew < 0 {
+		errs = append(errs, fmt.Errorf("engine: Config.MaxClockSkew %v must not be negative", c.MaxClockSkew))
+	}
 	if c.OutOfOrderness < 0 || c.Idleness < 0 {
 		errs = append(errs, errors.New("engine: Config.OutOfOrderness and Config.Idleness must not be negative"))
 	}
@@ -186,6 +251,9 @@ type Engine struct {
 		sync.Mutex
 		// assigned: partition → topics of that partition currently assigned.
 		assigned map[int32]map[string]bool
+		// fresh: partitions assigned (and paused) since the Run goroutine
+		// last looked.
+		fresh map[int32]bool
 		// published figures of the open tasks.
 		tasks map[int32]*published
 	}
@@ -194,6 +262,17 @@ type Engine struct {
 	// polled counts records dispatched since the last checkpoint (Run
 	// goroutine only).
 	polled int
+	// queued is the RecordBytes of the records dispatched to tasks and not
+	// yet processed; a task signals drained when it lowers it.
+	queued  atomic.Int64
+	drained chan struct{}
+	// opening: tasks being opened off the Run goroutine (Run goroutine
+	// only); each sends its result to opened, then calls wake (the cancel
+	// of the poll in progress).
+	opening map[int32]*opening
+	opened  chan openResult
+	openWG  sync.WaitGroup
+	wake    atomic.Pointer[context.CancelFunc]
 
 	inputIndex map[string]int
 	srcIndex   []int // input index → source index (-1 for internal)
@@ -209,6 +288,8 @@ type Engine struct {
 	// every input topic; nil in a Harness.
 	committed func(ctx context.Context, p int32) (map[string]int64, error)
 
+	// chunkMu keeps the chunks of one record together (EmitChunks).
+	chunkMu    sync.Mutex
 	produceErr atomic.Pointer[error]
 	stats      Stats
 }
@@ -221,6 +302,12 @@ type Stats struct {
 	Aborts          atomic.Int64
 	LastPauseNanos  atomic.Int64
 	LastCommitNanos atomic.Int64
+	// ClampedEvents counts event times Task.Observe lowered to the record
+	// timestamp plus MaxClockSkew.
+	ClampedEvents atomic.Int64
+	// Backpressure counts the polls held back because the tasks' queues
+	// held more than FetchBufferBytes.
+	Backpressure atomic.Int64
 }
 
 // New validates cfg and topo.
@@ -234,6 +321,10 @@ func New(cfg Config, topo Topology) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, topo: topo, log: cfg.Logger, tasks: map[int32]*Task{}, inputIndex: map[string]int{}}
 	e.mu.assigned = map[int32]map[string]bool{}
+	e.mu.fresh = map[int32]bool{}
+	e.opening = map[int32]*opening{}
+	e.opened = make(chan openResult, topo.Partitions)
+	e.drained = make(chan struct{}, 1)
 	e.mu.tasks = map[int32]*published{}
 	for i, in := range topo.Inputs {
 		if _, dup := e.inputIndex[in.Topic]; dup {
@@ -290,7 +381,13 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 		kgo.OnPartitionsAssigned(e.onAssigned),
 		kgo.OnPartitionsRevoked(e.onRevoked),
 		kgo.OnPartitionsLost(e.onRevoked),
-		kgo.MaxBufferedRecords(1<<20),
+		kgo.MaxBufferedRecords(producerBufferRecords),
+		kgo.MaxBufferedBytes(int(min(e.cfg.ProducerBufferBytes, 1<<40))),
+		kgo.FetchMaxBytes(int32(min(max(e.cfg.FetchBufferBytes/8, int64(e.cfg.MaxRecordBytes)), 1<<30))),
+		kgo.MaxConcurrentFetches(4),
+		// Room for a record of MaxRecordBytes with its record and batch
+		// overhead; the broker's own limit is message.max.bytes.
+		kgo.ProducerBatchMaxBytes(int32(min(e.cfg.MaxRecordBytes+48_000, 1<<30))),
 	)
 	var sess session
 	if e.cfg.AtLeastOnce {
@@ -321,7 +418,10 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 	defer func() {
 		stopGlobals()
 		<-globalsDone
-		e.closeTasks()
+		e.stopOpening()
+		if cerr := e.closeTasks(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
 		sess.Close()
 	}()
 
@@ -330,16 +430,17 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 	}
 	next := e.cfg.Now().Add(e.cfg.CheckpointInterval)
 	for {
+		e.waitQueued(ctx, next)
 		pollCtx, cancel := context.WithDeadline(ctx, next)
+		e.wake.Store(&cancel)
+		if len(e.opened) > 0 {
+			cancel() // a task finished opening meanwhile: install it now
+		}
 		fetches := sess.PollRecords(pollCtx, e.cfg.MaxPollRecords)
+		e.wake.Store(nil)
 		cancel()
-		if ctx.Err() != nil {
-			fctx, fcancel := context.WithTimeout(context.Background(), e.cfg.TransactionTimeout)
-			defer fcancel()
-			if err := e.checkpoint(fctx, false); err != nil {
-				return fmt.Errorf("engine: final checkpoint: %w", err)
-			}
-			return nil
+		if fetches.NumRecords() > 0 {
+			afterPoll(ctx, fetches)
 		}
 		var fatal error
 		fetches.EachError(func(topic string, p int32, err error) {
@@ -368,10 +469,26 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 			}
 			e.stats.RecordsIn.Add(int64(len(ftp.Records)))
 			e.polled += len(ftp.Records)
-			t.in <- taskMsg{kind: msgRecords, input: e.inputIndex[ftp.Topic], recs: ftp.Records}
+			n := int64(0)
+			for _, r := range ftp.Records {
+				n += int64(RecordBytes(r))
+			}
+			e.queued.Add(n)
+			t.in <- taskMsg{kind: msgRecords, input: e.inputIndex[ftp.Topic], recs: ftp.Records, bytes: n}
 		})
 		if err := e.taskErr(); err != nil {
 			return err
+		}
+		if ctx.Err() != nil {
+			// Everything the last poll returned has been dispatched: the
+			// session commits the polled offsets with this checkpoint, so
+			// the records must be in it.
+			fctx, fcancel := context.WithTimeout(context.Background(), e.cfg.TransactionTimeout)
+			defer fcancel()
+			if err := e.checkpoint(fctx, false); err != nil {
+				return fmt.Errorf("engine: final checkpoint: %w", err)
+			}
+			return nil
 		}
 		if now := e.cfg.Now(); !now.Before(next) {
 			// A checkpoint runs to its end even when ctx is cancelled
@@ -386,6 +503,31 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 		}
 	}
 }
+
+// waitQueued holds the poll loop while the tasks' queues hold more than
+// FetchBufferBytes, until they drain, the checkpoint is due or ctx ends.
+func (e *Engine) waitQueued(ctx context.Context, next time.Time) {
+	if e.queued.Load() <= e.cfg.FetchBufferBytes {
+		return
+	}
+	e.stats.Backpressure.Add(1)
+	timer := time.NewTimer(time.Until(next))
+	defer timer.Stop()
+	for e.queued.Load() > e.cfg.FetchBufferBytes {
+		select {
+		case <-e.drained:
+		case <-timer.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// afterPoll runs between a poll that returned records and their dispatch:
+// the failpoint after-poll, replaced by tests to hold the loop in the window
+// where a SIGTERM used to lose the polled records.
+var afterPoll = func(ctx context.Context, _ kgo.Fetches) { failpointHold(ctx, "after-poll") }
 
 func (e *Engine) taskErr() error {
 	for _, t := range e.tasks {
@@ -485,7 +627,10 @@ func (e *Engine) checkpoint(ctx context.Context, begin bool) error {
 	return nil
 }
 
-func (e *Engine) onAssigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+func (e *Engine) onAssigned(_ context.Context, cl *kgo.Client, m map[string][]int32) {
+	// Nothing is fetched for a new partition until its task is open
+	// (install resumes it): called before fetching of m begins.
+	cl.PauseFetchPartitions(m)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for topic, ps := range m {
@@ -494,6 +639,7 @@ func (e *Engine) onAssigned(_ context.Context, _ *kgo.Client, m map[string][]int
 				e.mu.assigned[p] = map[string]bool{}
 			}
 			e.mu.assigned[p][topic] = true
+			e.mu.fresh[p] = true
 		}
 	}
 }
@@ -511,49 +657,194 @@ func (e *Engine) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int3
 	}
 }
 
-// applyAssignment starts tasks for newly assigned partitions and closes the
-// tasks of revoked ones. Called from the Run goroutine only.
+// opening is a task being opened (its state restored) off the Run
+// goroutine.
+type opening struct {
+	cancel context.CancelFunc
+	// reopen: the partition was revoked and assigned again meanwhile, so
+	// what this opening compared with may be out of date; open again.
+	reopen bool
+}
+
+type openResult struct {
+	p   int32
+	t   *Task
+	err error
+}
+
+// applyAssignment closes the tasks of revoked partitions, starts opening
+// tasks for newly assigned ones, and installs the tasks whose opening has
+// finished. Opening — reading the committed offsets, rebuilding state from
+// the changelog, the processor's Restore — runs on a goroutine of its own,
+// however long it takes: the partition's fetching is paused meanwhile
+// (onAssigned), the task takes no part in checkpoints, and the other tasks
+// go on. Called from the Run goroutine only.
 func (e *Engine) applyAssignment() error {
 	e.mu.Lock()
 	want := make(map[int32]bool, len(e.mu.assigned))
 	for p := range e.mu.assigned {
 		want[p] = true
 	}
+	fresh := e.mu.fresh
+	e.mu.fresh = map[int32]bool{}
 	e.mu.Unlock()
 	for p, t := range e.tasks {
-		if !want[p] {
-			t.close()
-			delete(e.tasks, p)
-			e.mu.Lock()
-			delete(e.mu.tasks, p)
-			e.mu.Unlock()
+		if !want[p] || fresh[p] {
+			// Revoked, or revoked and assigned again since the last look
+			// (another member may have committed meanwhile): close, and
+			// open again below if it is still ours.
+			if err := e.closeTask(p, t); err != nil {
+				return err
+			}
+		}
+	}
+	for p, o := range e.opening {
+		if !want[p] || fresh[p] {
+			o.cancel()
+			o.reopen = want[p]
+		}
+	}
+	for done := false; !done; {
+		select {
+		case r := <-e.opened:
+			if err := e.install(r, want); err != nil {
+				return err
+			}
+		default:
+			done = true
 		}
 	}
 	for p := range want {
-		if e.tasks[p] != nil {
-			continue
+		if e.tasks[p] == nil && e.opening[p] == nil {
+			e.startOpen(p)
 		}
-		t, err := e.openTask(p)
-		if err != nil {
-			return err
-		}
-		e.log.Info("task assigned", "stage", e.topo.Name, "partition", p)
-		e.tasks[p] = t
-		e.mu.Lock()
-		e.mu.tasks[p] = &t.pub
-		e.mu.Unlock()
 	}
 	return nil
 }
 
-func (e *Engine) closeTasks() {
+func (e *Engine) closeTask(p int32, t *Task) error {
+	delete(e.tasks, p)
+	e.mu.Lock()
+	delete(e.mu.tasks, p)
+	e.mu.Unlock()
+	if err := t.close(); err != nil {
+		return fmt.Errorf("engine: close task %d: %w", p, err)
+	}
+	return nil
+}
+
+func (e *Engine) startOpen(p int32) {
+	ctx, cancel := context.WithCancel(context.Background())
+	e.opening[p] = &opening{cancel: cancel}
+	e.openWG.Add(1)
+	go func() {
+		defer e.openWG.Done()
+		start := time.Now()
+		t, err := e.openTaskNoRun(ctx, p)
+		cancel()
+		if err == nil && time.Since(start) > time.Second {
+			e.log.Info("task opened", "stage", e.topo.Name, "partition", p, "took", time.Since(start).Round(time.Millisecond))
+		}
+		e.opened <- openResult{p: p, t: t, err: err}
+		if wake := e.wake.Load(); wake != nil {
+			(*wake)() // end the poll in progress, so the task starts now
+		}
+	}()
+}
+
+// install takes a finished opening: the task starts and its partitions are
+// fetched again.
+func (e *Engine) install(r openResult, want map[int32]bool) error {
+	o := e.opening[r.p]
+	delete(e.opening, r.p)
+	if o == nil || o.reopen || !want[r.p] {
+		if r.t != nil {
+			if err := r.t.closeNoRun(); err != nil {
+				e.log.Warn("close task opened for a revoked partition", "partition", r.p, "err", err)
+			}
+		}
+		if o != nil && o.reopen && want[r.p] {
+			e.startOpen(r.p)
+		}
+		return nil
+	}
+	if r.err != nil {
+		return r.err
+	}
+	t := r.t
+	if t.seek != nil {
+		e.seek(r.p, t.seek)
+	}
+	go t.run()
+	e.log.Info("task assigned", "stage", e.topo.Name, "partition", r.p)
+	e.tasks[r.p] = t
+	e.mu.Lock()
+	e.mu.tasks[r.p] = &t.pub
+	e.mu.Unlock()
+	e.resume(r.p)
+	return nil
+}
+
+// resume fetches partition p of every input again.
+func (e *Engine) resume(p int32) {
+	if e.sess == nil {
+		return
+	}
+	tps := map[string][]int32{}
+	for _, in := range e.topo.Inputs {
+		tps[in.Topic] = []int32{p}
+	}
+	e.sess.Client().ResumeFetchPartitions(tps)
+}
+
+// stopOpening cancels every opening and closes the tasks they produce.
+func (e *Engine) stopOpening() {
+	for _, o := range e.opening {
+		o.cancel()
+	}
+	e.openWG.Wait()
+	for done := false; !done; {
+		select {
+		case r := <-e.opened:
+			if r.t != nil {
+				if err := r.t.closeNoRun(); err != nil {
+					e.log.Warn("close task", "partition", r.p, "err", err)
+				}
+			}
+		default:
+			done = true
+		}
+	}
+	clear(e.opening)
+}
+
+// seek moves consumption of partition p of every input to offs (the start
+// for an input offs lacks): the task's state is that of the checkpoint
+// with these offsets. The session commits them with the next checkpoint.
+func (e *Engine) seek(p int32, offs map[string]int64) {
+	set := map[string]map[int32]kgo.EpochOffset{}
+	for _, in := range e.topo.Inputs {
+		o, ok := offs[in.Topic]
+		if !ok {
+			o = 0
+		}
+		set[in.Topic] = map[int32]kgo.EpochOffset{p: {Epoch: -1, Offset: o}}
+	}
+	e.sess.Client().SetOffsets(set)
+}
+
+func (e *Engine) closeTasks() error {
+	var errs []error
 	for p, t := range e.tasks {
-		t.close()
+		if err := t.close(); err != nil {
+			errs = append(errs, fmt.Errorf("engine: close task %d: %w", p, err))
+		}
 		delete(e.tasks, p)
 	}
 	e.mu.Lock()
 	clear(e.mu.tasks)
 	e.mu.Unlock()
+	return errors.Join(errs...)
 }
 
 // published holds what a task publishes for observers.
@@ -599,6 +890,11 @@ func (e *Engine) Watermarks() map[int32]int64 {
 }
 
 func (e *Engine) produce(r *kgo.Record) {
+	if n := RecordBytes(r); n > e.cfg.MaxRecordBytes {
+		err := fmt.Errorf("%w: %d bytes to %s[%d] exceed MaxRecordBytes %d", ErrRecordTooLarge, n, r.Topic, r.Partition, e.cfg.MaxRecordBytes)
+		e.produceErr.CompareAndSwap(nil, &err)
+		return
+	}
 	e.stats.RecordsOut.Add(1)
 	if e.sink != nil {
 		e.sink(r)

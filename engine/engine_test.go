@@ -51,4 +51,18 @@ func TestConfigValidate(t *testing.T) {
 	if c.TransactionTimeout < c.CheckpointInterval+10*time.Second {
 		t.Errorf("default transaction timeout %v too short for interval %v", c.TransactionTimeout, c.CheckpointInterval)
 	}
+	c = Config{}
+	c.EnsureDefaults()
+	if c.MaxRecordBytes != 1_000_000 || c.MaxClockSkew != 10*time.Minute || c.ProducerBufferBytes != 64<<20 || c.FetchBufferBytes != 64<<20 {
+		t.Errorf("defaults: MaxRecordBytes %d, MaxClockSkew %v, ProducerBufferBytes %d, FetchBufferBytes %d",
+			c.MaxRecordBytes, c.MaxClockSkew, c.ProducerBufferBytes, c.FetchBufferBytes)
+	}
+	c = Config{MaxRecordBytes: 10, MaxClockSkew: -time.Second, ProducerBufferBytes: 5, FetchBufferBytes: 100}
+	c.EnsureDefaults()
+	err = c.Validate()
+	for _, want := range []string{"MaxRecordBytes", "MaxClockSkew", "ProducerBufferBytes", "FetchBufferBytes"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not name %s", err, want)
+		}
+	}
 }

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,12 +12,16 @@ import (
 // Harness drives one task of a topology without Kafka, on the caller's
 // goroutine: records go in, emitted records are collected, checkpoints,
 // aborts and restarts happen when the caller says. Operator tests and
-// micro-benchmarks use it; it is a fake of the runtime, not a mock.
+// micro-benchmarks use it; it is a fake of the runtime, not a mock. Like
+// the broker, it refuses records over Config.MaxRecordBytes: Process,
+// Advance and Checkpoint return ErrRecordTooLarge.
 type Harness struct {
 	e   *Engine
 	t   *Task
 	now time.Time
 	p   int32
+	// closed: the task is closed (Close).
+	closed bool
 	// Out collects every emitted record, in order.
 	Out []*kgo.Record
 }
@@ -52,7 +58,7 @@ func NewHarness(cfg Config, topo Topology, partition int32, now time.Time) (*Har
 }
 
 func (h *Harness) open() error {
-	t, err := h.e.openTaskNoRun(h.p)
+	t, err := h.e.openTaskNoRun(context.Background(), h.p)
 	if err != nil {
 		return err
 	}
@@ -105,6 +111,10 @@ func (h *Harness) Checkpoint() error {
 	if err := h.t.prepare(); err != nil {
 		return err
 	}
+	if err := h.err(); err != nil {
+		// The transaction would abort.
+		return errors.Join(err, h.t.rollback())
+	}
 	return h.t.commit()
 }
 
@@ -121,20 +131,45 @@ func (h *Harness) Abort() error {
 // keyspace, as after a crash.
 func (h *Harness) Restart() error {
 	h.t.handle(taskMsg{kind: msgClose})
+	if h.t.closeErr != nil {
+		return h.t.closeErr
+	}
 	return h.open()
 }
 
 // Watermark is the task's watermark.
 func (h *Harness) Watermark() int64 { return h.t.lastWM }
 
-// Close closes the task.
-func (h *Harness) Close() { h.t.handle(taskMsg{kind: msgClose}) }
+// Close closes the task. A second Close does nothing. (Its error is
+// CloseErr's.)
+func (h *Harness) Close() {
+	if h.closed {
+		return
+	}
+	h.closed = true
+	h.t.handle(taskMsg{kind: msgClose})
+}
 
+// CloseErr closes the task and returns what closing its processor and
+// keyspace returned.
+func (h *Harness) CloseErr() error {
+	if h.closed {
+		return nil
+	}
+	h.Close()
+	return h.t.closeErr
+}
+
+// err returns the task's error, or else the first record the task emitted
+// over MaxRecordBytes.
 func (h *Harness) err() error {
 	select {
 	case err := <-h.t.errc:
 		return fmt.Errorf("engine: harness task: %w", err)
 	default:
-		return nil
 	}
+	if perr := h.e.produceErr.Swap(nil); perr != nil {
+		return fmt.Errorf("engine: harness task: %w", *perr)
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -27,6 +28,7 @@ type taskMsg struct {
 	kind  msgKind
 	input int
 	recs  []*kgo.Record
+	bytes int64 // RecordBytes of recs, counted in Engine.queued
 	reply chan error
 }
 
@@ -66,12 +68,26 @@ type Task struct {
 	// input: the watermark that fires timers.
 	all *windows.Watermarks
 
+	// recMax[i] is the largest record timestamp (unix ns) read on source
+	// i, recAll the largest of every record the task read (sources and
+	// internal topics, markers included); curTS that of the record being
+	// processed. MinTime: none (records without a timestamp, as in most
+	// Harness tests, count as none).
+	recMax []int64
+	recAll int64
+	curTS  int64
+
 	offsets   map[string]int64 // input topic → next offset
 	lastWM    int64
 	restoreWM int64
 	now       time.Time
 	failed    bool
 	pub       published
+	// seek: where consumption of the task's partitions must go back to
+	// before it reads (see openKeyspace); nil normally.
+	seek map[string]int64
+	// closeErr is what closing the processor and keyspace returned.
+	closeErr error
 }
 
 var wmKey = []byte("\x00\x01watermark")
@@ -137,24 +153,18 @@ func (e *Engine) newWatermarks(n int, now time.Time) *windows.Watermarks {
 	return w
 }
 
-func (e *Engine) openTask(p int32) (*Task, error) {
-	t, err := e.openTaskNoRun(p)
-	if err != nil {
-		return nil, err
-	}
-	go t.run()
-	return t, nil
-}
-
-func (e *Engine) openTaskNoRun(p int32) (*Task, error) {
-	ks, err := e.openKeyspace(p)
+// openTaskNoRun opens task p without starting its goroutine. ctx bounds
+// the restore from the changelog.
+func (e *Engine) openTaskNoRun(ctx context.Context, p int32) (*Task, error) {
+	ks, seek, err := e.openKeyspace(ctx, p)
 	if err != nil {
 		return nil, err
 	}
 	now := e.cfg.Now()
 	t := &Task{
 		Partition: p,
-		State:     &State{ks: ks, changelog: e.topo.Changelog, partition: p, emit: e.produce},
+		State:     &State{ks: ks, changelog: e.topo.Changelog, partition: p, emit: e.produce, limit: e.cfg.MaxRecordBytes},
+		seek:      seek,
 		Log:       e.log.With("stage", e.topo.Name, "partition", p),
 		e:         e,
 		ks:        ks,
@@ -164,6 +174,11 @@ func (e *Engine) openTaskNoRun(p int32) (*Task, error) {
 		offsets:   map[string]int64{},
 		now:       now,
 	}
+	t.recMax = make([]int64, e.sources)
+	for i := range t.recMax {
+		t.recMax[i] = windows.MinTime
+	}
+	t.recAll, t.curTS = windows.MinTime, windows.MinTime
 	t.all = e.newWatermarks(len(e.internal), now)
 	t.srcOnly = e.newWatermarks(0, now)
 	t.fed = []*windows.Watermarks{t.all, t.srcOnly}
@@ -177,23 +192,96 @@ func (e *Engine) openTaskNoRun(p int32) (*Task, error) {
 		t.fed = append(t.fed, t.up[k].w)
 	}
 	if err := t.loadCommitted(); err != nil {
-		ks.Close()
-		return nil, err
+		return nil, errors.Join(err, ks.Close())
 	}
 	proc, err := e.topo.NewProcessor(t)
 	if err != nil {
-		ks.Close()
-		return nil, fmt.Errorf("engine: processor for partition %d: %w", p, err)
+		return nil, errors.Join(fmt.Errorf("engine: processor for partition %d: %w", p, err), ks.Close())
 	}
 	t.proc = proc
 	t.wmh, _ = proc.(WatermarkHandler)
 	if r, ok := proc.(Restorer); ok {
 		if err := r.Restore(t); err != nil {
-			ks.Close()
-			return nil, fmt.Errorf("engine: restore partition %d: %w", p, err)
+			return nil, errors.Join(fmt.Errorf("engine: restore partition %d: %w", p, err), t.closeProc(), ks.Close())
 		}
 	}
 	return t, nil
+}
+
+func (t *Task) closeProc() error {
+	if c, ok := t.proc.(Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+// encodeWatermarks is the checkpointed watermark value: the watermark, the
+// largest record timestamp seen, every input's maximum, and a format byte.
+func encodeWatermarks(wm, recAll int64, maxima []int64) []byte {
+	b := make([]byte, 0, 8*(2+len(maxima))+1)
+	b = binary.BigEndian.AppendUint64(b, uint64(wm))
+	b = binary.BigEndian.AppendUint64(b, uint64(recAll))
+	for _, m := range maxima {
+		b = binary.BigEndian.AppendUint64(b, uint64(m))
+	}
+	return append(b, 1)
+}
+
+// decodeWatermarks reads encodeWatermarks' value, or the earlier format
+// (watermark and maxima, no record timestamp: recAll MinTime).
+func decodeWatermarks(v []byte) (wm, recAll int64, maxima []int64, ok bool) {
+	recAll = windows.MinTime
+	switch {
+	case len(v) >= 17 && len(v)%8 == 1 && v[len(v)-1] == 1:
+		recAll = int64(binary.BigEndian.Uint64(v[8:]))
+		v = append(v[:8:8], v[16:len(v)-1]...)
+	case len(v) >= 8 && len(v)%8 == 0:
+	default:
+		return windows.MinTime, windows.MinTime, nil, false
+	}
+	wm = int64(binary.BigEndian.Uint64(v))
+	maxima = make([]int64, 0, len(v)/8-1)
+	for b := v[8:]; len(b) >= 8; b = b[8:] {
+		maxima = append(maxima, int64(binary.BigEndian.Uint64(b)))
+	}
+	return wm, recAll, maxima, true
+}
+
+// addSkew is ts + d, saturating; MinTime stays MinTime (nothing known).
+func addSkew(ts int64, d time.Duration) int64 {
+	if ts == windows.MinTime {
+		return windows.MinTime
+	}
+	if ts > windows.MaxTime-int64(d) {
+		return windows.MaxTime
+	}
+	return ts + int64(d)
+}
+
+// recordTime is r's timestamp in unix ns, MinTime when it has none.
+func recordTime(r *kgo.Record) int64 {
+	if r.Timestamp.IsZero() || r.Timestamp.Before(minRecordTime) || r.Timestamp.After(maxRecordTime) {
+		return windows.MinTime
+	}
+	return r.Timestamp.UnixNano()
+}
+
+// Record timestamps outside these are none (Kafka's -1, or no valid ns).
+var (
+	minRecordTime = time.Unix(0, 1)
+	maxRecordTime = time.Unix(0, windows.MaxTime/2)
+)
+
+// setCeiling bounds the all-idle rule of every tracker by the largest
+// record timestamp seen plus the skew.
+func (t *Task) setCeiling() {
+	c := addSkew(t.recAll, t.e.cfg.MaxClockSkew)
+	if c == windows.MinTime {
+		c = windows.MaxTime // no record timestamp seen: no evidence
+	}
+	for _, w := range t.fed {
+		w.SetCeiling(c)
+	}
 }
 
 // loadCommitted reads the watermark and offsets of the last checkpoint.
@@ -203,11 +291,29 @@ func (t *Task) loadCommitted() error {
 		return err
 	}
 	t.restoreWM = windows.MinTime
-	if ok && len(v) >= 8 && len(v)%8 == 0 {
-		t.restoreWM = int64(binary.BigEndian.Uint64(v))
-		maxima := make([]int64, 0, len(v)/8-1)
-		for b := v[8:]; len(b) >= 8; b = b[8:] {
-			maxima = append(maxima, int64(binary.BigEndian.Uint64(b)))
+	wm, recAll, maxima, ok := decodeWatermarks(v)
+	if ok {
+		t.restoreWM = wm
+		t.recAll = max(t.recAll, recAll)
+		// A watermark or maximum beyond the evidence (the records seen,
+		// or else, for a checkpoint of the earlier format, processing
+		// time) plus the skew is lowered: it would send everything later
+		// to the late topic.
+		bound := addSkew(t.recAll, t.e.cfg.MaxClockSkew)
+		if bound == windows.MinTime && t.e.sink == nil {
+			bound = addSkew(t.e.cfg.Now().UnixNano(), t.e.cfg.MaxClockSkew)
+		}
+		if bound != windows.MinTime {
+			clamped := t.restoreWM > bound
+			t.restoreWM = min(t.restoreWM, bound)
+			for i, m := range maxima {
+				if m > bound {
+					maxima[i], clamped = bound, true
+				}
+			}
+			if clamped {
+				t.Log.Warn("restored watermark is ahead of the record clock; lowered", "watermark", wm, "to", t.restoreWM, "largest_record_time", recAll, "max_clock_skew", t.e.cfg.MaxClockSkew)
+			}
 		}
 		t.all.RestoreMaxima(maxima)
 		t.srcOnly.RestoreMaxima(maxima)
@@ -217,6 +323,7 @@ func (t *Task) loadCommitted() error {
 			}
 		}
 	}
+	t.setCeiling()
 	t.lastWM = t.restoreWM
 	t.pub.watermark.Store(t.restoreWM)
 	t.all.Advance(t.restoreWM)
@@ -230,7 +337,7 @@ func (t *Task) loadCommitted() error {
 			t.offsets[topic] = o
 		}
 	}
-	return nil
+	return t.State.loadChunked()
 }
 
 func (t *Task) run() {
@@ -267,6 +374,9 @@ func (t *Task) run() {
 func (t *Task) handle(m taskMsg) bool {
 	switch m.kind {
 	case msgRecords:
+		if m.bytes > 0 {
+			defer t.e.dequeued(m.bytes)
+		}
 		if t.failed {
 			return false
 		}
@@ -289,10 +399,10 @@ func (t *Task) handle(m taskMsg) bool {
 	case msgAbort:
 		m.reply <- t.rollback()
 	case msgClose:
-		if c, ok := t.proc.(Closer); ok {
-			c.Close()
+		t.closeErr = errors.Join(t.closeProc(), t.ks.Close())
+		if t.closeErr != nil {
+			t.Log.Error("close task", "err", t.closeErr)
 		}
-		t.ks.Close()
 		return true
 	}
 	return false
@@ -308,6 +418,20 @@ func (t *Task) fail(err error) {
 
 func (t *Task) processRecord(r *kgo.Record, input int) error {
 	t.offsets[r.Topic] = r.Offset + 1
+	ts := recordTime(r)
+	if t.e.sink == nil {
+		// A producer's clock far ahead must not carry the bounds along:
+		// no record time counts beyond processing time plus the skew
+		// (the Harness's clock is a test's, not a clock).
+		ts = min(ts, addSkew(t.now.UnixNano(), t.e.cfg.MaxClockSkew))
+	}
+	if ts > t.recAll {
+		t.recAll = ts
+		t.setCeiling()
+	}
+	if i := t.e.srcIndex[input]; i >= 0 && ts > t.recMax[i] {
+		t.recMax[i] = ts
+	}
 	if t.e.topo.Inputs[input].Internal && r.Value == nil && len(r.Headers) == 1 && r.Headers[0].Key == markerHeader {
 		up, wm, idle, ok := decodeMarker(r.Headers[0].Value)
 		if !ok || up < 0 || up >= t.e.topo.Partitions {
@@ -328,7 +452,10 @@ func (t *Task) processRecord(r *kgo.Record, input int) error {
 		}
 		return nil
 	}
-	return t.proc.Process(t, r, input)
+	t.curTS = ts
+	err := t.proc.Process(t, r, input)
+	t.curTS = windows.MinTime
+	return err
 }
 
 // advance recomputes the watermark and hands it to the processor: timers due
@@ -361,17 +488,15 @@ func (t *Task) prepare() error {
 	}
 	// The watermark and every input's maximum: a restarted task resumes
 	// exactly here, even if no new input arrives.
-	wmv := binary.BigEndian.AppendUint64(nil, uint64(t.lastWM))
-	for _, m := range t.all.Maxima() {
-		wmv = binary.BigEndian.AppendUint64(wmv, uint64(m))
-	}
-	if err := t.State.Set(wmKey, wmv); err != nil {
+	if err := t.State.Set(wmKey, encodeWatermarks(t.lastWM, t.recAll, t.all.Maxima())); err != nil {
 		return err
 	}
 	if t.State.changelog != "" {
 		// The checkpoint record closes this checkpoint in the changelog:
 		// restore replays up to the one whose offsets the group committed.
-		t.State.log(checkpointKey, encodeTaskOffsets(t.offsets))
+		if err := t.State.log(checkpointKey, encodeTaskOffsets(t.offsets)); err != nil {
+			return err
+		}
 	}
 	if len(t.e.topo.Globals) > 0 {
 		marker := encodeMarker(t.Partition, t.srcOnly.Current(t.now), t.srcOnly.Idle(t.now))
@@ -415,22 +540,90 @@ func (t *Task) rollback() error {
 	return nil
 }
 
-func (t *Task) close() {
-	t.in <- taskMsg{kind: msgClose}
-	<-t.done
+// dequeued lowers the queued bytes by n and wakes a poll loop waiting for
+// room.
+func (e *Engine) dequeued(n int64) {
+	e.queued.Add(-n)
+	select {
+	case e.drained <- struct{}{}:
+	default:
+	}
 }
 
-// Emit produces r in the current transaction. r.Partition must be set.
+// closeNoRun closes a task whose goroutine never started.
+func (t *Task) closeNoRun() error {
+	t.handle(taskMsg{kind: msgClose})
+	return t.closeErr
+}
+
+// close stops the task and returns what closing its processor and
+// keyspace returned.
+func (t *Task) close() error {
+	t.in <- taskMsg{kind: msgClose}
+	<-t.done
+	return t.closeErr
+}
+
+// Emit produces r in the current transaction. r.Partition must be set. A
+// record over MaxRecordBytes fails the checkpoint (the broker would reject
+// it); the Harness returns that error. Use EmitChunks for a record that may
+// be larger.
 func (t *Task) Emit(r *kgo.Record) { t.e.produce(r) }
+
+// EmitChunks produces r, cut into chunks by Chunks if it exceeds
+// MaxRecordBytes, one after another in its partition (no other task's
+// chunks come between). The reader puts it back together with a
+// Reassembler.
+func (t *Task) EmitChunks(r *kgo.Record) error {
+	cs, err := Chunks(r, t.e.cfg.MaxRecordBytes)
+	if err != nil {
+		return err
+	}
+	if len(cs) == 1 {
+		t.e.produce(cs[0])
+		return nil
+	}
+	t.e.chunkMu.Lock()
+	defer t.e.chunkMu.Unlock()
+	for _, c := range cs {
+		t.e.produce(c)
+	}
+	return nil
+}
+
+// MaxClockSkew is how far an event time may be ahead of its record's
+// timestamp (Config.MaxClockSkew).
+func (t *Task) MaxClockSkew() time.Duration { return t.e.cfg.MaxClockSkew }
+
+// RecordTime is the timestamp of the record being processed (unix ns), or
+// windows.MinTime outside Process or for a record without one.
+func (t *Task) RecordTime() int64 { return t.curTS }
+
+// MaxRecordBytes is the largest record (RecordBytes) the task may emit.
+func (t *Task) MaxRecordBytes() int { return t.e.cfg.MaxRecordBytes }
 
 // Observe records an event at event time ts on input (a Topology.Inputs
 // index) for the watermark. Internal inputs carry their watermark in
-// markers; observations on them are ignored.
+// markers; observations on them are ignored. An event time beyond the
+// record's timestamp plus MaxClockSkew (outside Process: the largest
+// record timestamp seen on input) counts as that bound (Stats.ClampedEvents):
+// the operator should have sent it to the late topic or re-stamped it.
 func (t *Task) Observe(input int, ts int64) {
 	if t.e.topo.Inputs[input].Internal {
 		return
 	}
 	i := t.sourceIndex(input)
+	ref := t.curTS
+	if ref == windows.MinTime {
+		ref = t.recMax[i]
+	}
+	if ref == windows.MinTime {
+		ref = t.recAll
+	}
+	if bound := addSkew(ref, t.e.cfg.MaxClockSkew); bound != windows.MinTime && ts > bound {
+		ts = bound
+		t.e.stats.ClampedEvents.Add(1)
+	}
 	for _, w := range t.fed {
 		w.Observe(i, ts, t.now)
 	}

@@ -2,9 +2,11 @@ package state
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -20,18 +22,52 @@ type Options struct {
 	// Dir is the directory under which each keyspace gets a subdirectory.
 	// Required.
 	Dir string
-	// MemoryBudget is the number of bytes shared by the block cache and the
-	// memtables of all keyspaces. Default 256 MiB.
+	// MemoryBudget, bytes, is what CacheBytes and MemTableBytes default
+	// from: half each. Default 256 MiB; at least 16 MiB.
 	MemoryBudget int64
-	// Sync makes checkpoints fsync the write-ahead log. Default false: the
-	// changelog in Kafka is the durable copy, the local store a cache.
-	Sync bool
+	// CacheBytes is the size of the one block cache all keyspaces share.
+	// Default MemoryBudget / 2.
+	CacheBytes int64
+	// MemTableBytes bounds the memtables of all open keyspaces together.
+	// A keyspace opened while n keyspaces are open (itself included), or
+	// MaxKeyspaces if that is more, gets memtables of MemTableBytes /
+	// (2n) each — Pebble holds up to two per keyspace (one being flushed)
+	// — but at least MinMemTableBytes. Default MemoryBudget / 2.
+	MemTableBytes int64
+	// MaxKeyspaces is how many keyspaces may be open at once (e.g. the
+	// partitions of the topologies an instance may run): keyspaces opened
+	// early get no more than their share of MemTableBytes at that count.
+	// Default 0: only those open count.
+	MaxKeyspaces int
+	// NoSync turns off syncing at checkpoints. By default every checkpoint
+	// (Keyspace.Checkpoint) waits until its write-ahead log entry is on
+	// disk, so that after a crash (SIGKILL included) local state is that of
+	// the last checkpoint, not older: a restart then matches the committed
+	// offsets and does not rebuild from the changelog. Replays of bounded
+	// input into a scratch directory may set it.
+	NoSync bool
+	// Logger receives Pebble's background errors and warnings. Default
+	// slog.Default().
+	Logger *slog.Logger
 }
+
+// MinMemTableBytes is the smallest memtable a keyspace gets (see
+// Options.MemTableBytes).
+const MinMemTableBytes = 1 << 20
 
 // EnsureDefaults fills unset fields.
 func (o *Options) EnsureDefaults() {
 	if o.MemoryBudget == 0 {
 		o.MemoryBudget = 256 << 20
+	}
+	if o.CacheBytes == 0 {
+		o.CacheBytes = o.MemoryBudget / 2
+	}
+	if o.MemTableBytes == 0 {
+		o.MemTableBytes = o.MemoryBudget / 2
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
 	}
 }
 
@@ -44,6 +80,15 @@ func (o *Options) Validate() error {
 	if o.MemoryBudget < 16<<20 {
 		errs = append(errs, fmt.Errorf("state: Options.MemoryBudget %d is below the minimum of 16 MiB", o.MemoryBudget))
 	}
+	if o.CacheBytes < 1<<20 {
+		errs = append(errs, fmt.Errorf("state: Options.CacheBytes %d is below the minimum of 1 MiB", o.CacheBytes))
+	}
+	if o.MemTableBytes < 2*MinMemTableBytes {
+		errs = append(errs, fmt.Errorf("state: Options.MemTableBytes %d is below the minimum of %d", o.MemTableBytes, 2*MinMemTableBytes))
+	}
+	if o.MaxKeyspaces < 0 {
+		errs = append(errs, fmt.Errorf("state: Options.MaxKeyspaces %d is negative", o.MaxKeyspaces))
+	}
 	return errors.Join(errs...)
 }
 
@@ -54,7 +99,8 @@ type Store struct {
 	cache *pebble.Cache
 	mu    struct {
 		sync.Mutex
-		open map[string]*Keyspace
+		open   map[string]*Keyspace
+		closed bool
 	}
 }
 
@@ -67,23 +113,38 @@ func Open(opts Options) (*Store, error) {
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("state: create %s: %w", opts.Dir, err)
 	}
-	s := &Store{opts: opts, cache: pebble.NewCache(opts.MemoryBudget / 2)}
+	s := &Store{opts: opts, cache: pebble.NewCache(opts.CacheBytes)}
 	s.mu.open = make(map[string]*Keyspace)
 	return s, nil
 }
 
-// Close closes every open keyspace and releases the cache.
+// Close closes every open keyspace and releases the cache. A second Close
+// returns ErrClosed.
 func (s *Store) Close() error {
 	s.mu.Lock()
+	if s.mu.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.mu.closed = true
 	open := s.mu.open
 	s.mu.open = map[string]*Keyspace{}
 	s.mu.Unlock()
 	var errs []error
 	for _, k := range open {
-		errs = append(errs, k.Close())
+		if err := k.Close(); err != nil && !errors.Is(err, ErrClosed) {
+			errs = append(errs, err)
+		}
 	}
 	s.cache.Unref()
 	return errors.Join(errs...)
+}
+
+// memTableSize is the memtable size of a keyspace opened while open
+// others are open.
+func (s *Store) memTableSize(open int) int64 {
+	n := max(open+1, s.opts.MaxKeyspaces)
+	return max(s.opts.MemTableBytes/int64(2*n), MinMemTableBytes)
 }
 
 // Keyspace opens (creating if needed) the keyspace name, e.g. "fuse-3".
@@ -91,25 +152,34 @@ func (s *Store) Close() error {
 func (s *Store) Keyspace(name string) (*Keyspace, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.mu.closed {
+		return nil, ErrClosed
+	}
 	if _, ok := s.mu.open[name]; ok {
 		return nil, fmt.Errorf("state: keyspace %s is already open", name)
 	}
-	memtable := s.opts.MemoryBudget / 8
-	if memtable > 64<<20 {
-		memtable = 64 << 20
-	}
+	log := s.opts.Logger.With("keyspace", name)
 	db, err := pebble.Open(filepath.Join(s.opts.Dir, name), &pebble.Options{
-		Cache:        s.cache,
-		MemTableSize: uint64(memtable),
-		Logger:       quietLogger{},
+		Cache:                       s.cache,
+		MemTableSize:                uint64(s.memTableSize(len(s.mu.open))),
+		MemTableStopWritesThreshold: 2,
+		Logger:                      pebbleLogger{log},
+		EventListener:               eventListener(log),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("state: open keyspace %s: %w", name, err)
 	}
-	k := &Keyspace{name: name, db: db, store: s, sync: s.opts.Sync}
+	k := &Keyspace{name: name, db: db, store: s, sync: !s.opts.NoSync}
 	k.batch = db.NewIndexedBatch()
 	s.mu.open[name] = k
 	return k, nil
+}
+
+// MemTableSize is the memtable size a keyspace opened now would get.
+func (s *Store) MemTableSize() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.memTableSize(len(s.mu.open))
 }
 
 // Remove deletes the keyspace name from disk. It must not be open.
@@ -120,7 +190,10 @@ func (s *Store) Remove(name string) error {
 	if open {
 		return fmt.Errorf("state: keyspace %s is open", name)
 	}
-	return os.RemoveAll(filepath.Join(s.opts.Dir, name))
+	if err := os.RemoveAll(filepath.Join(s.opts.Dir, name)); err != nil {
+		return fmt.Errorf("state: remove keyspace %s: %w", name, err)
+	}
+	return nil
 }
 
 // Keyspace is the state of one task. Writes go to a pending batch that reads
@@ -140,6 +213,9 @@ var offsetsKey = []byte("\x00offsets")
 // Get returns a copy of the value of key appended to dst, and whether it
 // exists. It sees pending writes.
 func (k *Keyspace) Get(dst, key []byte) ([]byte, bool, error) {
+	if k.batch == nil {
+		return dst, false, ErrClosed
+	}
 	v, closer, err := k.batch.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return dst, false, nil
@@ -148,24 +224,44 @@ func (k *Keyspace) Get(dst, key []byte) ([]byte, bool, error) {
 		return dst, false, fmt.Errorf("state: get in %s: %w", k.name, err)
 	}
 	dst = append(dst, v...)
-	closer.Close()
+	if err := closer.Close(); err != nil {
+		return dst, false, fmt.Errorf("state: get in %s: %w", k.name, err)
+	}
 	return dst, true, nil
 }
 
 // Set writes key=value to the pending batch. Both are copied.
-func (k *Keyspace) Set(key, value []byte) error { return k.batch.Set(key, value, nil) }
+func (k *Keyspace) Set(key, value []byte) error {
+	if k.batch == nil {
+		return ErrClosed
+	}
+	return k.batch.Set(key, value, nil)
+}
 
 // Delete deletes key in the pending batch.
-func (k *Keyspace) Delete(key []byte) error { return k.batch.Delete(key, nil) }
+func (k *Keyspace) Delete(key []byte) error {
+	if k.batch == nil {
+		return ErrClosed
+	}
+	return k.batch.Delete(key, nil)
+}
 
 // DeleteRange deletes every key in [start, end) with one range tombstone:
 // no scan, whatever the number of keys.
-func (k *Keyspace) DeleteRange(start, end []byte) error { return k.batch.DeleteRange(start, end, nil) }
+func (k *Keyspace) DeleteRange(start, end []byte) error {
+	if k.batch == nil {
+		return ErrClosed
+	}
+	return k.batch.DeleteRange(start, end, nil)
+}
 
 // Iter returns an iterator over [lower, upper) that sees pending writes. The
 // caller must close it before Checkpoint or Rollback. Keys and values are
 // valid until the iterator moves.
 func (k *Keyspace) Iter(lower, upper []byte) (*pebble.Iterator, error) {
+	if k.batch == nil {
+		return nil, ErrClosed
+	}
 	return k.batch.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 }
 
@@ -173,8 +269,12 @@ func (k *Keyspace) Iter(lower, upper []byte) (*pebble.Iterator, error) {
 // next offset to read.
 type Offsets map[string]map[int32]int64
 
-// Checkpoint commits the pending batch together with offsets.
+// Checkpoint commits the pending batch together with offsets. Unless the
+// store has NoSync, it returns once the commit is on disk.
 func (k *Keyspace) Checkpoint(offsets Offsets) error {
+	if k.batch == nil {
+		return ErrClosed
+	}
 	if err := k.batch.Set(offsetsKey, encodeOffsets(offsets), nil); err != nil {
 		return err
 	}
@@ -185,46 +285,69 @@ func (k *Keyspace) Checkpoint(offsets Offsets) error {
 	if err := k.batch.Commit(opt); err != nil {
 		return fmt.Errorf("state: checkpoint %s: %w", k.name, err)
 	}
-	k.batch.Close()
+	if err := k.batch.Close(); err != nil {
+		return fmt.Errorf("state: checkpoint %s: %w", k.name, err)
+	}
 	k.batch = k.db.NewIndexedBatch()
 	return nil
 }
 
-// Rollback discards every write since the last checkpoint.
+// Rollback discards every write since the last checkpoint. On a closed
+// keyspace it does nothing.
 func (k *Keyspace) Rollback() {
-	k.batch.Close()
+	if k.batch == nil {
+		return
+	}
+	k.batch.Close() // a batch's Close only returns it to the pool
 	k.batch = k.db.NewIndexedBatch()
 }
 
 // Offsets returns the offsets recorded by the last checkpoint (nil if none).
 func (k *Keyspace) Offsets() (Offsets, error) {
+	if k.batch == nil {
+		return nil, ErrClosed
+	}
 	v, closer, err := k.db.Get(offsetsKey)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("state: read offsets of %s: %w", k.name, err)
 	}
-	defer closer.Close()
-	return decodeOffsets(v)
+	o, derr := decodeOffsets(v)
+	if err := closer.Close(); err != nil {
+		return nil, fmt.Errorf("state: read offsets of %s: %w", k.name, err)
+	}
+	return o, derr
 }
 
-// Size is the approximate on-disk size of the keyspace in bytes.
+// Size is the approximate on-disk size of the keyspace in bytes (0 once
+// closed).
 func (k *Keyspace) Size() uint64 {
+	if k.batch == nil {
+		return 0
+	}
 	m := k.db.Metrics()
 	return m.DiskSpaceUsage()
 }
 
-// Close discards pending writes and closes the keyspace.
+// Close discards pending writes and closes the keyspace. A second Close
+// returns ErrClosed, as does every other method afterwards.
 func (k *Keyspace) Close() error {
-	k.store.mu.Lock()
-	delete(k.store.mu.open, k.name)
-	k.store.mu.Unlock()
-	if k.batch != nil {
-		k.batch.Close()
-		k.batch = nil
+	if k.batch == nil {
+		return ErrClosed
 	}
-	return k.db.Close()
+	k.store.mu.Lock()
+	if k.store.mu.open[k.name] == k {
+		delete(k.store.mu.open, k.name)
+	}
+	k.store.mu.Unlock()
+	k.batch.Close()
+	k.batch = nil
+	if err := k.db.Close(); err != nil {
+		return fmt.Errorf("state: close keyspace %s: %w", k.name, err)
+	}
+	return nil
 }
 
 func encodeOffsets(o Offsets) []byte {
@@ -275,10 +398,38 @@ func decodeOffsets(b []byte) (Offsets, error) {
 	return o, nil
 }
 
-type quietLogger struct{}
+// pebbleLogger passes Pebble's messages to slog: informational ones at
+// debug level, errors at error level.
+type pebbleLogger struct{ log *slog.Logger }
 
-func (quietLogger) Infof(string, ...interface{})  {}
-func (quietLogger) Errorf(string, ...interface{}) {}
-func (quietLogger) Fatalf(format string, args ...interface{}) {
-	panic(fmt.Sprintf(format, args...))
+func (l pebbleLogger) Infof(format string, args ...interface{}) {
+	if l.log.Enabled(context.Background(), slog.LevelDebug) {
+		l.log.Debug("pebble: " + fmt.Sprintf(format, args...))
+	}
+}
+
+func (l pebbleLogger) Errorf(format string, args ...interface{}) {
+	l.log.Error("pebble: " + fmt.Sprintf(format, args...))
+}
+
+// Fatalf is for Pebble's invariant violations: it must not return.
+func (l pebbleLogger) Fatalf(format string, args ...interface{}) {
+	msg := fmt.Sprintf(format, args...)
+	l.log.Error("pebble: fatal: " + msg)
+	panic("state: pebble: " + msg)
+}
+
+// eventListener logs what in Pebble's background goes wrong or slows
+// writes down.
+func eventListener(log *slog.Logger) *pebble.EventListener {
+	return &pebble.EventListener{
+		BackgroundError: func(err error) { log.Error("pebble background error", "err", err) },
+		DiskSlow: func(info pebble.DiskSlowInfo) {
+			log.Warn("pebble disk slow", "path", info.Path, "op", info.OpType.String(), "duration", info.Duration)
+		},
+		WriteStallBegin: func(info pebble.WriteStallBeginInfo) {
+			log.Warn("pebble write stall", "reason", info.Reason)
+		},
+		WriteStallEnd: func() { log.Info("pebble write stall ended") },
+	}
 }

@@ -1,6 +1,15 @@
 package state
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -77,5 +86,175 @@ func TestOptionsValidate(t *testing.T) {
 	o := Options{MemoryBudget: 1}
 	if err := o.Validate(); err == nil {
 		t.Fatal("empty dir and tiny budget accepted")
+	}
+}
+
+func TestClosedReturnsErrClosed(t *testing.T) {
+	s, err := Open(Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := s.Keyspace("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, _, gerr := k.Get(nil, []byte("x"))
+	_, ierr := k.Iter(nil, nil)
+	_, oerr := k.Offsets()
+	for name, err := range map[string]error{
+		"Close": k.Close(), "Set": k.Set([]byte("x"), nil), "Delete": k.Delete([]byte("x")),
+		"DeleteRange": k.DeleteRange([]byte("a"), []byte("b")), "Checkpoint": k.Checkpoint(nil),
+		"Get": gerr, "Iter": ierr, "Offsets": oerr,
+	} {
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("%s on a closed keyspace: %v", name, err)
+		}
+	}
+	k.Rollback() // no-op, no panic
+	if k.Size() != 0 {
+		t.Error("size of a closed keyspace")
+	}
+	if _, err := s.Keyspace("b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("close with an open keyspace: %v", err)
+	}
+	if err := s.Close(); !errors.Is(err, ErrClosed) {
+		t.Errorf("second Store.Close: %v", err)
+	}
+	if _, err := s.Keyspace("c"); !errors.Is(err, ErrClosed) {
+		t.Errorf("Keyspace on a closed store: %v", err)
+	}
+}
+
+func TestMemTablesShareTheBudget(t *testing.T) {
+	for _, c := range []struct {
+		opts Options
+		open int
+		want int64
+	}{
+		{Options{MemTableBytes: 64 << 20}, 0, 32 << 20},
+		{Options{MemTableBytes: 64 << 20}, 3, 8 << 20},
+		{Options{MemTableBytes: 64 << 20, MaxKeyspaces: 16}, 0, 2 << 20},
+		{Options{MemTableBytes: 64 << 20, MaxKeyspaces: 2}, 7, 4 << 20},
+		{Options{MemTableBytes: 64 << 20}, 1000, MinMemTableBytes},
+		{Options{MemoryBudget: 256 << 20}, 0, 64 << 20}, // default: half the budget
+	} {
+		dir := t.TempDir()
+		c.opts.Dir = dir
+		s, err := Open(c.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range c.open {
+			s.mu.open[strconv.Itoa(i)] = nil // count only
+		}
+		if got := s.MemTableSize(); got != c.want {
+			t.Errorf("%+v with %d open: memtable %d, want %d", c.opts, c.open, got, c.want)
+		}
+		s.mu.open = map[string]*Keyspace{}
+		s.Close()
+	}
+	o := Options{Dir: "x", MemoryBudget: 64 << 20}
+	o.EnsureDefaults()
+	if o.CacheBytes != 32<<20 || o.MemTableBytes != 32<<20 {
+		t.Errorf("defaults from a 64 MiB budget: cache %d, memtables %d", o.CacheBytes, o.MemTableBytes)
+	}
+}
+
+func TestPebbleEventsAreLogged(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	l := eventListener(log)
+	l.BackgroundError(errors.New("disk on fire"))
+	pebbleLogger{log}.Errorf("compaction %d failed", 7)
+	for _, want := range []string{"pebble background error", "disk on fire", "compaction 7 failed", "level=ERROR"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, buf.String())
+		}
+	}
+}
+
+// TestCheckpointSurvivesSIGKILL: a child process checkpoints and kills
+// itself with SIGKILL right after a checkpoint returns; the reopened
+// keyspace has that checkpoint's offsets.
+func TestCheckpointSurvivesSIGKILL(t *testing.T) {
+	if dir := os.Getenv("STATE_KILL_CHILD_DIR"); dir != "" {
+		s, err := Open(Options{Dir: dir})
+		if err != nil {
+			os.Exit(2)
+		}
+		k, err := s.Keyspace("k")
+		if err != nil {
+			os.Exit(2)
+		}
+		for i := int64(1); i <= 50; i++ {
+			if err := k.Set([]byte("v"), bytes.Repeat([]byte{byte(i)}, 4096)); err != nil {
+				os.Exit(2)
+			}
+			if err := k.Checkpoint(Offsets{"in": {0: i}}); err != nil {
+				os.Exit(2)
+			}
+		}
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
+	for run := range 5 {
+		dir := t.TempDir()
+		cmd := exec.Command(os.Args[0], "-test.run=^TestCheckpointSurvivesSIGKILL$")
+		cmd.Env = append(os.Environ(), "STATE_KILL_CHILD_DIR="+dir)
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Fatalf("run %d: child ended with %v, not SIGKILL", run, err)
+		}
+		s, err := Open(Options{Dir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, err := s.Keyspace("k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		offs, err := k.Offsets()
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, _, _ := k.Get(nil, []byte("v"))
+		if offs["in"][0] != 50 || len(v) != 4096 || v[0] != 50 {
+			t.Errorf("run %d: after SIGKILL the keyspace is at checkpoint %d, want the last one, 50", run, offs["in"][0])
+		}
+		s.Close()
+	}
+}
+
+// BenchmarkCheckpoint measures one checkpoint of 100 writes of 1 KiB,
+// synced (the default) and not.
+func BenchmarkCheckpoint(b *testing.B) {
+	for _, noSync := range []bool{false, true} {
+		b.Run(fmt.Sprintf("NoSync=%v", noSync), func(b *testing.B) {
+			s, err := Open(Options{Dir: b.TempDir(), NoSync: noSync})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			k, err := s.Keyspace("k")
+			if err != nil {
+				b.Fatal(err)
+			}
+			v := make([]byte, 1024)
+			for i := range b.N {
+				for j := range 100 {
+					k.Set([]byte(fmt.Sprintf("%d-%d", i, j)), v)
+				}
+				if err := k.Checkpoint(Offsets{"in": {0: int64(i)}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

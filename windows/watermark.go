@@ -21,8 +21,9 @@ const (
 // that has shown no activity for longer than the idleness timeout stops
 // holding the watermark back; an upstream input does only while its markers
 // say the upstream task is idle, or while it has never reported (a task that
-// does not exist, as in a test harness). When every input is idle the watermark moves to the largest
-// watermark among the inputs. Freeze disables idleness for deterministic
+// does not exist, as in a test harness). When every input is idle the
+// watermark moves to the largest watermark among the inputs, but never past
+// the ceiling (SetCeiling). Freeze disables idleness for deterministic
 // replay.
 //
 // The watermark never goes back. Watermarks is not safe for concurrent use.
@@ -32,6 +33,7 @@ type Watermarks struct {
 	frozen  bool
 	inputs  []input
 	current int64
+	ceiling int64 // the all-idle rule never passes it; MaxTime: none
 }
 
 type input struct {
@@ -50,6 +52,7 @@ func NewWatermarks(inputs int, outOfOrderness, idleness time.Duration, now time.
 		idle:    int64(idleness),
 		inputs:  make([]input, inputs),
 		current: MinTime,
+		ceiling: MaxTime,
 	}
 	n := now.UnixNano()
 	for i := range w.inputs {
@@ -118,7 +121,7 @@ func (w *Watermarks) Current(now time.Time) int64 {
 		// Flink's StatusWatermarkValve does). It never runs ahead of the
 		// data: processing-time flushes (the operators') close what is
 		// still open.
-		wm = w.maxWatermark()
+		wm = min(w.maxWatermark(), w.ceiling)
 	}
 	if wm > w.current {
 		w.current = wm
@@ -162,6 +165,34 @@ func (w *Watermarks) RestoreMaxima(m []int64) {
 			w.inputs[i].seen = true
 		}
 	}
+}
+
+// SetCeiling bounds the all-idle rule: when every input is idle the
+// watermark moves to the largest input watermark, but never past c (the
+// engine passes the largest record timestamp seen plus the allowed clock
+// skew, so that no event time ahead of the broker's clock can carry the
+// watermark there). MaxTime, the default, is no ceiling. The ceiling does
+// not lower a watermark already reached; see Clamp.
+func (w *Watermarks) SetCeiling(c int64) { w.ceiling = c }
+
+// Ceiling returns the ceiling set by SetCeiling.
+func (w *Watermarks) Ceiling() int64 { return w.ceiling }
+
+// Clamp lowers the watermark and every input's maximum that are above c to
+// c, and reports whether anything was lowered. For a restored checkpoint
+// whose watermark is ahead of any evidence: the one exception to "never
+// goes back", made before the tracker is used.
+func (w *Watermarks) Clamp(c int64) bool {
+	lowered := false
+	if w.current > c {
+		w.current, lowered = c, true
+	}
+	for i := range w.inputs {
+		if w.inputs[i].max > c {
+			w.inputs[i].max, lowered = c, true
+		}
+	}
+	return lowered
 }
 
 // Last returns the watermark computed by the last call of Current.

@@ -10,7 +10,7 @@ func TestWatermarks(t *testing.T) {
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
 	const s = int64(time.Second)
 	type step struct {
-		op    string // observe, report, idle-report, current
+		op    string // observe, report, idle-report, ceiling, clamp, current
 		input int
 		ts    int64
 		now   time.Duration
@@ -48,6 +48,42 @@ func TestWatermarks(t *testing.T) {
 			{op: "current", now: 10 * time.Second, want: 28 * s},
 			{op: "current", now: time.Hour, want: 28 * s}, // no wall-clock drift
 		}},
+		{"all idle stops at the ceiling", 2, nil, []step{
+			{op: "ceiling", ts: 20 * s},
+			{op: "observe", input: 0, ts: 10 * s, now: 0},
+			{op: "observe", input: 1, ts: 365 * 24 * 3600 * s, now: 0}, // a year ahead
+			{op: "current", now: time.Second, want: 8 * s},
+			{op: "current", now: 10 * time.Second, want: 20 * s},
+			{op: "ceiling", ts: 25 * s},
+			{op: "current", now: 20 * time.Second, want: 25 * s},
+			{op: "ceiling", ts: 5 * s}, // a lower ceiling does not move it back
+			{op: "current", now: 30 * time.Second, want: 25 * s},
+		}},
+		{"ceiling below the inputs' watermark", 1, nil, []step{
+			{op: "ceiling", ts: MinTime},
+			{op: "observe", input: 0, ts: 10 * s, now: 0},
+			{op: "current", now: time.Hour, want: MinTime},
+		}},
+		{"no ceiling: the largest input watermark", 1, nil, []step{
+			{op: "ceiling", ts: MaxTime},
+			{op: "observe", input: 0, ts: 10 * s, now: 0},
+			{op: "current", now: time.Hour, want: 8 * s},
+		}},
+		{"ceiling leaves active inputs alone", 1, nil, []step{
+			{op: "ceiling", ts: 3 * s},
+			{op: "observe", input: 0, ts: 10 * s, now: 0},
+			{op: "current", now: time.Second, want: 8 * s},
+		}},
+		{"clamp lowers a restored watermark and maxima", 2, nil, []step{
+			{op: "observe", input: 0, ts: 1000 * s, now: 0},
+			{op: "observe", input: 1, ts: 1000 * s, now: 0},
+			{op: "current", want: 998 * s},
+			{op: "clamp", ts: 50 * s, want: 1},
+			{op: "clamp", ts: 50 * s, want: 0},
+			{op: "observe", input: 0, ts: 60 * s, now: time.Second},
+			{op: "observe", input: 1, ts: 70 * s, now: time.Second},
+			{op: "current", now: time.Second, want: 58 * s},
+		}},
 		{"upstream reports are watermarks, idle upstreams excluded", 2, []int{1}, []step{
 			{op: "observe", input: 0, ts: 100 * s},
 			{op: "report", input: 1, ts: 40 * s},
@@ -70,6 +106,12 @@ func TestWatermarks(t *testing.T) {
 					w.Report(st.input, st.ts, false, at(st.now))
 				case "idle-report":
 					w.Report(st.input, st.ts, true, at(st.now))
+				case "ceiling":
+					w.SetCeiling(st.ts)
+				case "clamp":
+					if got := w.Clamp(st.ts); got != (st.want == 1) {
+						t.Fatalf("step %d: clamp lowered %v", i, got)
+					}
 				case "current":
 					if got := w.Current(at(st.now)); got != st.want {
 						t.Fatalf("step %d: watermark %d, want %d", i, got, st.want)
