@@ -271,12 +271,28 @@ func (p *processor) appendDerived(b []byte, tr *trace) ([]byte, int, error) {
 			d.AddLog(m.sortKey, m.resource)
 		}
 	}
-	v, err := proto.MarshalOptions{Deterministic: true}.Marshal(d.Derived())
-	if err != nil || len(v) == 0 {
-		return b, 0, err
+	v, err := marshalRepaired(d.Derived())
+	if err != nil {
+		p.s.counters.DerivedDropped.Add(1)
+		return b, 0, nil
+	}
+	if len(v) == 0 {
+		return b, 0, nil
 	}
 	b = protowire.AppendTag(b, fDerived, protowire.BytesType)
 	return protowire.AppendBytes(b, v), d.InvalidAnchors(), nil
+}
+
+// marshalRepaired marshals m deterministically; a string from input that is
+// not valid UTF-8 (which the decoder repairs, so this is a second line) is
+// repaired first.
+func marshalRepaired(m proto.Message) ([]byte, error) {
+	opts := proto.MarshalOptions{Deterministic: true}
+	v, err := opts.Marshal(m)
+	if err != nil && braidpb.RepairUTF8(m) {
+		v, err = opts.Marshal(m)
+	}
+	return v, err
 }
 
 // appendResourceContext appends field 13: the resource series in force
@@ -305,9 +321,10 @@ func (p *processor) appendResourceContext(b []byte, sum *summary, start, end int
 	if len(ws) == 0 {
 		return b, nil
 	}
-	rc, err := proto.MarshalOptions{Deterministic: true}.Marshal(&braidpb.ResourceContext{Series: ws})
+	rc, err := marshalRepaired(&braidpb.ResourceContext{Series: ws})
 	if err != nil {
-		return b, err
+		p.s.counters.DerivedDropped.Add(1)
+		return b, nil
 	}
 	b = protowire.AppendTag(b, fResourceContext, protowire.BytesType)
 	return protowire.AppendBytes(b, rc), nil
@@ -431,9 +448,7 @@ func (s *summary) append(b []byte) []byte {
 	return protowire.AppendBytes(b, m)
 }
 
-// late sends m to the late topic as a one-item OTLP message of its signal:
-// TracesData / LogsData / MetricsData share the field numbers
-// (resource_x=1 { resource=1, scope_x=2 { scope=1, items=2 } }).
+// late sends m to the late topic as a one-item OTLP message of its signal.
 func (p *processor) late(t *engine.Task, id [16]byte, m *member) {
 	key := otlp.AppendTraceIDHex(make([]byte, 0, 32), id)
 	p.s.counters.Late.Add(1)
@@ -442,7 +457,35 @@ func (p *processor) late(t *engine.Task, id [16]byte, m *member) {
 
 // sendLate writes m to the late topic under key with reason.
 func (p *processor) sendLate(t *engine.Task, key []byte, m *member, reason string) {
-	scope, payload, origin := memberParts(m.body)
+	_, _, origin := memberParts(m.body)
+	topic, part, off := parseOrigin(origin)
+	signal := "spans"
+	switch m.kind {
+	case kindLog:
+		signal = "logs"
+	case kindPoint:
+		signal = "metrics"
+	}
+	p.emitChunked(t, &kgo.Record{
+		Topic:     p.cfg.LateTopic,
+		Partition: otlp.HashPartition(key, p.cfg.LatePartitions),
+		Key:       key,
+		Value:     oneItemMessage(m),
+		Headers: []kgo.RecordHeader{
+			{Key: "braid.reason", Value: []byte(reason)},
+			{Key: "braid.signal", Value: []byte(signal)},
+			{Key: "braid.topic", Value: []byte(topic)},
+			{Key: "braid.partition", Value: strconv.AppendInt(nil, int64(part), 10)},
+			{Key: "braid.offset", Value: strconv.AppendInt(nil, off, 10)},
+		},
+	})
+}
+
+// oneItemMessage re-encodes m as a one-item OTLP message of its signal:
+// TracesData / LogsData / MetricsData share the field numbers
+// (resource_x=1 { resource=1, scope_x=2 { scope=1, items=2 } }).
+func oneItemMessage(m *member) []byte {
+	scope, payload, _ := memberParts(m.body)
 	var inner []byte
 	if len(scope) > 0 {
 		inner = protowire.AppendTag(inner, 1, protowire.BytesType)
@@ -459,27 +502,5 @@ func (p *processor) sendLate(t *engine.Task, key []byte, m *member, reason strin
 	rs = protowire.AppendBytes(rs, inner)
 	var msg []byte
 	msg = protowire.AppendTag(msg, 1, protowire.BytesType)
-	msg = protowire.AppendBytes(msg, rs)
-
-	topic, part, off := parseOrigin(origin)
-	signal := "spans"
-	switch m.kind {
-	case kindLog:
-		signal = "logs"
-	case kindPoint:
-		signal = "metrics"
-	}
-	t.Emit(&kgo.Record{
-		Topic:     p.cfg.LateTopic,
-		Partition: otlp.HashPartition(key, p.cfg.LatePartitions),
-		Key:       key,
-		Value:     msg,
-		Headers: []kgo.RecordHeader{
-			{Key: "braid.reason", Value: []byte(reason)},
-			{Key: "braid.signal", Value: []byte(signal)},
-			{Key: "braid.topic", Value: []byte(topic)},
-			{Key: "braid.partition", Value: strconv.AppendInt(nil, int64(part), 10)},
-			{Key: "braid.offset", Value: strconv.AppendInt(nil, off, 10)},
-		},
-	})
+	return protowire.AppendBytes(msg, rs)
 }

@@ -14,26 +14,34 @@ import (
 	"github.com/braidlabs/braid/operators/kvgraph"
 	"github.com/braidlabs/braid/operators/resources"
 	"github.com/braidlabs/braid/operators/semconv"
-	"github.com/braidlabs/braid/windows"
 )
 
 // Counters are the stage's record accounting, summed over its tasks. Every
-// member read ends in exactly one of Fused (via a trace), Late, Unjoined or
-// Truncated; every undecodable message in DLQ.
+// member read ends in exactly one of Fused (via a trace), Late, Unjoined,
+// Truncated or TooLarge; every record a stage cannot handle in DLQ or
+// Skipped (ErrorPolicy).
 type Counters struct {
-	Messages      atomic.Int64 // input messages read from sources
-	Members       atomic.Int64 // members cut from decoded messages
-	Local         atomic.Int64 // trace groups fused in place (fast path)
-	Repartitioned atomic.Int64 // trace groups sent to the repartition topic
-	Fused         atomic.Int64 // FusedTrace records emitted (all revisions)
-	Revisions     atomic.Int64 // of which revision > 0
-	Late          atomic.Int64 // members sent to the late topic
-	DLQ           atomic.Int64 // messages sent to the dead-letter topic
-	UnjoinedLogs  atomic.Int64 // log records without a trace id
-	UnjoinedPoint atomic.Int64 // metric points without an exemplar trace id, not kept as resource samples
-	ResourcePoint atomic.Int64 // metric points without an exemplar written to the resources table
-	Truncated     atomic.Int64 // members cut by a per-trace cap
-	OpenTraces    atomic.Int64 // traces in state
+	Messages       atomic.Int64 // input messages read from sources
+	Members        atomic.Int64 // members cut from decoded messages
+	Local          atomic.Int64 // trace groups fused in place (fast path)
+	Repartitioned  atomic.Int64 // trace groups sent to the repartition topic
+	Fused          atomic.Int64 // FusedTrace records emitted (all revisions)
+	Revisions      atomic.Int64 // of which revision > 0
+	Late           atomic.Int64 // members sent to the late topic
+	DLQ            atomic.Int64 // records a stage could not handle sent to the dead-letter topic (ErrorPolicy dead_letter)
+	Skipped        atomic.Int64 // records a stage could not handle dropped (ErrorPolicy skip)
+	Future         atomic.Int64 // members more than MaxClockSkew ahead of their record's timestamp (sent to the late topic, or re-stamped)
+	TooLarge       atomic.Int64 // members larger than MaxRecordBytes allows (handled by ErrorPolicy.Ingest)
+	RepairedUTF8   atomic.Int64 // members, resources and scopes re-encoded because a string held invalid UTF-8
+	Split          atomic.Int64 // repartition and resolve records cut into several to fit MaxRecordBytes
+	Chunked        atomic.Int64 // late and dead-letter copies cut into braid.chunk records
+	Parts          atomic.Int64 // fused traces split into parts to fit MaxRecordBytes
+	DerivedDropped atomic.Int64 // Derived or ResourceContext fields left out of a fused trace because they did not marshal
+	UnjoinedLogs   atomic.Int64 // log records without a trace id
+	UnjoinedPoint  atomic.Int64 // metric points without an exemplar trace id, not kept as resource samples
+	ResourcePoint  atomic.Int64 // metric points without an exemplar written to the resources table
+	Truncated      atomic.Int64 // members cut by a per-trace cap
+	OpenTraces     atomic.Int64 // traces in state
 
 	// Resolve stage (request-id joins).
 	Declared           atomic.Int64 // request ids declared by spans
@@ -236,10 +244,11 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 	items, err := p.dec.Decode(src.Signal, src.Encoding, rec.Value)
 	if err != nil {
 		t.Touch(input)
-		p.deadLetter(t, rec, err.Error())
-		return nil
+		return p.reject(t, rec, stageIngest, err.Error())
 	}
 	p.s.counters.Members.Add(int64(len(items)))
+	p.s.counters.RepairedUTF8.Add(int64(p.dec.Repaired()))
+	recTime, checkSkew := rec.Timestamp.UnixNano(), !rec.Timestamp.IsZero()
 	clear(p.groups)
 	p.ids = p.ids[:0]
 	clear(p.rgroups)
@@ -247,6 +256,20 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 	rids := p.cfg.RequestIDs
 	for i := range items {
 		it := &items[i]
+		if size := len(it.Payload) + len(it.Resource) + len(it.Scope) + len(it.Name) + len(it.MetricDescription) + len(it.MetricUnit); size > p.maxMemberBytes() {
+			if err := p.tooLarge(t, it, src.Signal, rec, size); err != nil {
+				return err
+			}
+			continue
+		}
+		if checkSkew && it.Time > satAdd(recTime, int64(p.cfg.MaxClockSkew)) {
+			p.s.counters.Future.Add(1)
+			if p.cfg.FuturePolicy != FutureRestamp {
+				p.future(t, it, src.Signal, rec)
+				continue
+			}
+			it.Time = recTime
+		}
 		t.Observe(input, it.Time)
 		if src.Signal == otlp.SignalLogs && isKVLog(it.Payload) {
 			if err := p.routeKV(t, it, rec); err != nil {
@@ -270,11 +293,10 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 		}
 		if src.Signal == otlp.SignalSpans && rids != nil {
 			if rid, ok := rids.FromSpan(it.Payload); ok {
-				v := append(p.scratch[:0], tagDeclare)
-				v = append(v, it.TraceID[:]...)
+				v := append(p.scratch[:0], it.TraceID[:]...)
 				v = binary.AppendVarint(v, it.Time)
 				p.scratch = v
-				if err := p.routeRequest(t, rid, v); err != nil {
+				if err := p.routeRequest(t, rid, tagDeclare, v); err != nil {
 					return err
 				}
 			}
@@ -293,11 +315,7 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 	}
 	p.flushSamples(t)
 	for g, rid := range p.rids {
-		w := &p.rwriters[g]
-		v := append(p.scratch[:0], tagLogs)
-		v = append(v, w.buf...)
-		p.scratch = v
-		if err := p.routeRequest(t, rid, v); err != nil {
+		if err := p.routeRequest(t, rid, tagLogs, p.rwriters[g].buf); err != nil {
 			return err
 		}
 	}
@@ -312,14 +330,56 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 			continue
 		}
 		p.s.counters.Repartitioned.Add(1)
-		t.Emit(&kgo.Record{
-			Topic:     p.cfg.RepartitionTopic,
-			Partition: q,
-			Key:       append([]byte(nil), p.key...),
-			Value:     append([]byte(nil), p.writers[g].buf...),
-		})
+		if err := p.emitMembers(t, p.cfg.RepartitionTopic, q, append([]byte(nil), p.key...), nil, p.writers[g].buf); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// tooLarge handles a member that no record could carry: the ingest error
+// action, with the member alone (as a one-item OTLP message) as the
+// dead-letter copy.
+func (p *processor) tooLarge(t *engine.Task, it *otlp.Item, sig otlp.Signal, rec *kgo.Record, size int) error {
+	p.s.counters.TooLarge.Add(1)
+	cause := "member of " + strconv.Itoa(size) + " bytes exceeds the record limit of " + strconv.Itoa(p.maxMemberBytes()) + " bytes"
+	switch p.cfg.ErrorPolicy.Ingest {
+	case Skip:
+		p.s.counters.Skipped.Add(1)
+		return nil
+	case Fail:
+		return fmt.Errorf("fuse: %s: %s (topic %s, partition %d, offset %d)", stageIngest, cause, rec.Topic, rec.Partition, rec.Offset)
+	}
+	p.s.counters.DLQ.Add(1)
+	w := chunkWriter{}
+	w.appendItem(it, sig, rec.Topic, rec.Partition, rec.Offset)
+	return readMembers(w.buf, func(m *member) error {
+		p.emitChunked(t, &kgo.Record{
+			Topic:     p.cfg.DLQTopic,
+			Partition: rec.Partition % p.cfg.DLQPartitions,
+			Key:       rec.Key,
+			Value:     oneItemMessage(m),
+			Headers:   append(originHeaders(stageIngest+": "+cause, rec.Topic, rec.Partition, rec.Offset), kgo.RecordHeader{Key: "braid.signal", Value: []byte(sig.String())}),
+		})
+		return nil
+	})
+}
+
+// future sends a member whose event time is too far ahead of its record's
+// timestamp to the late topic (FutureLate).
+func (p *processor) future(t *engine.Task, it *otlp.Item, sig otlp.Signal, rec *kgo.Record) {
+	p.s.counters.Late.Add(1)
+	w := chunkWriter{buf: p.scratch[:0]}
+	w.appendItem(it, sig, rec.Topic, rec.Partition, rec.Offset)
+	p.scratch = w.buf
+	key := rec.Key
+	if it.TraceID != ([16]byte{}) {
+		key = otlp.AppendTraceIDHex(make([]byte, 0, 32), it.TraceID)
+	}
+	_ = readMembers(w.buf, func(m *member) error {
+		p.sendLate(t, key, m, "future event time")
+		return nil
+	})
 }
 
 // waitingLog adds a trace-less log naming request rid to the message's
@@ -341,26 +401,12 @@ func (p *processor) waitingLog(rid string, it *otlp.Item, sig otlp.Signal, rec *
 func (p *processor) processRepartitioned(t *engine.Task, rec *kgo.Record) error {
 	id, ok := otlp.ParseTraceIDHex(rec.Key)
 	if !ok {
-		p.deadLetter(t, rec, "repartition record without a trace id key")
-		return nil
+		return p.reject(t, rec, stageFuse, "repartition record without a trace id key")
+	}
+	if err := validChunk(rec.Value); err != nil {
+		return p.reject(t, rec, stageFuse, "repartition record: "+err.Error())
 	}
 	return p.add(t, id, rec.Value)
-}
-
-func (p *processor) deadLetter(t *engine.Task, rec *kgo.Record, reason string) {
-	p.s.counters.DLQ.Add(1)
-	t.Emit(&kgo.Record{
-		Topic:     p.cfg.DLQTopic,
-		Partition: rec.Partition % p.cfg.DLQPartitions,
-		Key:       rec.Key,
-		Value:     rec.Value,
-		Headers: []kgo.RecordHeader{
-			{Key: "braid.reason", Value: []byte(reason)},
-			{Key: "braid.topic", Value: []byte(rec.Topic)},
-			{Key: "braid.partition", Value: strconv.AppendInt(nil, int64(rec.Partition), 10)},
-			{Key: "braid.offset", Value: strconv.AppendInt(nil, rec.Offset, 10)},
-		},
-	})
 }
 
 // add fuses a chunk of members of trace id.
@@ -368,7 +414,7 @@ func (p *processor) add(t *engine.Task, id [16]byte, chunk []byte) error {
 	wm := t.Watermark()
 	tr := p.traces[id]
 	return readMembers(chunk, func(m *member) error {
-		if windows.IsLate(m.time, wm, p.cfg.AllowedLateness) {
+		if p.isLate(m.time, wm) {
 			if m.kind == kindIncident {
 				p.s.counters.IncidentTagsLate.Add(1) // not an input record: nothing to send
 				return nil
@@ -448,9 +494,9 @@ func (p *processor) schedule(tr *trace) {
 // nextAction is the event time at which tr is emitted (dirty) or purged.
 func (p *processor) nextAction(tr *trace) int64 {
 	if tr.dirty {
-		return tr.last + int64(p.cfg.IdleGap)
+		return satAdd(tr.last, int64(p.cfg.IdleGap))
 	}
-	return tr.last + int64(p.cfg.IdleGap) + int64(p.cfg.AllowedLateness)
+	return satAdd(satAdd(tr.last, int64(p.cfg.IdleGap)), int64(p.cfg.AllowedLateness))
 }
 
 // OnWatermark implements engine.WatermarkHandler: fires due timers in order,

@@ -3,12 +3,12 @@ package fuse
 import (
 	"encoding/binary"
 	"fmt"
+	"strconv"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/braidlabs/braid/connectors/otlp"
 	"github.com/braidlabs/braid/engine"
-	"github.com/braidlabs/braid/windows"
 )
 
 // The resolve stage joins log records that carry only a request id (no
@@ -76,48 +76,59 @@ func (p *processor) requestFor(id string) *request {
 	return r
 }
 
-// routeRequest sends a resolve record to the task owning request id rid.
-func (p *processor) routeRequest(t *engine.Task, rid string, value []byte) error {
+// routeRequest sends a resolve record (tag, then payload) to the task
+// owning request id rid; a chunk of logs too large for one record goes as
+// several.
+func (p *processor) routeRequest(t *engine.Task, rid string, tag byte, payload []byte) error {
 	q := otlp.HashPartition([]byte(rid), p.cfg.Partitions)
 	if q == p.partition {
-		return p.resolve(t, rid, value)
+		if tag == tagDeclare {
+			return p.resolveDeclare(t, rid, payload)
+		}
+		return p.waitOrForward(t, rid, payload)
 	}
 	p.s.counters.ResolveForwarded.Add(1)
-	t.Emit(&kgo.Record{
-		Topic:     p.cfg.ResolveTopic,
-		Partition: q,
-		Key:       []byte(rid),
-		Value:     append([]byte(nil), value...),
-	})
+	if tag == tagLogs {
+		return p.emitMembers(t, p.cfg.ResolveTopic, q, []byte(rid), []byte{tagLogs}, payload)
+	}
+	v := append(make([]byte, 0, 1+len(payload)), tag)
+	t.Emit(&kgo.Record{Topic: p.cfg.ResolveTopic, Partition: q, Key: []byte(rid), Value: append(v, payload...)})
 	return nil
 }
 
 func (p *processor) processResolve(t *engine.Task, rec *kgo.Record) error {
 	if len(rec.Key) == 0 || len(rec.Value) == 0 {
-		p.deadLetter(t, rec, "resolve record without a request id key or value")
-		return nil
+		return p.reject(t, rec, stageResolve, "resolve record without a request id key or value")
 	}
-	return p.resolve(t, string(rec.Key), rec.Value)
-}
-
-// resolve applies a resolve record for request id rid.
-func (p *processor) resolve(t *engine.Task, rid string, v []byte) error {
+	rid, v := string(rec.Key), rec.Value
 	switch v[0] {
 	case tagDeclare:
 		if len(v) < 18 {
-			return fmt.Errorf("fuse: short declaration for request %q", rid)
+			return p.reject(t, rec, stageResolve, "short request id declaration")
 		}
-		var id [16]byte
-		copy(id[:], v[1:17])
-		ts, n := binary.Varint(v[17:])
-		if n <= 0 {
-			return fmt.Errorf("fuse: corrupt declaration for request %q", rid)
-		}
-		return p.declare(t, rid, id, ts)
+		return p.resolveDeclare(t, rid, v[1:])
 	case tagLogs:
+		if err := validChunk(v[1:]); err != nil {
+			return p.reject(t, rec, stageResolve, "resolve record: "+err.Error())
+		}
 		return p.waitOrForward(t, rid, v[1:])
 	}
-	return fmt.Errorf("fuse: unknown resolve record tag %q", v[0])
+	return p.reject(t, rec, stageResolve, "unknown resolve record tag "+strconv.Quote(string(v[:1])))
+}
+
+// resolveDeclare applies a declaration: trace id (16 bytes), event time
+// (varint).
+func (p *processor) resolveDeclare(t *engine.Task, rid string, v []byte) error {
+	if len(v) < 17 {
+		return fmt.Errorf("fuse: short declaration for request %q", rid)
+	}
+	var id [16]byte
+	copy(id[:], v[:16])
+	ts, n := binary.Varint(v[16:])
+	if n <= 0 {
+		ts = 0 // a corrupt time: the declaration still stands
+	}
+	return p.declare(t, rid, id, ts)
 }
 
 func (p *processor) declare(t *engine.Task, rid string, id [16]byte, ts int64) error {
@@ -153,7 +164,7 @@ func (p *processor) waitOrForward(t *engine.Task, rid string, chunk []byte) erro
 	}
 	wm := t.Watermark()
 	err := readMembers(chunk, func(m *member) error {
-		if windows.IsLate(m.time, wm, p.cfg.AllowedLateness) {
+		if p.isLate(m.time, wm) {
 			p.unresolved(t, rid, m)
 			return nil
 		}
@@ -189,13 +200,7 @@ func (p *processor) forward(t *engine.Task, r *request, chunk []byte) error {
 		return p.add(t, r.trace, chunk)
 	}
 	p.s.counters.Repartitioned.Add(1)
-	t.Emit(&kgo.Record{
-		Topic:     p.cfg.RepartitionTopic,
-		Partition: q,
-		Key:       append([]byte(nil), p.key...),
-		Value:     append([]byte(nil), chunk...),
-	})
-	return nil
+	return p.emitMembers(t, p.cfg.RepartitionTopic, q, append([]byte(nil), p.key...), nil, chunk)
 }
 
 func (p *processor) unresolved(t *engine.Task, rid string, m *member) {
@@ -214,9 +219,9 @@ func (p *processor) requestChanged(r *request) {
 // requestAction is when r's waiting logs are flagged or r is forgotten.
 func (p *processor) requestAction(r *request) int64 {
 	if len(r.waiting) > 0 {
-		return r.first + int64(p.cfg.AllowedLateness) + 1
+		return satAdd(r.first, int64(p.cfg.AllowedLateness)+1)
 	}
-	return r.declTime + int64(p.cfg.IdleGap) + int64(p.cfg.AllowedLateness)
+	return satAdd(r.declTime, int64(p.cfg.IdleGap)+int64(p.cfg.AllowedLateness))
 }
 
 func (p *processor) scheduleRequest(r *request) {
