@@ -33,6 +33,8 @@ const (
 	fDerived         = 12
 	fResourceContext = 13
 	fIncidents       = 14
+	fPart            = 15
+	fParts           = 16
 )
 
 // emitter holds the buffers of one emission, reused across emissions.
@@ -224,25 +226,9 @@ func (p *processor) emit(t *engine.Task, tr *trace, wm int64) error {
 	}
 	e.out = b
 
-	value := append([]byte(nil), b...)
-	if p.cfg.JSON {
-		var ft braidpb.FusedTrace
-		if err := proto.Unmarshal(value, &ft); err != nil {
-			return err
-		}
-		value, err = protojson.Marshal(&ft)
-		if err != nil {
-			return err
-		}
+	if err := p.emitTrace(t, tr, b); err != nil {
+		return err
 	}
-	key := otlp.AppendTraceIDHex(make([]byte, 0, 32), tr.id)
-	t.Emit(&kgo.Record{
-		Topic:     p.cfg.FusedTopic,
-		Partition: otlp.HashPartition(key, p.cfg.FusedPartitions),
-		Key:       key,
-		Value:     value,
-		Headers:   []kgo.RecordHeader{{Key: "braid.revision", Value: strconv.AppendUint(nil, uint64(tr.revision), 10)}},
-	})
 	p.s.counters.Fused.Add(1)
 	if tr.revision > 0 {
 		p.s.counters.Revisions.Add(1)
@@ -250,6 +236,91 @@ func (p *processor) emit(t *engine.Task, tr *trace, wm int64) error {
 	tr.emitted = true
 	tr.revision++
 	return nil
+}
+
+// emitTrace writes the FusedTrace b of tr: one record, or parts with the
+// same key when it does not fit MaxRecordBytes (see FusedTrace.part).
+func (p *processor) emitTrace(t *engine.Task, tr *trace, b []byte) error {
+	key := otlp.AppendTraceIDHex(make([]byte, 0, 32), tr.id)
+	headers := []kgo.RecordHeader{{Key: "braid.revision", Value: strconv.AppendUint(nil, uint64(tr.revision), 10)}}
+	room := p.room(key, headers)
+	value, err := p.encodeTrace(append([]byte(nil), b...))
+	if err != nil {
+		return err
+	}
+	partition := otlp.HashPartition(key, p.cfg.FusedPartitions)
+	if len(value) <= room {
+		t.Emit(&kgo.Record{Topic: p.cfg.FusedTopic, Partition: partition, Key: key, Value: value, Headers: headers})
+		return nil
+	}
+	// Cut the protobuf so that each part, encoded, fits.
+	limit := room - 64 // the part header
+	if p.cfg.JSON {
+		limit = int(float64(limit) * float64(len(b)) / float64(len(value)) * 0.9)
+	}
+	parts := cutFields(b, max(limit, 1024))
+	p.s.counters.Parts.Add(1)
+	for i, part := range parts {
+		v := protowire.AppendTag(nil, fTraceID, protowire.BytesType)
+		v = protowire.AppendBytes(v, tr.id[:])
+		if tr.revision > 0 {
+			v = protowire.AppendTag(v, fRevision, protowire.VarintType)
+			v = protowire.AppendVarint(v, uint64(tr.revision))
+		}
+		v = protowire.AppendTag(v, fPart, protowire.VarintType)
+		v = protowire.AppendVarint(v, uint64(i))
+		v = protowire.AppendTag(v, fParts, protowire.VarintType)
+		v = protowire.AppendVarint(v, uint64(len(parts)))
+		v, err := p.encodeTrace(append(v, part...))
+		if err != nil {
+			return err
+		}
+		h := append(append([]kgo.RecordHeader(nil), headers...),
+			kgo.RecordHeader{Key: "braid.part", Value: strconv.AppendInt(nil, int64(i), 10)},
+			kgo.RecordHeader{Key: "braid.parts", Value: strconv.AppendInt(nil, int64(len(parts)), 10)})
+		t.Emit(&kgo.Record{Topic: p.cfg.FusedTopic, Partition: partition, Key: key, Value: v, Headers: h})
+	}
+	return nil
+}
+
+// encodeTrace returns the record value of FusedTrace b: b itself, or its
+// protojson.
+func (p *processor) encodeTrace(b []byte) ([]byte, error) {
+	if !p.cfg.JSON {
+		return b, nil
+	}
+	var ft braidpb.FusedTrace
+	if err := proto.Unmarshal(b, &ft); err != nil {
+		return nil, fmt.Errorf("fuse: re-read fused trace: %w", err)
+	}
+	v, err := protojson.Marshal(&ft)
+	if err != nil {
+		return nil, fmt.Errorf("fuse: fused trace as JSON: %w", err)
+	}
+	return v, nil
+}
+
+// cutFields cuts protobuf message b at field boundaries into pieces of at
+// most limit bytes (a single larger field is a piece of its own).
+func cutFields(b []byte, limit int) [][]byte {
+	var parts [][]byte
+	start, off := 0, 0
+	for off < len(b) {
+		_, typ, n := protowire.ConsumeTag(b[off:])
+		if n < 0 {
+			break
+		}
+		m := protowire.ConsumeFieldValue(0, typ, b[off+n:])
+		if m < 0 {
+			break
+		}
+		if off > start && off+n+m-start > limit {
+			parts = append(parts, b[start:off])
+			start = off
+		}
+		off += n + m
+	}
+	return append(parts, b[start:])
 }
 
 // appendDerived appends field 12, the LLM-serving figures of the members

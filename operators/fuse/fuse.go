@@ -50,6 +50,7 @@ type Counters struct {
 	ResolveForwarded   atomic.Int64 // resolve records sent to another task
 	RequestIDConflicts atomic.Int64 // request ids declared by a second trace (ignored)
 	OpenRequests       atomic.Int64 // request ids in state
+	WaitingEvicted     atomic.Int64 // waiting logs sent to the late topic because MaxWaitingLogBytes was reached (reason "memory budget")
 
 	// kvgraph stage.
 	KVLogs           atomic.Int64 // KV-block event, sanitizer and Xid logs routed to the kvgraph stage
@@ -185,12 +186,15 @@ type processor struct {
 	kvErr     error        // an error of onIncident, returned after the kv call
 
 	// resolve stage
-	requests    map[string]*request
-	reqTimers   minHeap[reqTimer]
-	changedReqs []*request
-	rgroups     map[string]int
-	rids        []string
-	rwriters    []chunkWriter
+	requests     map[string]*request
+	reqTimers    minHeap[reqTimer]
+	changedReqs  []*request
+	waitHeap     minHeap[waitEntry] // requests with waiting logs, oldest first (lazily pruned)
+	waitingBytes int64              // bytes of waiting logs in memory
+	requestBytes int64              // request records in memory (approximate)
+	rgroups      map[string]int
+	rids         []string
+	rwriters     []chunkWriter
 }
 
 func newProcessor(s *Stage, p int32) *processor {
