@@ -21,27 +21,31 @@ import (
 // Truncated or TooLarge; every record a stage cannot handle in DLQ or
 // Skipped (ErrorPolicy).
 type Counters struct {
-	Messages       atomic.Int64 // input messages read from sources
-	Members        atomic.Int64 // members cut from decoded messages
-	Local          atomic.Int64 // trace groups fused in place (fast path)
-	Repartitioned  atomic.Int64 // trace groups sent to the repartition topic
-	Fused          atomic.Int64 // FusedTrace records emitted (all revisions)
-	Revisions      atomic.Int64 // of which revision > 0
-	Late           atomic.Int64 // members sent to the late topic
-	DLQ            atomic.Int64 // records a stage could not handle sent to the dead-letter topic (ErrorPolicy dead_letter)
-	Skipped        atomic.Int64 // records a stage could not handle dropped (ErrorPolicy skip)
-	Future         atomic.Int64 // members more than MaxClockSkew ahead of their record's timestamp (sent to the late topic, or re-stamped)
-	TooLarge       atomic.Int64 // members larger than MaxRecordBytes allows (handled by ErrorPolicy.Ingest)
-	RepairedUTF8   atomic.Int64 // members, resources and scopes re-encoded because a string held invalid UTF-8
-	Split          atomic.Int64 // repartition and resolve records cut into several to fit MaxRecordBytes
-	Chunked        atomic.Int64 // late and dead-letter copies cut into braid.chunk records
-	Parts          atomic.Int64 // fused traces split into parts to fit MaxRecordBytes
-	DerivedDropped atomic.Int64 // Derived or ResourceContext fields left out of a fused trace because they did not marshal
-	UnjoinedLogs   atomic.Int64 // log records without a trace id
-	UnjoinedPoint  atomic.Int64 // metric points without an exemplar trace id, not kept as resource samples
-	ResourcePoint  atomic.Int64 // metric points without an exemplar written to the resources table
-	Truncated      atomic.Int64 // members cut by a per-trace cap
-	OpenTraces     atomic.Int64 // traces in state
+	Messages        atomic.Int64 // input messages read from sources
+	Members         atomic.Int64 // members cut from decoded messages
+	Local           atomic.Int64 // trace groups fused in place (fast path)
+	Repartitioned   atomic.Int64 // trace groups sent to the repartition topic
+	Fused           atomic.Int64 // FusedTrace records emitted (all revisions)
+	Revisions       atomic.Int64 // of which revision > 0
+	Late            atomic.Int64 // members sent to the late topic
+	DLQ             atomic.Int64 // records a stage could not handle sent to the dead-letter topic (ErrorPolicy dead_letter)
+	Skipped         atomic.Int64 // records a stage could not handle dropped (ErrorPolicy skip)
+	Future          atomic.Int64 // members more than MaxClockSkew ahead of their record's timestamp (sent to the late topic, or re-stamped)
+	TooLarge        atomic.Int64 // members larger than MaxRecordBytes allows (handled by ErrorPolicy.Ingest)
+	RepairedUTF8    atomic.Int64 // members, resources and scopes re-encoded because a string held invalid UTF-8
+	Split           atomic.Int64 // repartition and resolve records cut into several to fit MaxRecordBytes
+	Chunked         atomic.Int64 // late and dead-letter copies cut into braid.chunk records
+	Parts           atomic.Int64 // fused traces split into parts to fit MaxRecordBytes
+	DerivedDropped  atomic.Int64 // Derived or ResourceContext fields left out of a fused trace because they did not marshal
+	UnjoinedLogs    atomic.Int64 // log records without a trace id
+	UnjoinedPoint   atomic.Int64 // metric points without an exemplar trace id, not kept as resource samples
+	ResourcePoint   atomic.Int64 // metric points without an exemplar written to the resources table
+	Truncated       atomic.Int64 // members cut by a per-trace cap
+	Evicted         atomic.Int64 // open traces emitted early and dropped from memory because MaxOpenTraceBytes was reached (a later member revises them)
+	Spills          atomic.Int64 // times pending members were written to state before a checkpoint because MaxOpenTraceBytes was reached
+	OpenTraces      atomic.Int64 // traces in state
+	OpenTraceBytes  atomic.Int64 // gauge: memory of open traces (MaxOpenTraceBytes share), bytes
+	WaitingLogBytes atomic.Int64 // gauge: memory of logs waiting for a request id (MaxWaitingLogBytes share), bytes
 
 	// Resolve stage (request-id joins).
 	Declared           atomic.Int64 // request ids declared by spans
@@ -175,6 +179,12 @@ type processor struct {
 	pattrs      []semconv.KV
 	sampleRes   []semconv.KV // attributes of sampleResOf
 	sampleResOf []byte       // the resource last read, this message
+
+	// memory share (MaxOpenTraceBytes)
+	openBytes                     int64               // traceOverhead per trace in memory + pending members
+	reportedOpen, reportedWaiting int64               // what the gauges hold of this task
+	evicted                       int                 // traces emitted early and dropped from memory, still in state
+	evictTimers                   minHeap[evictTimer] // when each evicted trace is purged
 
 	// kvgraph stage
 	kv        *kvgraph.Processor
@@ -417,7 +427,7 @@ func (p *processor) processRepartitioned(t *engine.Task, rec *kgo.Record) error 
 func (p *processor) add(t *engine.Task, id [16]byte, chunk []byte) error {
 	wm := t.Watermark()
 	tr := p.traces[id]
-	return readMembers(chunk, func(m *member) error {
+	err := readMembers(chunk, func(m *member) error {
 		if p.isLate(m.time, wm) {
 			if m.kind == kindIncident {
 				p.s.counters.IncidentTagsLate.Add(1) // not an input record: nothing to send
@@ -426,9 +436,16 @@ func (p *processor) add(t *engine.Task, id [16]byte, chunk []byte) error {
 			p.late(t, id, m)
 			return nil
 		}
+		if tr == nil && p.evicted > 0 {
+			var err error
+			if tr, err = p.reload(t, id); err != nil {
+				return err
+			}
+		}
 		if tr == nil {
 			tr = &trace{id: id, first: m.time, last: m.time}
 			p.traces[id] = tr
+			p.openBytes += traceOverhead
 			p.s.counters.OpenTraces.Add(1)
 		}
 		if m.kind != kindIncident && p.capped(tr, m) {
@@ -440,6 +457,7 @@ func (p *processor) add(t *engine.Task, id [16]byte, chunk []byte) error {
 				w.n = 1 // may refer to the previous resource; else restate it, so a chunk can start here
 			}
 			w.appendMember(m)
+			p.openBytes += int64(len(w.buf) - len(tr.pending))
 			tr.pending, tr.lastRes = w.buf, w.lastRes
 			tr.bytes += uint32(len(m.body) + len(m.resource))
 			switch m.kind {
@@ -462,6 +480,26 @@ func (p *processor) add(t *engine.Task, id [16]byte, chunk []byte) error {
 		p.schedule(tr)
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	if p.openBytes > p.cfg.MaxOpenTraceBytes {
+		err = p.relieve(t, wm)
+	}
+	p.reportMemory()
+	return err
+}
+
+// reportMemory publishes the task's memory shares in the gauges.
+func (p *processor) reportMemory() {
+	if d := p.openBytes + int64(p.evicted)*evictedOverhead - p.reportedOpen; d != 0 {
+		p.s.counters.OpenTraceBytes.Add(d)
+		p.reportedOpen += d
+	}
+	if d := p.waitingBytes - p.reportedWaiting; d != 0 {
+		p.s.counters.WaitingLogBytes.Add(d)
+		p.reportedWaiting += d
+	}
 }
 
 func (p *processor) capped(tr *trace, m *member) bool {
@@ -506,6 +544,7 @@ func (p *processor) nextAction(tr *trace) int64 {
 // OnWatermark implements engine.WatermarkHandler: fires due timers in order,
 // then flushes traces idle in processing time.
 func (p *processor) OnWatermark(t *engine.Task, wm int64) error {
+	defer p.reportMemory()
 	if err := p.releaseKV(t, wm, 4*timerSlice); err != nil {
 		return err
 	}
@@ -578,6 +617,9 @@ func (p *processor) fireTimers(t *engine.Task, wm int64) error {
 	if err != nil || p.backlog {
 		return err
 	}
+	if fired, err = p.fireEvicted(t, wm, fired); err != nil || p.backlog {
+		return err
+	}
 	for ; len(p.timers) > 0 && p.timers[0].at <= wm; fired++ {
 		if fired == timerSlice {
 			p.backlog = true
@@ -635,6 +677,7 @@ func (p *processor) purge(t *engine.Task, tr *trace) error {
 		return err
 	}
 	delete(p.traces, tr.id)
+	p.openBytes -= traceOverhead + int64(len(tr.pending))
 	tr.pending = nil
 	p.s.counters.OpenTraces.Add(-1)
 	return nil
@@ -661,33 +704,45 @@ func (p *processor) PrepareCheckpoint(t *engine.Task) error {
 		if p.traces[tr.id] != tr {
 			continue // purged
 		}
-		for rest := tr.pending; len(rest) > 0; {
-			n, err := chunkPrefix(rest, maxChunk)
-			if err != nil {
-				return err
-			}
-			if err := t.State.Set(dataKey(p.key[:0], tr.id, tr.chunks), rest[:n]); err != nil {
-				return fmt.Errorf("fuse: write chunk: %w", err)
-			}
-			tr.chunks++
-			rest = rest[n:]
-		}
-		tr.pending, tr.lastRes = nil, nil
-		p.scratch = encodeMeta(p.scratch[:0], tr)
-		if err := t.State.Set(metaKey(p.key[:0], tr.id), p.scratch); err != nil {
-			return fmt.Errorf("fuse: write trace record: %w", err)
+		if err := p.flushTrace(t, tr); err != nil {
+			return err
 		}
 	}
 	clear(p.changed)
 	p.changed = p.changed[:0]
+	p.reportMemory()
+	return nil
+}
+
+// flushTrace writes tr's pending members as chunks, and its record.
+func (p *processor) flushTrace(t *engine.Task, tr *trace) error {
+	for rest := tr.pending; len(rest) > 0; {
+		n, err := chunkPrefix(rest, maxChunk)
+		if err != nil {
+			return err
+		}
+		if err := t.State.Set(dataKey(p.key[:0], tr.id, tr.chunks), rest[:n]); err != nil {
+			return fmt.Errorf("fuse: write chunk: %w", err)
+		}
+		tr.chunks++
+		rest = rest[n:]
+	}
+	p.openBytes -= int64(len(tr.pending))
+	tr.pending, tr.lastRes = nil, nil
+	p.scratch = encodeMeta(p.scratch[:0], tr)
+	if err := t.State.Set(metaKey(p.key[:0], tr.id), p.scratch); err != nil {
+		return fmt.Errorf("fuse: write trace record: %w", err)
+	}
 	return nil
 }
 
 // Restore implements engine.Restorer: reloads every open trace's record.
 func (p *processor) Restore(t *engine.Task) error {
-	p.s.counters.OpenTraces.Add(-int64(len(p.traces)))
+	p.s.counters.OpenTraces.Add(-int64(len(p.traces) + p.evicted))
 	clear(p.traces)
 	p.timers = p.timers[:0]
+	clear(p.evictTimers)
+	p.evictTimers, p.evicted, p.openBytes = p.evictTimers[:0], 0, 0
 	clear(p.touched)
 	p.touched, p.touchHead = p.touched[:0], 0
 	p.changed = p.changed[:0]
@@ -711,6 +766,7 @@ func (p *processor) Restore(t *engine.Task) error {
 			return fmt.Errorf("fuse: trace %x: %w", tr.id, err)
 		}
 		p.traces[tr.id] = tr
+		p.openBytes += traceOverhead
 		p.schedule(tr)
 		return nil
 	})

@@ -269,6 +269,9 @@ func TestLimitsWaitingLogsBudget(t *testing.T) {
 	const total = 10_000
 	for i := 0; i < total; i += 500 {
 		h.feed(inLogs, nil, logsMsg(ridLogs(rid, 500, base.Add(time.Duration(i)*time.Millisecond), 500)...))
+		if n := h.stage.Counters().WaitingLogBytes.Load(); n > 1<<20 {
+			t.Fatalf("waiting logs hold %d bytes, share %d", n, 1<<20)
+		}
 		if err := h.Checkpoint(); err != nil {
 			t.Fatal(err)
 		}
@@ -287,5 +290,59 @@ func TestLimitsWaitingLogsBudget(t *testing.T) {
 	}
 	if n := len(h.out("braid.late")); n != total {
 		t.Fatalf("%d logs in the late topic after the end, want all %d", n, total)
+	}
+}
+
+// TestLimitsOpenTraceBudget: with a 64 KiB share, 400 open traces do not
+// fit: the oldest are emitted early and leave memory, members that arrive
+// for them later revise them, and in the end every trace is fused with all
+// its members, as without the budget.
+func TestLimitsOpenTraceBudget(t *testing.T) {
+	ts := genTraces(rand.New(rand.NewPCG(11, 11)), 400, base)
+	mod := func(c *Config) { c.FlushAfter = -1; c.AllowedLateness = time.Hour }
+	want := goodRun(t, ts, mod)
+	const budget = 64 << 10
+	for _, restart := range []bool{false, true} {
+		h := newHarness(t, 1, func(c *Config) { mod(c); c.MaxOpenTraceBytes = budget })
+		ms := messages(ts)
+		// Every trace's first message, then the rest: the early traces are
+		// evicted before their later members come.
+		for pass := range 2 {
+			for i, m := range ms {
+				if (i%4 == 0) != (pass == 0) {
+					continue
+				}
+				h.feed(m.input, m.key, m.value)
+				if n := h.stage.Counters().OpenTraceBytes.Load(); !restart && n > budget+budget/4 {
+					t.Fatalf("open traces hold %d bytes, share %d", n, budget)
+				}
+			}
+			if err := h.Checkpoint(); err != nil {
+				t.Fatal(err)
+			}
+			if restart && pass == 0 {
+				if err := h.Restart(); err != nil { // evicted traces come back from state
+					t.Fatal(err)
+				}
+			}
+		}
+		c := h.stage.Counters()
+		if c.Evicted.Load() == 0 {
+			t.Fatal("no trace was evicted")
+		}
+		if err := h.Finish(); err != nil {
+			t.Fatal(err)
+		}
+		got := fusedCounts(h.fused())
+		if len(got) != len(want) {
+			t.Fatalf("restart %v: %d traces fused, want %d", restart, len(got), len(want))
+		}
+		sameCounts(t, got, want)
+		if c.Revisions.Load() == 0 {
+			t.Error("no evicted trace was revised")
+		}
+		if n := c.OpenTraces.Load(); !restart && n != 0 {
+			t.Errorf("OpenTraces = %d after the end, want 0", n)
+		}
 	}
 }

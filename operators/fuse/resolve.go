@@ -208,7 +208,9 @@ func (p *processor) waitOrForward(t *engine.Task, rid string, chunk []byte) erro
 		return nil
 	}
 	p.requestChanged(r)
-	return p.enforceWaitingBudget(t)
+	err = p.enforceWaitingBudget(t)
+	p.reportMemory()
+	return err
 }
 
 // enforceWaitingBudget sends the oldest waiting logs (all those of the
