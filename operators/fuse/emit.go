@@ -254,7 +254,7 @@ func (p *processor) emitTrace(t *engine.Task, tr *trace, b []byte) error {
 		return nil
 	}
 	// Cut the protobuf so that each part, encoded, fits.
-	limit := room - 64 // the part header
+	limit := room - 128 // the part's header fields and record headers
 	if p.cfg.JSON {
 		limit = int(float64(limit) * float64(len(b)) / float64(len(value)) * 0.9)
 	}

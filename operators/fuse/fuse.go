@@ -141,6 +141,7 @@ type trace struct {
 	bytes       uint32
 	chunks      uint32 // chunks in the keyspace
 	pending     []byte // members since the last checkpoint (a chunk)
+	sinceRes    uint32 // bytes of pending from its last member that states its resource
 	lastRes     []byte // resource of pending's last member
 	timerAt     int64  // scheduled timer, 0 if none
 	touchedAt   int64  // processing time of the last member, ns
@@ -270,7 +271,7 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 	rids := p.cfg.RequestIDs
 	for i := range items {
 		it := &items[i]
-		if size := len(it.Payload) + len(it.Resource) + len(it.Scope) + len(it.Name) + len(it.MetricDescription) + len(it.MetricUnit); size > p.maxMemberBytes() {
+		if size := memberSizeOf(it); size > p.maxMemberBytes() {
 			if err := p.tooLarge(t, it, src.Signal, rec, size); err != nil {
 				return err
 			}
@@ -300,7 +301,7 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 					}
 				}
 				p.s.counters.UnjoinedLogs.Add(1)
-			} else if p.s.table == nil || !p.resourceSample(it) {
+			} else if p.s.table == nil || !p.resourceSample(t, it) {
 				p.s.counters.UnjoinedPoint.Add(1)
 			}
 			continue
@@ -349,6 +350,15 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 		}
 	}
 	return nil
+}
+
+// memberSizeOf is the size of it's bytes in a member.
+func memberSizeOf(it *otlp.Item) int {
+	n := len(it.Payload) + len(it.Resource) + len(it.Scope)
+	if it.Signal == otlp.SignalMetrics {
+		n += len(it.Name) + len(it.MetricDescription) + len(it.MetricUnit)
+	}
+	return n
 }
 
 // tooLarge handles a member that no record could carry: the ingest error
@@ -453,10 +463,17 @@ func (p *processor) add(t *engine.Task, id [16]byte, chunk []byte) error {
 			tr.dropped[m.kind-1]++
 		} else {
 			w := chunkWriter{buf: tr.pending, lastRes: tr.lastRes}
-			if len(tr.pending) > 0 && len(tr.pending)%maxChunk+len(m.body) < maxChunk {
+			if len(tr.pending) > 0 && int(tr.sinceRes)+len(m.body) < p.chunkBytes() {
 				w.n = 1 // may refer to the previous resource; else restate it, so a chunk can start here
 			}
+			size := len(w.buf)
+			explicit := w.n == 0 || string(m.resource) != string(w.lastRes)
 			w.appendMember(m)
+			if size = len(w.buf) - size; explicit {
+				tr.sinceRes = uint32(size)
+			} else {
+				tr.sinceRes += uint32(size)
+			}
 			p.openBytes += int64(len(w.buf) - len(tr.pending))
 			tr.pending, tr.lastRes = w.buf, w.lastRes
 			tr.bytes += uint32(len(m.body) + len(m.resource))
@@ -687,6 +704,11 @@ func (p *processor) purge(t *engine.Task, tr *trace) error {
 // Kafka's default message.max.bytes (1 MiB).
 const maxChunk = 256 << 10
 
+// chunkBytes is the chunk size: maxChunk, or a quarter of MaxRecordBytes
+// if that is less. A chunk is at most this, or one member that is larger
+// (members are at most maxMemberBytes).
+func (p *processor) chunkBytes() int { return min(maxChunk, p.cfg.MaxRecordBytes/4) }
+
 // PrepareCheckpoint implements engine.Checkpointer: pending members become
 // a chunk, and every changed trace's record is written.
 func (p *processor) PrepareCheckpoint(t *engine.Task) error {
@@ -717,7 +739,7 @@ func (p *processor) PrepareCheckpoint(t *engine.Task) error {
 // flushTrace writes tr's pending members as chunks, and its record.
 func (p *processor) flushTrace(t *engine.Task, tr *trace) error {
 	for rest := tr.pending; len(rest) > 0; {
-		n, err := chunkPrefix(rest, maxChunk)
+		n, err := chunkPrefix(rest, p.chunkBytes())
 		if err != nil {
 			return err
 		}

@@ -346,3 +346,30 @@ func TestLimitsOpenTraceBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestLimitsNearLimitMember: a span just under the member limit among small
+// spans of the same resource: every changelog record and fused part fits.
+func TestLimitsNearLimitMember(t *testing.T) {
+	h := newHarness(t, 1, func(c *Config) { c.MaxBytes = 4 << 20 })
+	g := genTraces(rand.New(rand.NewPCG(12, 12)), 1, base)[0]
+	big := proto.Clone(g.spans[1]).(*tracepb.Span)
+	big.SpanId = []byte{7, 7, 7, 7, 7, 7, 7, 7}
+	big.Attributes = []*commonpb.KeyValue{strAttr("pad", strings.Repeat("n", h.stage.cfg.MaxRecordBytes-2000))}
+	small := bigSpans(g.id, 3000, 50, base)
+	spans := append([]*tracepb.Span{big}, small...)
+	key := otlp.AppendTraceIDHex(nil, g.id)
+	h.feed(inSpans, key, spansMsg(spans...))
+	if err := h.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	checkFits(t, h.Out, h.stage.cfg.MaxRecordBytes)
+	if ft := h.fused()[string(key)]; ft == nil || len(ft.Spans) != len(spans) {
+		t.Fatalf("trace fused with %d spans, want %d", len(ft.GetSpans()), len(spans))
+	}
+	if len(h.out("braid.dlq")) != 0 {
+		t.Fatal("a member under the limit went to the DLQ")
+	}
+}

@@ -53,7 +53,7 @@ const (
 
 // Resolve state: a record per request id under "q"+id (declaration,
 // times, number of waiting-log chunks) and its waiting logs in chunks of at
-// most maxChunk under "w"+uvarint(len(id))+id+chunk number, so that no state
+// most chunkBytes under "w"+uvarint(len(id))+id+chunk number, so that no state
 // value grows with the number of logs that name one request.
 const (
 	prefixRequest = byte('q')
@@ -402,7 +402,7 @@ func (p *processor) checkpointRequests(t *engine.Task) error {
 			r.cleared = false
 		}
 		for rest := r.waiting[r.storedTo:]; len(rest) > 0; {
-			n, err := chunkPrefix(rest, maxChunk)
+			n, err := chunkPrefix(rest, p.chunkBytes())
 			if err != nil {
 				return err
 			}
