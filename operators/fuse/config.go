@@ -309,4 +309,4 @@ func (c *Config) Validate() error {
 
 // minRecordBytes is the smallest MaxRecordBytes: room for a member's
 // framing and a part's header fields.
-const minRecordBytes = 4096
+const minRecordBytes = 64 << 10

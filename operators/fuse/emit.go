@@ -167,7 +167,7 @@ func (p *processor) emit(t *engine.Task, tr *trace, wm int64) error {
 	}
 	sum.spans, sum.logs, sum.points = tr.spans, tr.logs, tr.points
 	sum.dropped = tr.dropped
-	if !sum.haveRoot {
+	if !sum.haveRoot && start >= 0 && tr.last >= start { // no wrap at the ends of the range
 		sum.duration = uint64(tr.last - start)
 	}
 	b = sum.append(b)

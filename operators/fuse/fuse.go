@@ -295,7 +295,7 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 		if it.TraceID == ([16]byte{}) {
 			if src.Signal == otlp.SignalLogs {
 				if rids != nil {
-					if rid, ok := rids.FromLog(it.Payload); ok {
+					if rid, ok := rids.FromLog(it.Payload); ok && len(rid) <= maxRequestIDBytes {
 						p.waitingLog(rid, it, src.Signal, rec)
 						continue
 					}
@@ -307,7 +307,7 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 			continue
 		}
 		if src.Signal == otlp.SignalSpans && rids != nil {
-			if rid, ok := rids.FromSpan(it.Payload); ok {
+			if rid, ok := rids.FromSpan(it.Payload); ok && len(rid) <= maxRequestIDBytes {
 				v := append(p.scratch[:0], it.TraceID[:]...)
 				v = binary.AppendVarint(v, it.Time)
 				p.scratch = v

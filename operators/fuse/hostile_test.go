@@ -261,3 +261,21 @@ func TestHostileExtremeTimes(t *testing.T) {
 	}
 	h2.fused()
 }
+
+func TestHostileLongKeysAndRequestIDs(t *testing.T) {
+	h := newHarness(t, 1, func(c *Config) { c.RequestIDs = testRequestIDs{} })
+	long := strings.Repeat("r", 2000)
+	l := engineLog(base, "x")
+	l.Attributes = []*commonpb.KeyValue{strAttr("request_id", long)}
+	h.feed(inLogs, nil, logsMsg(l))
+	if n := h.stage.Counters().UnjoinedLogs.Load(); n != 1 {
+		t.Fatalf("UnjoinedLogs = %d, want the log with a 2 KB request id unjoined", n)
+	}
+	key := bytes.Repeat([]byte("k"), 200_000)
+	h.feed(inSpans, key, []byte{0x0a, 0x7f})
+	dlq := h.out("braid.dlq")
+	if len(dlq) != 1 || len(dlq[0].Key) != maxKeyBytes || hdr(dlq[0], "braid.key-truncated") != "true" {
+		t.Fatalf("%d DLQ records, key of %d bytes", len(dlq), len(dlq[0].Key))
+	}
+	checkFits(t, h.Out, h.stage.cfg.MaxRecordBytes)
+}

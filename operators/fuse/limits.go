@@ -64,6 +64,14 @@ func originHeaders(reason, topic string, partition int32, offset int64) []kgo.Re
 	}
 }
 
+// maxKeyBytes bounds the key of a late or dead-letter copy.
+const maxKeyBytes = 4096
+
+// maxRequestIDBytes bounds a request id: a longer one is not used for
+// joins (the log counts as unjoined), so that resolve records and their
+// keys stay small.
+const maxRequestIDBytes = 512
+
 // recordOverhead is what a record's value shares the limit with besides
 // its key and headers (Kafka's record framing).
 const recordOverhead = 64
@@ -83,7 +91,13 @@ func (p *processor) room(key []byte, headers []kgo.RecordHeader) int {
 // concatenate to r's, with headers braid.chunk (0-based index) and
 // braid.chunks (count) added. A reader reassembles them in offset order.
 func (p *processor) emitChunked(t *engine.Task, r *kgo.Record) {
-	room := p.room(r.Key, r.Headers) - 40 // the chunk headers
+	if len(r.Key) > maxKeyBytes {
+		// Only an input record's key can be this long: its copy keeps the
+		// first maxKeyBytes.
+		r.Key = r.Key[:maxKeyBytes]
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: "braid.key-truncated", Value: []byte("true")})
+	}
+	room := max(p.room(r.Key, r.Headers)-64, 1024) // less the chunk headers
 	if len(r.Value) <= room {
 		t.Emit(r)
 		return
