@@ -16,6 +16,9 @@ type Decoder struct {
 	items []Item
 	ex    []exemplarRef // distinct exemplar ids of the current point
 
+	bad      bool // the message being walked has a string that is not valid UTF-8
+	repaired int  // members, resources and scopes re-encoded by the last Decode
+
 	// base is the buffer the wire scanner works on (the value, or the arena
 	// on the JSON path); offsets are computed against it.
 	base []byte
@@ -45,6 +48,7 @@ func NewDecoder() *Decoder {
 // returns nil items and a *DecodeError.
 func (d *Decoder) Decode(sig Signal, enc Encoding, value []byte) ([]Item, error) {
 	d.items = d.items[:0]
+	d.repaired = 0
 	var err *DecodeError
 	switch {
 	case sig < SignalSpans || sig > SignalMetrics:
@@ -68,6 +72,10 @@ func (d *Decoder) Decode(sig Signal, enc Encoding, value []byte) ([]Item, error)
 	}
 	return d.items, nil
 }
+
+// Repaired returns how many members, resources and scopes the last Decode
+// re-encoded because a string field held invalid UTF-8 (see MaxNesting).
+func (d *Decoder) Repaired() int { return d.repaired }
 
 // clip returns b with its capacity cut to its length, so that appending to
 // an Item's slice never writes into the message.
@@ -229,17 +237,32 @@ func wireNames(mask uint8) string {
 	return s
 }
 
-// walkPlain checks the top-level fields of a message the scanner does not
-// otherwise read (Resource, InstrumentationScope).
-func (d *Decoder) walkPlain(k *msgKind, b []byte) *DecodeError {
-	for len(b) > 0 {
-		_, n, err := d.next(k, b)
+// walkPlain checks the fields of a message the scanner does not otherwise
+// read (Resource, InstrumentationScope) and returns it, re-encoded if a
+// string in it is not valid UTF-8.
+func (d *Decoder) walkPlain(k *msgKind, s *strSchema, b []byte) ([]byte, *DecodeError) {
+	d.bad = false
+	for rest := b; len(rest) > 0; {
+		f, n, err := d.next(k, rest)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		b = b[n:]
+		if err := d.checkField(s, &f); err != nil {
+			return nil, err
+		}
+		rest = rest[n:]
 	}
-	return nil
+	return d.fix(s, b), nil
+}
+
+// fix returns the member b, re-encoded if the walk marked it (d.bad).
+func (d *Decoder) fix(s *strSchema, b []byte) []byte {
+	if !d.bad {
+		return clip(b)
+	}
+	d.bad = false
+	d.repaired++
+	return repaired(s, b)
 }
 
 // walkData walks a TracesData / LogsData / MetricsData.
@@ -276,10 +299,10 @@ func (d *Decoder) walkResourceX(sig Signal, b []byte) *DecodeError {
 		}
 		switch f.num {
 		case 1:
-			if err := d.walkPlain(&kResource, f.val); err != nil {
+			var err *DecodeError
+			if res, err = d.walkPlain(&kResource, &sResource, f.val); err != nil {
 				return err
 			}
-			res = clip(f.val)
 		case 2:
 			if err := d.walkScopeX(sig, f.val); err != nil {
 				return err
@@ -307,10 +330,10 @@ func (d *Decoder) walkScopeX(sig Signal, b []byte) *DecodeError {
 		}
 		switch f.num {
 		case 1:
-			if err := d.walkPlain(&kScope, f.val); err != nil {
+			var err *DecodeError
+			if scope, err = d.walkPlain(&kScope, &sScope, f.val); err != nil {
 				return err
 			}
-			scope = clip(f.val)
 		case 2:
 			var err *DecodeError
 			switch sig {
@@ -346,6 +369,7 @@ func (d *Decoder) walkSpan(b []byte) *DecodeError {
 	var traceID, spanID, parentID, name []byte
 	var startTime, endTime uint64
 	var code int32
+	d.bad = false
 	for len(b) > 0 {
 		f, n, err := d.next(&kSpan, b)
 		if err != nil {
@@ -360,6 +384,13 @@ func (d *Decoder) walkSpan(b []byte) *DecodeError {
 			parentID = f.val
 		case 5:
 			name = f.val
+			d.checkStr(name)
+		case 3:
+			d.checkStr(f.val)
+		case 9, 11, 13:
+			if err := d.checkField(&sSpan, &f); err != nil {
+				return err
+			}
 		case 7:
 			startTime = f.u
 		case 8:
@@ -374,6 +405,8 @@ func (d *Decoder) walkSpan(b []byte) *DecodeError {
 				}
 				if sf.num == 3 {
 					code = int32(sf.u)
+				} else if sf.num == 2 {
+					d.checkStr(sf.val)
 				}
 				s = s[sn:]
 			}
@@ -392,13 +425,18 @@ func (d *Decoder) walkSpan(b []byte) *DecodeError {
 	if len(parentID) != 0 && len(parentID) != 8 {
 		return d.errAt(start, "span parent_span_id is "+strconv.Itoa(len(parentID))+" bytes, want 8 or none")
 	}
+	payload := clip(start)
+	if d.bad {
+		payload = d.fix(&sSpan, start)
+		name = RepairUTF8(name)
+	}
 	d.items = append(d.items, Item{
 		Signal:     SignalSpans,
 		TraceID:    [16]byte(traceID),
 		SpanID:     [8]byte(spanID),
 		Time:       int64(endTime),
 		StartTime:  int64(startTime),
-		Payload:    clip(start),
+		Payload:    payload,
 		Name:       clip(name),
 		StatusCode: code,
 	})
@@ -412,12 +450,17 @@ func (d *Decoder) walkLog(b []byte) *DecodeError {
 	start := b
 	var traceID, spanID []byte
 	var t, observed uint64
+	d.bad = false
 	for len(b) > 0 {
 		f, n, err := d.next(&kLog, b)
 		if err != nil {
 			return err
 		}
 		switch f.num {
+		case 3, 5, 6, 12:
+			if err := d.checkField(&sLog, &f); err != nil {
+				return err
+			}
 		case 1:
 			t = f.u
 		case 11:
@@ -442,7 +485,7 @@ func (d *Decoder) walkLog(b []byte) *DecodeError {
 		Signal:    SignalLogs,
 		Time:      int64(t),
 		StartTime: int64(t),
-		Payload:   clip(start),
+		Payload:   d.fix(&sLog, start),
 	})
 	it := &d.items[len(d.items)-1]
 	if len(traceID) != 0 {
@@ -485,7 +528,7 @@ func (d *Decoder) walkMetric(b []byte) *DecodeError {
 		}
 		b = b[n:]
 	}
-	name, desc, unit = clip(name), clip(desc), clip(unit)
+	name, desc, unit = clip(RepairUTF8(name)), clip(RepairUTF8(desc)), clip(RepairUTF8(unit))
 	items := d.items[first:]
 	for i := range items {
 		it := &items[i]
@@ -534,19 +577,21 @@ func (d *Decoder) walkMetricData(pt PointType, b []byte, temporality *int32, mon
 func (d *Decoder) walkPoint(pt PointType, b []byte) *DecodeError {
 	start := b
 	var k *msgKind
-	var exField protowire.Number
+	var s *strSchema
+	var exField, attrField protowire.Number
 	switch pt {
 	case PointGauge, PointSum:
-		k, exField = &kNumberDP, 5
+		k, s, exField, attrField = &kNumberDP, &sNumberDP, 5, 7
 	case PointHistogram:
-		k, exField = &kHistDP, 8
+		k, s, exField, attrField = &kHistDP, &sHistDP, 8, 9
 	case PointExpHistogram:
-		k, exField = &kExpHistDP, 11
+		k, s, exField, attrField = &kExpHistDP, &sExpHistDP, 11, 1
 	default:
-		k, exField = &kSummaryDP, -1
+		k, s, exField, attrField = &kSummaryDP, &sSummaryDP, -1, 7
 	}
 	var startTime, t uint64
 	d.ex = d.ex[:0]
+	d.bad = false
 	for len(b) > 0 {
 		f, n, err := d.next(k, b)
 		if err != nil {
@@ -561,6 +606,10 @@ func (d *Decoder) walkPoint(pt PointType, b []byte) *DecodeError {
 			if err := d.walkExemplar(f.val); err != nil {
 				return err
 			}
+		case attrField:
+			if err := d.checkField(s, &f); err != nil {
+				return err
+			}
 		}
 		b = b[n:]
 	}
@@ -568,7 +617,7 @@ func (d *Decoder) walkPoint(pt PointType, b []byte) *DecodeError {
 		Signal:    SignalMetrics,
 		Time:      int64(t),
 		StartTime: int64(startTime),
-		Payload:   clip(start),
+		Payload:   d.fix(s, start),
 	}
 	if len(d.ex) == 0 {
 		d.items = append(d.items, it)
@@ -595,6 +644,10 @@ func (d *Decoder) walkExemplar(b []byte) *DecodeError {
 			traceID = f.val
 		case 4:
 			spanID = f.val
+		case 7:
+			if err := d.checkField(&sExemplar, &f); err != nil {
+				return err
+			}
 		}
 		b = b[n:]
 	}

@@ -54,6 +54,17 @@
 // use; keep one per goroutine and reuse it: in steady state the protobuf path
 // allocates nothing.
 //
+// # UTF-8
+//
+// Every string field an Item's bytes hold (span name, trace state, status
+// message, attribute keys and values at any depth, event and link
+// attributes, log severity text, body and event name, resource and scope
+// attributes, scope name and version, metric name, description and unit)
+// is checked. A member, resource or scope with invalid UTF-8 in one is
+// re-encoded with each invalid sequence replaced by U+FFFD, into a fresh
+// buffer (the exception to the zero-copy rule; Decoder.Repaired counts
+// them), so that every Item's bytes unmarshal with proto.Unmarshal.
+//
 // # Error contract
 //
 // Decode never panics and never returns partial output. A value that cannot
@@ -61,7 +72,8 @@
 // encoding, the reason and, where known, the byte offset into the value.
 // Errors are: an empty value; truncated or otherwise malformed protobuf; a
 // known field with the wrong wire type (typically a message of another
-// signal); invalid JSON; a message with content but without any of its
+// signal); a malformed attribute, or attribute values nested more than
+// MaxNesting messages deep; invalid JSON; a message with content but without any of its
 // top-level field (resource_spans / resource_logs / resource_metrics: most
 // likely a message of another type); a span whose trace id is not 16 bytes
 // or is all zero, whose span id is not 8 bytes or whose parent span id is

@@ -3,9 +3,12 @@ package otlp
 import (
 	"errors"
 	"testing"
+	"unicode/utf8"
 
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	logspb "go.opentelemetry.io/proto/otlp/logs/v1"
 	metricspb "go.opentelemetry.io/proto/otlp/metrics/v1"
+	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 )
@@ -45,13 +48,26 @@ func FuzzDecode(f *testing.F) {
 				t.Fatalf("span with zero trace id")
 			}
 		}
-		if enc != EncodingProto {
-			// Items of the JSON path are re-encoded protobuf.
-			for i := range items {
-				if err := proto.Unmarshal(items[i].Payload, payloadType(sig, items[i].PointType)); err != nil {
-					t.Fatalf("item %d: Payload: %v", i, err)
+		// Whatever the input, every item's bytes unmarshal (strings are
+		// valid UTF-8, nesting is bounded).
+		for i := range items {
+			it := &items[i]
+			if err := proto.Unmarshal(it.Payload, payloadType(sig, it.PointType)); err != nil {
+				t.Fatalf("item %d: Payload: %v", i, err)
+			}
+			if err := proto.Unmarshal(it.Resource, &resourcepb.Resource{}); err != nil {
+				t.Fatalf("item %d: Resource: %v", i, err)
+			}
+			if err := proto.Unmarshal(it.Scope, &commonpb.InstrumentationScope{}); err != nil {
+				t.Fatalf("item %d: Scope: %v", i, err)
+			}
+			for _, s := range [][]byte{it.Name, it.MetricDescription, it.MetricUnit} {
+				if !utf8.Valid(s) {
+					t.Fatalf("item %d: invalid UTF-8 %q", i, s)
 				}
 			}
+		}
+		if enc != EncodingProto {
 			return
 		}
 		msg := newMessage(sig)

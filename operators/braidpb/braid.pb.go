@@ -106,6 +106,17 @@ func (Flag) EnumDescriptor() ([]byte, []int) {
 // trace id as 32 lower-case hex characters. When late data changes a trace
 // that was already emitted, the whole trace is emitted again with
 // revision + 1; consumers keep the highest revision per key.
+//
+// A trace whose record would exceed the job's limits.max_message_bytes is
+// written as parts: consecutive records with the same key, each a
+// FusedTrace with the same trace_id and revision, part = 0, 1, ... and
+// parts = their count. The parts are cut at field boundaries of the whole
+// record, so merging them in part order (proto.Merge, or concatenating the
+// protobuf values) gives the whole trace (whose part and parts are then the
+// last part's); resource_index of a member in a later part refers to the
+// resources of the whole. A consumer that sees
+// parts > 1 waits for all of them before using the revision. A trace that
+// fits one record has neither field set.
 type FusedTrace struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// 16 bytes, as in OTLP.
@@ -130,7 +141,11 @@ type FusedTrace struct {
 	// Resource time series in force during the request (operators/resources).
 	ResourceContext *ResourceContext `protobuf:"bytes,13,opt,name=resource_context,json=resourceContext,proto3" json:"resource_context,omitempty"`
 	// KV-cache pollution incidents that name this request (operators/kvgraph).
-	IncidentIds   []string `protobuf:"bytes,14,rep,name=incident_ids,json=incidentIds,proto3" json:"incident_ids,omitempty"`
+	IncidentIds []string `protobuf:"bytes,14,rep,name=incident_ids,json=incidentIds,proto3" json:"incident_ids,omitempty"`
+	// This record's index among the parts of the revision (0-based), and
+	// their count; both 0 when the revision is one record.
+	Part          uint32 `protobuf:"varint,15,opt,name=part,proto3" json:"part,omitempty"`
+	Parts         uint32 `protobuf:"varint,16,opt,name=parts,proto3" json:"parts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -261,6 +276,20 @@ func (x *FusedTrace) GetIncidentIds() []string {
 		return x.IncidentIds
 	}
 	return nil
+}
+
+func (x *FusedTrace) GetPart() uint32 {
+	if x != nil {
+		return x.Part
+	}
+	return 0
+}
+
+func (x *FusedTrace) GetParts() uint32 {
+	if x != nil {
+		return x.Parts
+	}
+	return 0
 }
 
 // FusedSpan is one span with its scope and where it was read from.
@@ -657,7 +686,7 @@ var File_braid_v1_braid_proto protoreflect.FileDescriptor
 
 const file_braid_v1_braid_proto_rawDesc = "" +
 	"\n" +
-	"\x14braid/v1/braid.proto\x12\bbraid.v1\x1a*opentelemetry/proto/common/v1/common.proto\x1a&opentelemetry/proto/logs/v1/logs.proto\x1a,opentelemetry/proto/metrics/v1/metrics.proto\x1a.opentelemetry/proto/resource/v1/resource.proto\x1a(opentelemetry/proto/trace/v1/trace.proto\x1a\x16braid/v1/derived.proto\x1a\x18braid/v1/resources.proto\"\x84\x05\n" +
+	"\x14braid/v1/braid.proto\x12\bbraid.v1\x1a*opentelemetry/proto/common/v1/common.proto\x1a&opentelemetry/proto/logs/v1/logs.proto\x1a,opentelemetry/proto/metrics/v1/metrics.proto\x1a.opentelemetry/proto/resource/v1/resource.proto\x1a(opentelemetry/proto/trace/v1/trace.proto\x1a\x16braid/v1/derived.proto\x1a\x18braid/v1/resources.proto\"\xae\x05\n" +
 	"\n" +
 	"FusedTrace\x12\x19\n" +
 	"\btrace_id\x18\x01 \x01(\fR\atraceId\x12\x1a\n" +
@@ -674,7 +703,9 @@ const file_braid_v1_braid_proto_rawDesc = "" +
 	"\x13watermark_unix_nano\x18\v \x01(\x06R\x11watermarkUnixNano\x12+\n" +
 	"\aderived\x18\f \x01(\v2\x11.braid.v1.DerivedR\aderived\x12D\n" +
 	"\x10resource_context\x18\r \x01(\v2\x19.braid.v1.ResourceContextR\x0fresourceContext\x12!\n" +
-	"\fincident_ids\x18\x0e \x03(\tR\vincidentIds\"\xdf\x01\n" +
+	"\fincident_ids\x18\x0e \x03(\tR\vincidentIds\x12\x12\n" +
+	"\x04part\x18\x0f \x01(\rR\x04part\x12\x14\n" +
+	"\x05parts\x18\x10 \x01(\rR\x05parts\"\xdf\x01\n" +
 	"\tFusedSpan\x12%\n" +
 	"\x0eresource_index\x18\x01 \x01(\rR\rresourceIndex\x12I\n" +
 	"\x05scope\x18\x02 \x01(\v23.opentelemetry.proto.common.v1.InstrumentationScopeR\x05scope\x126\n" +

@@ -193,3 +193,22 @@ func TestProtocDecode(t *testing.T) {
 		}
 	}
 }
+
+func TestRepairUTF8MakesMessagesMarshal(t *testing.T) {
+	d := &braidpb.Derived{RequestIds: []string{"ok", "r\xff1"}, Model: "llama\xc3", Provider: "vllm"}
+	if _, err := proto.Marshal(d); err == nil {
+		t.Fatal("invalid UTF-8 marshalled")
+	}
+	if !braidpb.RepairUTF8(d) {
+		t.Fatal("RepairUTF8 reported no change")
+	}
+	if _, err := proto.Marshal(d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Model != "llama\uFFFD" || d.RequestIds[1] != "r\uFFFD1" || d.RequestIds[0] != "ok" || d.Provider != "vllm" {
+		t.Fatalf("repaired to %q %q", d.Model, d.RequestIds)
+	}
+	if braidpb.RepairUTF8(d) {
+		t.Fatal("a valid message was changed")
+	}
+}

@@ -84,6 +84,101 @@ type Config struct {
 	NoDerive bool
 	// JSON writes fused records as protojson instead of protobuf.
 	JSON bool
+
+	// MaxRecordBytes is the largest record value the stage writes, in
+	// bytes (the job's limits.max_message_bytes). Repartition and resolve
+	// records are cut at member boundaries below it; a late or dead-letter
+	// copy larger than it is cut into chunks with headers braid.chunk
+	// (0-based index) and braid.chunks (count) and the same key; a fused
+	// trace larger than it is split into parts (FusedTrace.part/parts). A
+	// single member that cannot fit goes to the dead-letter topic. Default
+	// 1,000,000 (the broker's default message.max.bytes, 1,048,588, minus
+	// headroom for headers and batch overhead).
+	MaxRecordBytes int
+	// MaxClockSkew: a member whose event time is further ahead of its
+	// Kafka record's timestamp than this is handled by FuturePolicy and
+	// does not advance any watermark. Records without a timestamp are not
+	// checked. Default 10m.
+	MaxClockSkew time.Duration
+	// FuturePolicy: what happens to a member too far in the future: "late"
+	// (default) sends it to LateTopic with braid.reason "future event
+	// time"; "restamp" gives it its record's timestamp as event time (the
+	// member's bytes are unchanged).
+	FuturePolicy FuturePolicy
+	// ErrorPolicy: what each stage does with a record it cannot handle
+	// (default dead_letter for every stage).
+	ErrorPolicy ErrorPolicy
+	// MaxOpenTraceBytes bounds the task's open traces in memory: their
+	// records (about 200 bytes each) and the members received since the
+	// last checkpoint. When it is reached, pending members are written to
+	// state at once; if the records alone still exceed it, the open traces
+	// with the oldest last event time are emitted early and leave memory
+	// (counted in Evicted): a member that arrives for one later revises it
+	// as usual, read back from state. Default 256 MiB per task.
+	MaxOpenTraceBytes int64
+	// MaxWaitingLogBytes bounds the logs a task holds waiting for a span to
+	// declare their request id. When it is reached, the oldest waiting
+	// logs go to LateTopic with braid.reason "memory budget" (counted in
+	// WaitingEvicted). Default 64 MiB per task.
+	MaxWaitingLogBytes int64
+}
+
+// FuturePolicy says what happens to a member whose event time is more than
+// MaxClockSkew ahead of its record's timestamp.
+type FuturePolicy string
+
+// Future policies.
+const (
+	FutureLate    FuturePolicy = "late"
+	FutureRestamp FuturePolicy = "restamp"
+)
+
+// OnError is what a stage does with a record it cannot handle.
+type OnError string
+
+// Error actions (STYLE.md).
+const (
+	// DeadLetter sends the record unchanged to DLQTopic with braid.reason
+	// "<stage>: <cause>" and braid.topic/partition/offset, counts it in
+	// DLQ, and goes on.
+	DeadLetter OnError = "dead_letter"
+	// Skip drops the record, counts it in Skipped, and goes on.
+	Skip OnError = "skip"
+	// Fail ends the job with the error.
+	Fail OnError = "fail"
+)
+
+// ErrorPolicy is the error action of each stage (the job's
+// errors.<stage>); "" is DeadLetter.
+type ErrorPolicy struct {
+	Ingest    OnError // undecodable input messages, members too large to write
+	Resolve   OnError // malformed resolve records
+	Fuse      OnError // malformed repartition records
+	KVGraph   OnError // KV events the kvgraph stage cannot handle
+	Resources OnError // resource samples the resources stage cannot handle
+}
+
+func (e *ErrorPolicy) ensureDefaults() {
+	for _, p := range []*OnError{&e.Ingest, &e.Resolve, &e.Fuse, &e.KVGraph, &e.Resources} {
+		if *p == "" {
+			*p = DeadLetter
+		}
+	}
+}
+
+func (e *ErrorPolicy) validate() error {
+	var errs []error
+	for _, s := range []struct {
+		name string
+		p    OnError
+	}{{"ingest", e.Ingest}, {"resolve", e.Resolve}, {"fuse", e.Fuse}, {"kvgraph", e.KVGraph}, {"resources", e.Resources}} {
+		switch s.p {
+		case DeadLetter, Skip, Fail:
+		default:
+			errs = append(errs, fmt.Errorf("fuse: ErrorPolicy %s %q is not dead_letter, skip or fail", s.name, s.p))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // EnsureDefaults fills unset fields.
@@ -136,6 +231,22 @@ func (c *Config) EnsureDefaults() {
 	if c.MaxBytes == 0 {
 		c.MaxBytes = 900 << 10
 	}
+	if c.MaxRecordBytes == 0 {
+		c.MaxRecordBytes = 1_000_000
+	}
+	if c.MaxClockSkew == 0 {
+		c.MaxClockSkew = 10 * time.Minute
+	}
+	if c.FuturePolicy == "" {
+		c.FuturePolicy = FutureLate
+	}
+	c.ErrorPolicy.ensureDefaults()
+	if c.MaxOpenTraceBytes == 0 {
+		c.MaxOpenTraceBytes = 256 << 20
+	}
+	if c.MaxWaitingLogBytes == 0 {
+		c.MaxWaitingLogBytes = 64 << 20
+	}
 }
 
 // Validate reports every problem at once.
@@ -178,5 +289,24 @@ func (c *Config) Validate() error {
 	if c.MaxSpans < 1 || c.MaxLogs < 1 || c.MaxPoints < 1 || c.MaxBytes < 1024 {
 		errs = append(errs, errors.New("fuse: MaxSpans, MaxLogs, MaxPoints must be ≥ 1 and MaxBytes ≥ 1024"))
 	}
+	if c.MaxRecordBytes < minRecordBytes {
+		errs = append(errs, fmt.Errorf("fuse: MaxRecordBytes %d is below %d", c.MaxRecordBytes, minRecordBytes))
+	}
+	if c.MaxClockSkew < 0 {
+		errs = append(errs, errors.New("fuse: MaxClockSkew must not be negative"))
+	}
+	if c.FuturePolicy != FutureLate && c.FuturePolicy != FutureRestamp {
+		errs = append(errs, fmt.Errorf("fuse: FuturePolicy %q is not late or restamp", c.FuturePolicy))
+	}
+	if err := c.ErrorPolicy.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.MaxOpenTraceBytes < 0 || c.MaxWaitingLogBytes < 0 {
+		errs = append(errs, errors.New("fuse: MaxOpenTraceBytes and MaxWaitingLogBytes must not be negative"))
+	}
 	return errors.Join(errs...)
 }
+
+// minRecordBytes is the smallest MaxRecordBytes: room for a member's
+// framing and a part's header fields.
+const minRecordBytes = 64 << 10

@@ -23,7 +23,18 @@
 //
 // Members without a trace id (logs that carry only a request id, metric
 // points without exemplars) are counted as unjoined: they belong to the
-// resolve and resources stages. Undecodable messages go unchanged to
-// braid.dlq with braid.reason, braid.topic, braid.partition and braid.offset
-// headers.
+// resolve and resources stages.
+//
+// Nothing in the input stops the job. A record a stage cannot handle (an
+// undecodable message, a malformed internal record, a member larger than
+// MaxRecordBytes allows) goes unchanged to braid.dlq with braid.reason
+// "<stage>: <cause>", braid.topic, braid.partition and braid.offset headers
+// — or is skipped, or fails the job, as Config.ErrorPolicy says. Strings
+// that are not valid UTF-8 are repaired by the decoder (each invalid
+// sequence becomes U+FFFD) before they reach a member or a protobuf
+// marshal, so that every record braid writes unmarshals. A member whose
+// event time is more than MaxClockSkew ahead of its record's broker
+// timestamp advances no watermark: it goes to braid.late with reason
+// "future event time", or is re-stamped (Config.FuturePolicy). Event-time
+// arithmetic saturates at the ends of the int64 range.
 package fuse

@@ -33,6 +33,8 @@ const (
 	fDerived         = 12
 	fResourceContext = 13
 	fIncidents       = 14
+	fPart            = 15
+	fParts           = 16
 )
 
 // emitter holds the buffers of one emission, reused across emissions.
@@ -165,7 +167,7 @@ func (p *processor) emit(t *engine.Task, tr *trace, wm int64) error {
 	}
 	sum.spans, sum.logs, sum.points = tr.spans, tr.logs, tr.points
 	sum.dropped = tr.dropped
-	if !sum.haveRoot {
+	if !sum.haveRoot && start >= 0 && tr.last >= start { // no wrap at the ends of the range
 		sum.duration = uint64(tr.last - start)
 	}
 	b = sum.append(b)
@@ -224,25 +226,9 @@ func (p *processor) emit(t *engine.Task, tr *trace, wm int64) error {
 	}
 	e.out = b
 
-	value := append([]byte(nil), b...)
-	if p.cfg.JSON {
-		var ft braidpb.FusedTrace
-		if err := proto.Unmarshal(value, &ft); err != nil {
-			return err
-		}
-		value, err = protojson.Marshal(&ft)
-		if err != nil {
-			return err
-		}
+	if err := p.emitTrace(t, tr, b); err != nil {
+		return err
 	}
-	key := otlp.AppendTraceIDHex(make([]byte, 0, 32), tr.id)
-	t.Emit(&kgo.Record{
-		Topic:     p.cfg.FusedTopic,
-		Partition: otlp.HashPartition(key, p.cfg.FusedPartitions),
-		Key:       key,
-		Value:     value,
-		Headers:   []kgo.RecordHeader{{Key: "braid.revision", Value: strconv.AppendUint(nil, uint64(tr.revision), 10)}},
-	})
 	p.s.counters.Fused.Add(1)
 	if tr.revision > 0 {
 		p.s.counters.Revisions.Add(1)
@@ -250,6 +236,91 @@ func (p *processor) emit(t *engine.Task, tr *trace, wm int64) error {
 	tr.emitted = true
 	tr.revision++
 	return nil
+}
+
+// emitTrace writes the FusedTrace b of tr: one record, or parts with the
+// same key when it does not fit MaxRecordBytes (see FusedTrace.part).
+func (p *processor) emitTrace(t *engine.Task, tr *trace, b []byte) error {
+	key := otlp.AppendTraceIDHex(make([]byte, 0, 32), tr.id)
+	headers := []kgo.RecordHeader{{Key: "braid.revision", Value: strconv.AppendUint(nil, uint64(tr.revision), 10)}}
+	room := p.room(key, headers)
+	value, err := p.encodeTrace(append([]byte(nil), b...))
+	if err != nil {
+		return err
+	}
+	partition := otlp.HashPartition(key, p.cfg.FusedPartitions)
+	if len(value) <= room {
+		t.Emit(&kgo.Record{Topic: p.cfg.FusedTopic, Partition: partition, Key: key, Value: value, Headers: headers})
+		return nil
+	}
+	// Cut the protobuf so that each part, encoded, fits.
+	limit := room - 128 // the part's header fields and record headers
+	if p.cfg.JSON {
+		limit = int(float64(limit) * float64(len(b)) / float64(len(value)) * 0.9)
+	}
+	parts := cutFields(b, max(limit, 1024))
+	p.s.counters.Parts.Add(1)
+	for i, part := range parts {
+		v := protowire.AppendTag(nil, fTraceID, protowire.BytesType)
+		v = protowire.AppendBytes(v, tr.id[:])
+		if tr.revision > 0 {
+			v = protowire.AppendTag(v, fRevision, protowire.VarintType)
+			v = protowire.AppendVarint(v, uint64(tr.revision))
+		}
+		v = protowire.AppendTag(v, fPart, protowire.VarintType)
+		v = protowire.AppendVarint(v, uint64(i))
+		v = protowire.AppendTag(v, fParts, protowire.VarintType)
+		v = protowire.AppendVarint(v, uint64(len(parts)))
+		v, err := p.encodeTrace(append(v, part...))
+		if err != nil {
+			return err
+		}
+		h := append(append([]kgo.RecordHeader(nil), headers...),
+			kgo.RecordHeader{Key: "braid.part", Value: strconv.AppendInt(nil, int64(i), 10)},
+			kgo.RecordHeader{Key: "braid.parts", Value: strconv.AppendInt(nil, int64(len(parts)), 10)})
+		t.Emit(&kgo.Record{Topic: p.cfg.FusedTopic, Partition: partition, Key: key, Value: v, Headers: h})
+	}
+	return nil
+}
+
+// encodeTrace returns the record value of FusedTrace b: b itself, or its
+// protojson.
+func (p *processor) encodeTrace(b []byte) ([]byte, error) {
+	if !p.cfg.JSON {
+		return b, nil
+	}
+	var ft braidpb.FusedTrace
+	if err := proto.Unmarshal(b, &ft); err != nil {
+		return nil, fmt.Errorf("fuse: re-read fused trace: %w", err)
+	}
+	v, err := protojson.Marshal(&ft)
+	if err != nil {
+		return nil, fmt.Errorf("fuse: fused trace as JSON: %w", err)
+	}
+	return v, nil
+}
+
+// cutFields cuts protobuf message b at field boundaries into pieces of at
+// most limit bytes (a single larger field is a piece of its own).
+func cutFields(b []byte, limit int) [][]byte {
+	var parts [][]byte
+	start, off := 0, 0
+	for off < len(b) {
+		_, typ, n := protowire.ConsumeTag(b[off:])
+		if n < 0 {
+			break
+		}
+		m := protowire.ConsumeFieldValue(0, typ, b[off+n:])
+		if m < 0 {
+			break
+		}
+		if off > start && off+n+m-start > limit {
+			parts = append(parts, b[start:off])
+			start = off
+		}
+		off += n + m
+	}
+	return append(parts, b[start:])
 }
 
 // appendDerived appends field 12, the LLM-serving figures of the members
@@ -271,12 +342,28 @@ func (p *processor) appendDerived(b []byte, tr *trace) ([]byte, int, error) {
 			d.AddLog(m.sortKey, m.resource)
 		}
 	}
-	v, err := proto.MarshalOptions{Deterministic: true}.Marshal(d.Derived())
-	if err != nil || len(v) == 0 {
-		return b, 0, err
+	v, err := marshalRepaired(d.Derived())
+	if err != nil {
+		p.s.counters.DerivedDropped.Add(1)
+		return b, 0, nil
+	}
+	if len(v) == 0 {
+		return b, 0, nil
 	}
 	b = protowire.AppendTag(b, fDerived, protowire.BytesType)
 	return protowire.AppendBytes(b, v), d.InvalidAnchors(), nil
+}
+
+// marshalRepaired marshals m deterministically; a string from input that is
+// not valid UTF-8 (which the decoder repairs, so this is a second line) is
+// repaired first.
+func marshalRepaired(m proto.Message) ([]byte, error) {
+	opts := proto.MarshalOptions{Deterministic: true}
+	v, err := opts.Marshal(m)
+	if err != nil && braidpb.RepairUTF8(m) {
+		v, err = opts.Marshal(m)
+	}
+	return v, err
 }
 
 // appendResourceContext appends field 13: the resource series in force
@@ -305,9 +392,10 @@ func (p *processor) appendResourceContext(b []byte, sum *summary, start, end int
 	if len(ws) == 0 {
 		return b, nil
 	}
-	rc, err := proto.MarshalOptions{Deterministic: true}.Marshal(&braidpb.ResourceContext{Series: ws})
+	rc, err := marshalRepaired(&braidpb.ResourceContext{Series: ws})
 	if err != nil {
-		return b, err
+		p.s.counters.DerivedDropped.Add(1)
+		return b, nil
 	}
 	b = protowire.AppendTag(b, fResourceContext, protowire.BytesType)
 	return protowire.AppendBytes(b, rc), nil
@@ -431,9 +519,7 @@ func (s *summary) append(b []byte) []byte {
 	return protowire.AppendBytes(b, m)
 }
 
-// late sends m to the late topic as a one-item OTLP message of its signal:
-// TracesData / LogsData / MetricsData share the field numbers
-// (resource_x=1 { resource=1, scope_x=2 { scope=1, items=2 } }).
+// late sends m to the late topic as a one-item OTLP message of its signal.
 func (p *processor) late(t *engine.Task, id [16]byte, m *member) {
 	key := otlp.AppendTraceIDHex(make([]byte, 0, 32), id)
 	p.s.counters.Late.Add(1)
@@ -442,7 +528,35 @@ func (p *processor) late(t *engine.Task, id [16]byte, m *member) {
 
 // sendLate writes m to the late topic under key with reason.
 func (p *processor) sendLate(t *engine.Task, key []byte, m *member, reason string) {
-	scope, payload, origin := memberParts(m.body)
+	_, _, origin := memberParts(m.body)
+	topic, part, off := parseOrigin(origin)
+	signal := "spans"
+	switch m.kind {
+	case kindLog:
+		signal = "logs"
+	case kindPoint:
+		signal = "metrics"
+	}
+	p.emitChunked(t, &kgo.Record{
+		Topic:     p.cfg.LateTopic,
+		Partition: otlp.HashPartition(key, p.cfg.LatePartitions),
+		Key:       key,
+		Value:     oneItemMessage(m),
+		Headers: []kgo.RecordHeader{
+			{Key: "braid.reason", Value: []byte(reason)},
+			{Key: "braid.signal", Value: []byte(signal)},
+			{Key: "braid.topic", Value: []byte(topic)},
+			{Key: "braid.partition", Value: strconv.AppendInt(nil, int64(part), 10)},
+			{Key: "braid.offset", Value: strconv.AppendInt(nil, off, 10)},
+		},
+	})
+}
+
+// oneItemMessage re-encodes m as a one-item OTLP message of its signal:
+// TracesData / LogsData / MetricsData share the field numbers
+// (resource_x=1 { resource=1, scope_x=2 { scope=1, items=2 } }).
+func oneItemMessage(m *member) []byte {
+	scope, payload, _ := memberParts(m.body)
 	var inner []byte
 	if len(scope) > 0 {
 		inner = protowire.AppendTag(inner, 1, protowire.BytesType)
@@ -459,27 +573,5 @@ func (p *processor) sendLate(t *engine.Task, key []byte, m *member, reason strin
 	rs = protowire.AppendBytes(rs, inner)
 	var msg []byte
 	msg = protowire.AppendTag(msg, 1, protowire.BytesType)
-	msg = protowire.AppendBytes(msg, rs)
-
-	topic, part, off := parseOrigin(origin)
-	signal := "spans"
-	switch m.kind {
-	case kindLog:
-		signal = "logs"
-	case kindPoint:
-		signal = "metrics"
-	}
-	t.Emit(&kgo.Record{
-		Topic:     p.cfg.LateTopic,
-		Partition: otlp.HashPartition(key, p.cfg.LatePartitions),
-		Key:       key,
-		Value:     msg,
-		Headers: []kgo.RecordHeader{
-			{Key: "braid.reason", Value: []byte(reason)},
-			{Key: "braid.signal", Value: []byte(signal)},
-			{Key: "braid.topic", Value: []byte(topic)},
-			{Key: "braid.partition", Value: strconv.AppendInt(nil, int64(part), 10)},
-			{Key: "braid.offset", Value: strconv.AppendInt(nil, off, 10)},
-		},
-	})
+	return protowire.AppendBytes(msg, rs)
 }

@@ -14,26 +14,38 @@ import (
 	"github.com/braidlabs/braid/operators/kvgraph"
 	"github.com/braidlabs/braid/operators/resources"
 	"github.com/braidlabs/braid/operators/semconv"
-	"github.com/braidlabs/braid/windows"
 )
 
 // Counters are the stage's record accounting, summed over its tasks. Every
-// member read ends in exactly one of Fused (via a trace), Late, Unjoined or
-// Truncated; every undecodable message in DLQ.
+// member read ends in exactly one of Fused (via a trace), Late, Unjoined,
+// Truncated or TooLarge; every record a stage cannot handle in DLQ or
+// Skipped (ErrorPolicy).
 type Counters struct {
-	Messages      atomic.Int64 // input messages read from sources
-	Members       atomic.Int64 // members cut from decoded messages
-	Local         atomic.Int64 // trace groups fused in place (fast path)
-	Repartitioned atomic.Int64 // trace groups sent to the repartition topic
-	Fused         atomic.Int64 // FusedTrace records emitted (all revisions)
-	Revisions     atomic.Int64 // of which revision > 0
-	Late          atomic.Int64 // members sent to the late topic
-	DLQ           atomic.Int64 // messages sent to the dead-letter topic
-	UnjoinedLogs  atomic.Int64 // log records without a trace id
-	UnjoinedPoint atomic.Int64 // metric points without an exemplar trace id, not kept as resource samples
-	ResourcePoint atomic.Int64 // metric points without an exemplar written to the resources table
-	Truncated     atomic.Int64 // members cut by a per-trace cap
-	OpenTraces    atomic.Int64 // traces in state
+	Messages        atomic.Int64 // input messages read from sources
+	Members         atomic.Int64 // members cut from decoded messages
+	Local           atomic.Int64 // trace groups fused in place (fast path)
+	Repartitioned   atomic.Int64 // trace groups sent to the repartition topic
+	Fused           atomic.Int64 // FusedTrace records emitted (all revisions)
+	Revisions       atomic.Int64 // of which revision > 0
+	Late            atomic.Int64 // members sent to the late topic
+	DLQ             atomic.Int64 // records a stage could not handle sent to the dead-letter topic (ErrorPolicy dead_letter)
+	Skipped         atomic.Int64 // records a stage could not handle dropped (ErrorPolicy skip)
+	Future          atomic.Int64 // members more than MaxClockSkew ahead of their record's timestamp (sent to the late topic, or re-stamped)
+	TooLarge        atomic.Int64 // members larger than MaxRecordBytes allows (handled by ErrorPolicy.Ingest)
+	RepairedUTF8    atomic.Int64 // members, resources and scopes re-encoded because a string held invalid UTF-8
+	Split           atomic.Int64 // repartition and resolve records cut into several to fit MaxRecordBytes
+	Chunked         atomic.Int64 // late and dead-letter copies cut into braid.chunk records
+	Parts           atomic.Int64 // fused traces split into parts to fit MaxRecordBytes
+	DerivedDropped  atomic.Int64 // Derived or ResourceContext fields left out of a fused trace because they did not marshal
+	UnjoinedLogs    atomic.Int64 // log records without a trace id
+	UnjoinedPoint   atomic.Int64 // metric points without an exemplar trace id, not kept as resource samples
+	ResourcePoint   atomic.Int64 // metric points without an exemplar written to the resources table
+	Truncated       atomic.Int64 // members cut by a per-trace cap
+	Evicted         atomic.Int64 // open traces emitted early and dropped from memory because MaxOpenTraceBytes was reached (a later member revises them)
+	Spills          atomic.Int64 // times pending members were written to state before a checkpoint because MaxOpenTraceBytes was reached
+	OpenTraces      atomic.Int64 // traces in state
+	OpenTraceBytes  atomic.Int64 // gauge: memory of open traces (MaxOpenTraceBytes share), bytes
+	WaitingLogBytes atomic.Int64 // gauge: memory of logs waiting for a request id (MaxWaitingLogBytes share), bytes
 
 	// Resolve stage (request-id joins).
 	Declared           atomic.Int64 // request ids declared by spans
@@ -42,6 +54,7 @@ type Counters struct {
 	ResolveForwarded   atomic.Int64 // resolve records sent to another task
 	RequestIDConflicts atomic.Int64 // request ids declared by a second trace (ignored)
 	OpenRequests       atomic.Int64 // request ids in state
+	WaitingEvicted     atomic.Int64 // waiting logs sent to the late topic because MaxWaitingLogBytes was reached (reason "memory budget")
 
 	// kvgraph stage.
 	KVLogs           atomic.Int64 // KV-block event, sanitizer and Xid logs routed to the kvgraph stage
@@ -128,6 +141,7 @@ type trace struct {
 	bytes       uint32
 	chunks      uint32 // chunks in the keyspace
 	pending     []byte // members since the last checkpoint (a chunk)
+	sinceRes    uint32 // bytes of pending from its last member that states its resource
 	lastRes     []byte // resource of pending's last member
 	timerAt     int64  // scheduled timer, 0 if none
 	touchedAt   int64  // processing time of the last member, ns
@@ -167,6 +181,12 @@ type processor struct {
 	sampleRes   []semconv.KV // attributes of sampleResOf
 	sampleResOf []byte       // the resource last read, this message
 
+	// memory share (MaxOpenTraceBytes)
+	openBytes                     int64               // traceOverhead per trace in memory + pending members
+	reportedOpen, reportedWaiting int64               // what the gauges hold of this task
+	evicted                       int                 // traces emitted early and dropped from memory, still in state
+	evictTimers                   minHeap[evictTimer] // when each evicted trace is purged
+
 	// kvgraph stage
 	kv        *kvgraph.Processor
 	kvBuf     minHeap[*kvEvent] // KV events waiting for the watermark
@@ -177,12 +197,15 @@ type processor struct {
 	kvErr     error        // an error of onIncident, returned after the kv call
 
 	// resolve stage
-	requests    map[string]*request
-	reqTimers   minHeap[reqTimer]
-	changedReqs []*request
-	rgroups     map[string]int
-	rids        []string
-	rwriters    []chunkWriter
+	requests     map[string]*request
+	reqTimers    minHeap[reqTimer]
+	changedReqs  []*request
+	waitHeap     minHeap[waitEntry] // requests with waiting logs, oldest first (lazily pruned)
+	waitingBytes int64              // bytes of waiting logs in memory
+	requestBytes int64              // request records in memory (approximate)
+	rgroups      map[string]int
+	rids         []string
+	rwriters     []chunkWriter
 }
 
 func newProcessor(s *Stage, p int32) *processor {
@@ -236,10 +259,11 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 	items, err := p.dec.Decode(src.Signal, src.Encoding, rec.Value)
 	if err != nil {
 		t.Touch(input)
-		p.deadLetter(t, rec, err.Error())
-		return nil
+		return p.reject(t, rec, stageIngest, err.Error())
 	}
 	p.s.counters.Members.Add(int64(len(items)))
+	p.s.counters.RepairedUTF8.Add(int64(p.dec.Repaired()))
+	recTime, checkSkew := rec.Timestamp.UnixNano(), !rec.Timestamp.IsZero()
 	clear(p.groups)
 	p.ids = p.ids[:0]
 	clear(p.rgroups)
@@ -247,6 +271,20 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 	rids := p.cfg.RequestIDs
 	for i := range items {
 		it := &items[i]
+		if size := memberSizeOf(it); size > p.maxMemberBytes() {
+			if err := p.tooLarge(t, it, src.Signal, rec, size); err != nil {
+				return err
+			}
+			continue
+		}
+		if checkSkew && it.Time > satAdd(recTime, int64(p.cfg.MaxClockSkew)) {
+			p.s.counters.Future.Add(1)
+			if p.cfg.FuturePolicy != FutureRestamp {
+				p.future(t, it, src.Signal, rec)
+				continue
+			}
+			it.Time = recTime
+		}
 		t.Observe(input, it.Time)
 		if src.Signal == otlp.SignalLogs && isKVLog(it.Payload) {
 			if err := p.routeKV(t, it, rec); err != nil {
@@ -257,24 +295,23 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 		if it.TraceID == ([16]byte{}) {
 			if src.Signal == otlp.SignalLogs {
 				if rids != nil {
-					if rid, ok := rids.FromLog(it.Payload); ok {
+					if rid, ok := rids.FromLog(it.Payload); ok && len(rid) <= maxRequestIDBytes {
 						p.waitingLog(rid, it, src.Signal, rec)
 						continue
 					}
 				}
 				p.s.counters.UnjoinedLogs.Add(1)
-			} else if p.s.table == nil || !p.resourceSample(it) {
+			} else if p.s.table == nil || !p.resourceSample(t, it) {
 				p.s.counters.UnjoinedPoint.Add(1)
 			}
 			continue
 		}
 		if src.Signal == otlp.SignalSpans && rids != nil {
-			if rid, ok := rids.FromSpan(it.Payload); ok {
-				v := append(p.scratch[:0], tagDeclare)
-				v = append(v, it.TraceID[:]...)
+			if rid, ok := rids.FromSpan(it.Payload); ok && len(rid) <= maxRequestIDBytes {
+				v := append(p.scratch[:0], it.TraceID[:]...)
 				v = binary.AppendVarint(v, it.Time)
 				p.scratch = v
-				if err := p.routeRequest(t, rid, v); err != nil {
+				if err := p.routeRequest(t, rid, tagDeclare, v); err != nil {
 					return err
 				}
 			}
@@ -293,11 +330,7 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 	}
 	p.flushSamples(t)
 	for g, rid := range p.rids {
-		w := &p.rwriters[g]
-		v := append(p.scratch[:0], tagLogs)
-		v = append(v, w.buf...)
-		p.scratch = v
-		if err := p.routeRequest(t, rid, v); err != nil {
+		if err := p.routeRequest(t, rid, tagLogs, p.rwriters[g].buf); err != nil {
 			return err
 		}
 	}
@@ -312,14 +345,65 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 			continue
 		}
 		p.s.counters.Repartitioned.Add(1)
-		t.Emit(&kgo.Record{
-			Topic:     p.cfg.RepartitionTopic,
-			Partition: q,
-			Key:       append([]byte(nil), p.key...),
-			Value:     append([]byte(nil), p.writers[g].buf...),
-		})
+		if err := p.emitMembers(t, p.cfg.RepartitionTopic, q, append([]byte(nil), p.key...), nil, p.writers[g].buf); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// memberSizeOf is the size of it's bytes in a member.
+func memberSizeOf(it *otlp.Item) int {
+	n := len(it.Payload) + len(it.Resource) + len(it.Scope)
+	if it.Signal == otlp.SignalMetrics {
+		n += len(it.Name) + len(it.MetricDescription) + len(it.MetricUnit)
+	}
+	return n
+}
+
+// tooLarge handles a member that no record could carry: the ingest error
+// action, with the member alone (as a one-item OTLP message) as the
+// dead-letter copy.
+func (p *processor) tooLarge(t *engine.Task, it *otlp.Item, sig otlp.Signal, rec *kgo.Record, size int) error {
+	p.s.counters.TooLarge.Add(1)
+	cause := "member of " + strconv.Itoa(size) + " bytes exceeds the record limit of " + strconv.Itoa(p.maxMemberBytes()) + " bytes"
+	switch p.cfg.ErrorPolicy.Ingest {
+	case Skip:
+		p.s.counters.Skipped.Add(1)
+		return nil
+	case Fail:
+		return fmt.Errorf("fuse: %s: %s (topic %s, partition %d, offset %d)", stageIngest, cause, rec.Topic, rec.Partition, rec.Offset)
+	}
+	p.s.counters.DLQ.Add(1)
+	w := chunkWriter{}
+	w.appendItem(it, sig, rec.Topic, rec.Partition, rec.Offset)
+	return readMembers(w.buf, func(m *member) error {
+		p.emitChunked(t, &kgo.Record{
+			Topic:     p.cfg.DLQTopic,
+			Partition: rec.Partition % p.cfg.DLQPartitions,
+			Key:       rec.Key,
+			Value:     oneItemMessage(m),
+			Headers:   append(originHeaders(stageIngest+": "+cause, rec.Topic, rec.Partition, rec.Offset), kgo.RecordHeader{Key: "braid.signal", Value: []byte(sig.String())}),
+		})
+		return nil
+	})
+}
+
+// future sends a member whose event time is too far ahead of its record's
+// timestamp to the late topic (FutureLate).
+func (p *processor) future(t *engine.Task, it *otlp.Item, sig otlp.Signal, rec *kgo.Record) {
+	p.s.counters.Late.Add(1)
+	w := chunkWriter{buf: p.scratch[:0]}
+	w.appendItem(it, sig, rec.Topic, rec.Partition, rec.Offset)
+	p.scratch = w.buf
+	key := rec.Key
+	if it.TraceID != ([16]byte{}) {
+		key = otlp.AppendTraceIDHex(make([]byte, 0, 32), it.TraceID)
+	}
+	_ = readMembers(w.buf, func(m *member) error {
+		p.sendLate(t, key, m, "future event time")
+		return nil
+	})
 }
 
 // waitingLog adds a trace-less log naming request rid to the message's
@@ -341,34 +425,20 @@ func (p *processor) waitingLog(rid string, it *otlp.Item, sig otlp.Signal, rec *
 func (p *processor) processRepartitioned(t *engine.Task, rec *kgo.Record) error {
 	id, ok := otlp.ParseTraceIDHex(rec.Key)
 	if !ok {
-		p.deadLetter(t, rec, "repartition record without a trace id key")
-		return nil
+		return p.reject(t, rec, stageFuse, "repartition record without a trace id key")
+	}
+	if err := validChunk(rec.Value); err != nil {
+		return p.reject(t, rec, stageFuse, "repartition record: "+err.Error())
 	}
 	return p.add(t, id, rec.Value)
-}
-
-func (p *processor) deadLetter(t *engine.Task, rec *kgo.Record, reason string) {
-	p.s.counters.DLQ.Add(1)
-	t.Emit(&kgo.Record{
-		Topic:     p.cfg.DLQTopic,
-		Partition: rec.Partition % p.cfg.DLQPartitions,
-		Key:       rec.Key,
-		Value:     rec.Value,
-		Headers: []kgo.RecordHeader{
-			{Key: "braid.reason", Value: []byte(reason)},
-			{Key: "braid.topic", Value: []byte(rec.Topic)},
-			{Key: "braid.partition", Value: strconv.AppendInt(nil, int64(rec.Partition), 10)},
-			{Key: "braid.offset", Value: strconv.AppendInt(nil, rec.Offset, 10)},
-		},
-	})
 }
 
 // add fuses a chunk of members of trace id.
 func (p *processor) add(t *engine.Task, id [16]byte, chunk []byte) error {
 	wm := t.Watermark()
 	tr := p.traces[id]
-	return readMembers(chunk, func(m *member) error {
-		if windows.IsLate(m.time, wm, p.cfg.AllowedLateness) {
+	err := readMembers(chunk, func(m *member) error {
+		if p.isLate(m.time, wm) {
 			if m.kind == kindIncident {
 				p.s.counters.IncidentTagsLate.Add(1) // not an input record: nothing to send
 				return nil
@@ -376,9 +446,16 @@ func (p *processor) add(t *engine.Task, id [16]byte, chunk []byte) error {
 			p.late(t, id, m)
 			return nil
 		}
+		if tr == nil && p.evicted > 0 {
+			var err error
+			if tr, err = p.reload(t, id); err != nil {
+				return err
+			}
+		}
 		if tr == nil {
 			tr = &trace{id: id, first: m.time, last: m.time}
 			p.traces[id] = tr
+			p.openBytes += traceOverhead
 			p.s.counters.OpenTraces.Add(1)
 		}
 		if m.kind != kindIncident && p.capped(tr, m) {
@@ -386,10 +463,18 @@ func (p *processor) add(t *engine.Task, id [16]byte, chunk []byte) error {
 			tr.dropped[m.kind-1]++
 		} else {
 			w := chunkWriter{buf: tr.pending, lastRes: tr.lastRes}
-			if len(tr.pending) > 0 && len(tr.pending)%maxChunk+len(m.body) < maxChunk {
+			if len(tr.pending) > 0 && int(tr.sinceRes)+len(m.body) < p.chunkBytes() {
 				w.n = 1 // may refer to the previous resource; else restate it, so a chunk can start here
 			}
+			size := len(w.buf)
+			explicit := w.n == 0 || string(m.resource) != string(w.lastRes)
 			w.appendMember(m)
+			if size = len(w.buf) - size; explicit {
+				tr.sinceRes = uint32(size)
+			} else {
+				tr.sinceRes += uint32(size)
+			}
+			p.openBytes += int64(len(w.buf) - len(tr.pending))
 			tr.pending, tr.lastRes = w.buf, w.lastRes
 			tr.bytes += uint32(len(m.body) + len(m.resource))
 			switch m.kind {
@@ -412,6 +497,26 @@ func (p *processor) add(t *engine.Task, id [16]byte, chunk []byte) error {
 		p.schedule(tr)
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	if p.openBytes > p.cfg.MaxOpenTraceBytes {
+		err = p.relieve(t, wm)
+	}
+	p.reportMemory()
+	return err
+}
+
+// reportMemory publishes the task's memory shares in the gauges.
+func (p *processor) reportMemory() {
+	if d := p.openBytes + int64(p.evicted)*evictedOverhead - p.reportedOpen; d != 0 {
+		p.s.counters.OpenTraceBytes.Add(d)
+		p.reportedOpen += d
+	}
+	if d := p.waitingBytes - p.reportedWaiting; d != 0 {
+		p.s.counters.WaitingLogBytes.Add(d)
+		p.reportedWaiting += d
+	}
 }
 
 func (p *processor) capped(tr *trace, m *member) bool {
@@ -448,14 +553,15 @@ func (p *processor) schedule(tr *trace) {
 // nextAction is the event time at which tr is emitted (dirty) or purged.
 func (p *processor) nextAction(tr *trace) int64 {
 	if tr.dirty {
-		return tr.last + int64(p.cfg.IdleGap)
+		return satAdd(tr.last, int64(p.cfg.IdleGap))
 	}
-	return tr.last + int64(p.cfg.IdleGap) + int64(p.cfg.AllowedLateness)
+	return satAdd(satAdd(tr.last, int64(p.cfg.IdleGap)), int64(p.cfg.AllowedLateness))
 }
 
 // OnWatermark implements engine.WatermarkHandler: fires due timers in order,
 // then flushes traces idle in processing time.
 func (p *processor) OnWatermark(t *engine.Task, wm int64) error {
+	defer p.reportMemory()
 	if err := p.releaseKV(t, wm, 4*timerSlice); err != nil {
 		return err
 	}
@@ -528,6 +634,9 @@ func (p *processor) fireTimers(t *engine.Task, wm int64) error {
 	if err != nil || p.backlog {
 		return err
 	}
+	if fired, err = p.fireEvicted(t, wm, fired); err != nil || p.backlog {
+		return err
+	}
 	for ; len(p.timers) > 0 && p.timers[0].at <= wm; fired++ {
 		if fired == timerSlice {
 			p.backlog = true
@@ -585,6 +694,7 @@ func (p *processor) purge(t *engine.Task, tr *trace) error {
 		return err
 	}
 	delete(p.traces, tr.id)
+	p.openBytes -= traceOverhead + int64(len(tr.pending))
 	tr.pending = nil
 	p.s.counters.OpenTraces.Add(-1)
 	return nil
@@ -593,6 +703,11 @@ func (p *processor) purge(t *engine.Task, tr *trace) error {
 // maxChunk bounds one chunk, so that a changelog record stays well under
 // Kafka's default message.max.bytes (1 MiB).
 const maxChunk = 256 << 10
+
+// chunkBytes is the chunk size: maxChunk, or a quarter of MaxRecordBytes
+// if that is less. A chunk is at most this, or one member that is larger
+// (members are at most maxMemberBytes).
+func (p *processor) chunkBytes() int { return min(maxChunk, p.cfg.MaxRecordBytes/4) }
 
 // PrepareCheckpoint implements engine.Checkpointer: pending members become
 // a chunk, and every changed trace's record is written.
@@ -611,33 +726,45 @@ func (p *processor) PrepareCheckpoint(t *engine.Task) error {
 		if p.traces[tr.id] != tr {
 			continue // purged
 		}
-		for rest := tr.pending; len(rest) > 0; {
-			n, err := chunkPrefix(rest, maxChunk)
-			if err != nil {
-				return err
-			}
-			if err := t.State.Set(dataKey(p.key[:0], tr.id, tr.chunks), rest[:n]); err != nil {
-				return fmt.Errorf("fuse: write chunk: %w", err)
-			}
-			tr.chunks++
-			rest = rest[n:]
-		}
-		tr.pending, tr.lastRes = nil, nil
-		p.scratch = encodeMeta(p.scratch[:0], tr)
-		if err := t.State.Set(metaKey(p.key[:0], tr.id), p.scratch); err != nil {
-			return fmt.Errorf("fuse: write trace record: %w", err)
+		if err := p.flushTrace(t, tr); err != nil {
+			return err
 		}
 	}
 	clear(p.changed)
 	p.changed = p.changed[:0]
+	p.reportMemory()
+	return nil
+}
+
+// flushTrace writes tr's pending members as chunks, and its record.
+func (p *processor) flushTrace(t *engine.Task, tr *trace) error {
+	for rest := tr.pending; len(rest) > 0; {
+		n, err := chunkPrefix(rest, p.chunkBytes())
+		if err != nil {
+			return err
+		}
+		if err := t.State.Set(dataKey(p.key[:0], tr.id, tr.chunks), rest[:n]); err != nil {
+			return fmt.Errorf("fuse: write chunk: %w", err)
+		}
+		tr.chunks++
+		rest = rest[n:]
+	}
+	p.openBytes -= int64(len(tr.pending))
+	tr.pending, tr.lastRes = nil, nil
+	p.scratch = encodeMeta(p.scratch[:0], tr)
+	if err := t.State.Set(metaKey(p.key[:0], tr.id), p.scratch); err != nil {
+		return fmt.Errorf("fuse: write trace record: %w", err)
+	}
 	return nil
 }
 
 // Restore implements engine.Restorer: reloads every open trace's record.
 func (p *processor) Restore(t *engine.Task) error {
-	p.s.counters.OpenTraces.Add(-int64(len(p.traces)))
+	p.s.counters.OpenTraces.Add(-int64(len(p.traces) + p.evicted))
 	clear(p.traces)
 	p.timers = p.timers[:0]
+	clear(p.evictTimers)
+	p.evictTimers, p.evicted, p.openBytes = p.evictTimers[:0], 0, 0
 	clear(p.touched)
 	p.touched, p.touchHead = p.touched[:0], 0
 	p.changed = p.changed[:0]
@@ -661,6 +788,7 @@ func (p *processor) Restore(t *engine.Task) error {
 			return fmt.Errorf("fuse: trace %x: %w", tr.id, err)
 		}
 		p.traces[tr.id] = tr
+		p.openBytes += traceOverhead
 		p.schedule(tr)
 		return nil
 	})

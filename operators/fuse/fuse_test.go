@@ -1,6 +1,7 @@
 package fuse
 
 import (
+	"bytes"
 	"math/rand/v2"
 	"sort"
 	"strconv"
@@ -108,10 +109,30 @@ func (h *harness) out(topic string) []*kgo.Record {
 func (h *harness) fused() map[string]*braidpb.FusedTrace {
 	h.t.Helper()
 	m := map[string]*braidpb.FusedTrace{}
+	parts := map[string][][]byte{}
 	for _, r := range h.out("braid.fused") {
+		if h.stage.cfg.MaxRecordBytes > 0 && len(r.Key)+len(r.Value) > h.stage.cfg.MaxRecordBytes {
+			h.t.Fatalf("fused record of %d bytes, over the limit of %d", len(r.Key)+len(r.Value), h.stage.cfg.MaxRecordBytes)
+		}
 		var ft braidpb.FusedTrace
 		if err := proto.Unmarshal(r.Value, &ft); err != nil {
 			h.t.Fatalf("fused record does not decode: %v", err)
+		}
+		if ft.Parts > 1 {
+			// Parts concatenate to the whole revision (FusedTrace.part).
+			k := string(r.Key) + "/" + strconv.Itoa(int(ft.Revision))
+			if int(ft.Part) != len(parts[k]) {
+				h.t.Fatalf("trace %s: part %d after %d parts", r.Key, ft.Part, len(parts[k]))
+			}
+			parts[k] = append(parts[k], r.Value)
+			if len(parts[k]) < int(ft.Parts) {
+				continue
+			}
+			ft.Reset()
+			if err := proto.Unmarshal(bytes.Join(parts[k], nil), &ft); err != nil {
+				h.t.Fatalf("fused parts do not decode: %v", err)
+			}
+			ft.Part, ft.Parts = 0, 0
 		}
 		ft.WatermarkUnixNano = 0
 		if old := m[string(r.Key)]; old == nil || old.Revision < ft.Revision {

@@ -3,12 +3,12 @@ package fuse
 import (
 	"encoding/binary"
 	"fmt"
+	"strconv"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/braidlabs/braid/connectors/otlp"
 	"github.com/braidlabs/braid/engine"
-	"github.com/braidlabs/braid/windows"
 )
 
 // The resolve stage joins log records that carry only a request id (no
@@ -51,7 +51,14 @@ const (
 	tagLogs    = 'L'
 )
 
-const prefixRequest = byte('q')
+// Resolve state: a record per request id under "q"+id (declaration,
+// times, number of waiting-log chunks) and its waiting logs in chunks of at
+// most chunkBytes under "w"+uvarint(len(id))+id+chunk number, so that no state
+// value grows with the number of logs that name one request.
+const (
+	prefixRequest = byte('q')
+	prefixWaiting = byte('w')
+)
 
 // request is the resolve state of one request id.
 type request struct {
@@ -62,8 +69,22 @@ type request struct {
 	waiting  []byte // chunk of logs waiting for a declaration
 	first    int64  // earliest waiting log time
 	changed  bool
-	stored   bool // has a record in the keyspace
+	stored   bool   // has a record in the keyspace
+	chunks   uint32 // waiting-log chunks in the keyspace
+	storedTo int    // waiting[:storedTo] is in those chunks
+	cleared  bool   // waiting was emptied since the last checkpoint
 	timerAt  int64
+}
+
+// requestOverhead approximates the memory of a request record besides its
+// id and waiting logs (struct, map entry, timer).
+const requestOverhead = 160
+
+// clearWaiting empties r's waiting logs (forwarded, flagged or evicted).
+func (p *processor) clearWaiting(r *request) {
+	p.waitingBytes -= int64(len(r.waiting))
+	r.waiting, r.first = nil, 0
+	r.cleared = true
 }
 
 func (p *processor) requestFor(id string) *request {
@@ -71,53 +92,65 @@ func (p *processor) requestFor(id string) *request {
 	if r == nil {
 		r = &request{id: id}
 		p.requests[id] = r
+		p.requestBytes += int64(requestOverhead + len(id))
 		p.s.counters.OpenRequests.Add(1)
 	}
 	return r
 }
 
-// routeRequest sends a resolve record to the task owning request id rid.
-func (p *processor) routeRequest(t *engine.Task, rid string, value []byte) error {
+// routeRequest sends a resolve record (tag, then payload) to the task
+// owning request id rid; a chunk of logs too large for one record goes as
+// several.
+func (p *processor) routeRequest(t *engine.Task, rid string, tag byte, payload []byte) error {
 	q := otlp.HashPartition([]byte(rid), p.cfg.Partitions)
 	if q == p.partition {
-		return p.resolve(t, rid, value)
+		if tag == tagDeclare {
+			return p.resolveDeclare(t, rid, payload)
+		}
+		return p.waitOrForward(t, rid, payload)
 	}
 	p.s.counters.ResolveForwarded.Add(1)
-	t.Emit(&kgo.Record{
-		Topic:     p.cfg.ResolveTopic,
-		Partition: q,
-		Key:       []byte(rid),
-		Value:     append([]byte(nil), value...),
-	})
+	if tag == tagLogs {
+		return p.emitMembers(t, p.cfg.ResolveTopic, q, []byte(rid), []byte{tagLogs}, payload)
+	}
+	v := append(make([]byte, 0, 1+len(payload)), tag)
+	t.Emit(&kgo.Record{Topic: p.cfg.ResolveTopic, Partition: q, Key: []byte(rid), Value: append(v, payload...)})
 	return nil
 }
 
 func (p *processor) processResolve(t *engine.Task, rec *kgo.Record) error {
 	if len(rec.Key) == 0 || len(rec.Value) == 0 {
-		p.deadLetter(t, rec, "resolve record without a request id key or value")
-		return nil
+		return p.reject(t, rec, stageResolve, "resolve record without a request id key or value")
 	}
-	return p.resolve(t, string(rec.Key), rec.Value)
-}
-
-// resolve applies a resolve record for request id rid.
-func (p *processor) resolve(t *engine.Task, rid string, v []byte) error {
+	rid, v := string(rec.Key), rec.Value
 	switch v[0] {
 	case tagDeclare:
 		if len(v) < 18 {
-			return fmt.Errorf("fuse: short declaration for request %q", rid)
+			return p.reject(t, rec, stageResolve, "short request id declaration")
 		}
-		var id [16]byte
-		copy(id[:], v[1:17])
-		ts, n := binary.Varint(v[17:])
-		if n <= 0 {
-			return fmt.Errorf("fuse: corrupt declaration for request %q", rid)
-		}
-		return p.declare(t, rid, id, ts)
+		return p.resolveDeclare(t, rid, v[1:])
 	case tagLogs:
+		if err := validChunk(v[1:]); err != nil {
+			return p.reject(t, rec, stageResolve, "resolve record: "+err.Error())
+		}
 		return p.waitOrForward(t, rid, v[1:])
 	}
-	return fmt.Errorf("fuse: unknown resolve record tag %q", v[0])
+	return p.reject(t, rec, stageResolve, "unknown resolve record tag "+strconv.Quote(string(v[:1])))
+}
+
+// resolveDeclare applies a declaration: trace id (16 bytes), event time
+// (varint).
+func (p *processor) resolveDeclare(t *engine.Task, rid string, v []byte) error {
+	if len(v) < 17 {
+		return fmt.Errorf("fuse: short declaration for request %q", rid)
+	}
+	var id [16]byte
+	copy(id[:], v[:16])
+	ts, n := binary.Varint(v[16:])
+	if n <= 0 {
+		ts = 0 // a corrupt time: the declaration still stands
+	}
+	return p.declare(t, rid, id, ts)
 }
 
 func (p *processor) declare(t *engine.Task, rid string, id [16]byte, ts int64) error {
@@ -135,7 +168,7 @@ func (p *processor) declare(t *engine.Task, rid string, id [16]byte, ts int64) e
 	r.declTime = max(r.declTime, ts)
 	if len(r.waiting) > 0 {
 		chunk := r.waiting
-		r.waiting, r.first = nil, 0
+		p.clearWaiting(r)
 		if err := p.forward(t, r, chunk); err != nil {
 			return err
 		}
@@ -153,7 +186,7 @@ func (p *processor) waitOrForward(t *engine.Task, rid string, chunk []byte) erro
 	}
 	wm := t.Watermark()
 	err := readMembers(chunk, func(m *member) error {
-		if windows.IsLate(m.time, wm, p.cfg.AllowedLateness) {
+		if p.isLate(m.time, wm) {
 			p.unresolved(t, rid, m)
 			return nil
 		}
@@ -161,7 +194,9 @@ func (p *processor) waitOrForward(t *engine.Task, rid string, chunk []byte) erro
 		w.appendMember(m)
 		if len(r.waiting) == 0 || m.time < r.first {
 			r.first = m.time
+			p.waitHeap.push(waitEntry{first: m.time, r: r})
 		}
+		p.waitingBytes += int64(len(w.buf) - len(r.waiting))
 		r.waiting = w.buf
 		return nil
 	})
@@ -173,7 +208,60 @@ func (p *processor) waitOrForward(t *engine.Task, rid string, chunk []byte) erro
 		return nil
 	}
 	p.requestChanged(r)
+	err = p.enforceWaitingBudget(t)
+	p.reportMemory()
+	return err
+}
+
+// enforceWaitingBudget sends the oldest waiting logs (all those of the
+// request whose earliest waiting log is oldest, then the next) to the late
+// topic with reason "memory budget" while the waiting logs exceed
+// MaxWaitingLogBytes.
+func (p *processor) enforceWaitingBudget(t *engine.Task) error {
+	for p.waitingBytes > p.cfg.MaxWaitingLogBytes && len(p.waitHeap) > 0 {
+		e := p.waitHeap.pop()
+		r := e.r
+		if p.requests[r.id] != r || len(r.waiting) == 0 || r.first != e.first {
+			continue // stale
+		}
+		err := readMembers(r.waiting, func(m *member) error {
+			p.s.counters.WaitingEvicted.Add(1)
+			p.s.counters.Late.Add(1)
+			p.sendLate(t, []byte(r.id), m, "memory budget")
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		p.clearWaiting(r)
+		p.requestChanged(r)
+	}
+	// Stale entries: rebuild when they dominate.
+	if len(p.waitHeap) > 1024 && len(p.waitHeap) > 4*len(p.requests) {
+		live := p.waitHeap[:0]
+		for _, e := range p.waitHeap {
+			if p.requests[e.r.id] == e.r && len(e.r.waiting) > 0 && e.r.first == e.first {
+				live = append(live, e)
+			}
+		}
+		clear(p.waitHeap[len(live):])
+		p.waitHeap = live
+		p.waitHeap.init()
+	}
 	return nil
+}
+
+// waitEntry orders requests with waiting logs by their earliest one.
+type waitEntry struct {
+	first int64
+	r     *request
+}
+
+func (a waitEntry) before(b waitEntry) bool {
+	if a.first != b.first {
+		return a.first < b.first
+	}
+	return a.r.id < b.r.id
 }
 
 // forward sends resolved logs to the fuse task of r's trace.
@@ -189,13 +277,7 @@ func (p *processor) forward(t *engine.Task, r *request, chunk []byte) error {
 		return p.add(t, r.trace, chunk)
 	}
 	p.s.counters.Repartitioned.Add(1)
-	t.Emit(&kgo.Record{
-		Topic:     p.cfg.RepartitionTopic,
-		Partition: q,
-		Key:       append([]byte(nil), p.key...),
-		Value:     append([]byte(nil), chunk...),
-	})
-	return nil
+	return p.emitMembers(t, p.cfg.RepartitionTopic, q, append([]byte(nil), p.key...), nil, chunk)
 }
 
 func (p *processor) unresolved(t *engine.Task, rid string, m *member) {
@@ -214,9 +296,9 @@ func (p *processor) requestChanged(r *request) {
 // requestAction is when r's waiting logs are flagged or r is forgotten.
 func (p *processor) requestAction(r *request) int64 {
 	if len(r.waiting) > 0 {
-		return r.first + int64(p.cfg.AllowedLateness) + 1
+		return satAdd(r.first, int64(p.cfg.AllowedLateness)+1)
 	}
-	return r.declTime + int64(p.cfg.IdleGap) + int64(p.cfg.AllowedLateness)
+	return satAdd(r.declTime, int64(p.cfg.IdleGap)+int64(p.cfg.AllowedLateness))
 }
 
 func (p *processor) scheduleRequest(r *request) {
@@ -256,7 +338,7 @@ func (p *processor) fireRequests(t *engine.Task, wm int64, budget int) (int, err
 			if err != nil {
 				return fired, err
 			}
-			r.waiting, r.first = nil, 0
+			p.clearWaiting(r)
 			if r.declared {
 				p.requestChanged(r)
 				continue
@@ -264,7 +346,7 @@ func (p *processor) fireRequests(t *engine.Task, wm int64, budget int) (int, err
 		}
 		p.forget(r)
 		if r.stored {
-			if err := t.State.Delete(requestKey(p.key[:0], r.id)); err != nil {
+			if err := p.deleteRequest(t, r); err != nil {
 				return fired, err
 			}
 		}
@@ -272,12 +354,39 @@ func (p *processor) fireRequests(t *engine.Task, wm int64, budget int) (int, err
 	return fired, nil
 }
 
+// deleteRequest deletes r's record and waiting-log chunks.
+func (p *processor) deleteRequest(t *engine.Task, r *request) error {
+	if err := p.deleteWaitingChunks(t, r); err != nil {
+		return err
+	}
+	return t.State.Delete(requestKey(p.key[:0], r.id))
+}
+
+func (p *processor) deleteWaitingChunks(t *engine.Task, r *request) error {
+	for c := uint32(0); c < r.chunks; c++ {
+		if err := t.State.Delete(waitingKey(p.key[:0], r.id, c)); err != nil {
+			return err
+		}
+	}
+	r.chunks, r.storedTo = 0, 0
+	return nil
+}
+
 func (p *processor) forget(r *request) {
 	delete(p.requests, r.id)
+	p.waitingBytes -= int64(len(r.waiting))
+	p.requestBytes -= int64(requestOverhead + len(r.id))
 	p.s.counters.OpenRequests.Add(-1)
 }
 
 func requestKey(dst []byte, id string) []byte { return append(append(dst, prefixRequest), id...) }
+
+func waitingKey(dst []byte, id string, chunk uint32) []byte {
+	dst = append(dst, prefixWaiting)
+	dst = binary.AppendUvarint(dst, uint64(len(id)))
+	dst = append(dst, id...)
+	return binary.BigEndian.AppendUint32(dst, chunk)
+}
 
 // checkpointRequests writes the changed requests' records.
 func (p *processor) checkpointRequests(t *engine.Task) error {
@@ -286,16 +395,34 @@ func (p *processor) checkpointRequests(t *engine.Task) error {
 		if p.requests[r.id] != r {
 			continue
 		}
+		if r.cleared || len(r.waiting) < r.storedTo {
+			if err := p.deleteWaitingChunks(t, r); err != nil {
+				return err
+			}
+			r.cleared = false
+		}
+		for rest := r.waiting[r.storedTo:]; len(rest) > 0; {
+			n, err := chunkPrefix(rest, p.chunkBytes())
+			if err != nil {
+				return err
+			}
+			if err := t.State.Set(waitingKey(p.key[:0], r.id, r.chunks), rest[:n]); err != nil {
+				return fmt.Errorf("fuse: write waiting logs: %w", err)
+			}
+			r.chunks++
+			rest = rest[n:]
+		}
+		r.storedTo = len(r.waiting)
 		b := p.scratch[:0]
 		flags := byte(0)
 		if r.declared {
 			flags = 1
 		}
-		b = append(b, 1, flags)
+		b = append(b, 2, flags)
 		b = append(b, r.trace[:]...)
 		b = binary.AppendVarint(b, r.declTime)
 		b = binary.AppendVarint(b, r.first)
-		b = append(b, r.waiting...)
+		b = binary.AppendUvarint(b, uint64(r.chunks))
 		p.scratch = b
 		if err := t.State.Set(requestKey(p.key[:0], r.id), b); err != nil {
 			return fmt.Errorf("fuse: write request record: %w", err)
@@ -314,11 +441,15 @@ func (p *processor) restoreRequests(t *engine.Task) error {
 	clear(p.requests)
 	p.reqTimers = p.reqTimers[:0]
 	p.changedReqs = p.changedReqs[:0]
+	clear(p.waitHeap)
+	p.waitHeap = p.waitHeap[:0]
+	p.waitingBytes, p.requestBytes = 0, 0
 	return eachKey(t, prefixRequest, func(k, v []byte) error {
 		r := &request{id: string(k[1:]), stored: true}
-		if len(v) < 18 || v[0] != 1 {
+		if len(v) < 18 || (v[0] != 1 && v[0] != 2) {
 			return fmt.Errorf("fuse: request %q: unknown record version", r.id)
 		}
+		version := v[0]
 		r.declared = v[1]&1 != 0
 		copy(r.trace[:], v[2:18])
 		v = v[18:]
@@ -330,8 +461,34 @@ func (p *processor) restoreRequests(t *engine.Task) error {
 		if r.first, n = binary.Varint(v); n <= 0 {
 			return fmt.Errorf("fuse: request %q: %w", r.id, errCorruptChunk)
 		}
-		r.waiting = append([]byte(nil), v[n:]...)
+		v = v[n:]
+		if version == 1 {
+			// Waiting logs inline; the next checkpoint writes them as chunks.
+			r.waiting = append([]byte(nil), v...)
+			r.cleared = len(r.waiting) > 0
+			p.requestChanged(r)
+		} else {
+			chunks, n := binary.Uvarint(v)
+			if n <= 0 || chunks > 1<<31 {
+				return fmt.Errorf("fuse: request %q: %w", r.id, errCorruptChunk)
+			}
+			for c := uint32(0); c < uint32(chunks); c++ {
+				var ok bool
+				var err error
+				if r.waiting, ok, err = t.State.Get(r.waiting, waitingKey(p.key[:0], r.id, c)); err != nil {
+					return err
+				} else if !ok {
+					return fmt.Errorf("fuse: request %q: waiting-log chunk %d of %d missing", r.id, c, chunks)
+				}
+			}
+			r.chunks, r.storedTo = uint32(chunks), len(r.waiting)
+		}
 		p.requests[r.id] = r
+		p.requestBytes += int64(requestOverhead + len(r.id))
+		p.waitingBytes += int64(len(r.waiting))
+		if len(r.waiting) > 0 {
+			p.waitHeap.push(waitEntry{first: r.first, r: r})
+		}
 		p.scheduleRequest(r)
 		return nil
 	})

@@ -16,7 +16,7 @@ import (
 // its resource's series, buffered until the end of the message; false if
 // its name is not in braid's vocabulary or it is a histogram (resource
 // series are gauges, counters and info metrics).
-func (p *processor) resourceSample(it *otlp.Item) bool {
+func (p *processor) resourceSample(t *engine.Task, it *otlp.Item) bool {
 	if it.PointType != otlp.PointGauge && it.PointType != otlp.PointSum {
 		return false
 	}
@@ -46,6 +46,11 @@ func (p *processor) resourceSample(it *otlp.Item) bool {
 	if !seen {
 		p.sampleIDs = append(p.sampleIDs, id)
 		b = resources.AppendIdentity(nil, id)
+	} else if len(b) > p.cfg.MaxRecordBytes/2 && len(b)+len(m.Name)+64 > p.room([]byte(id.String()), nil) {
+		// One record per identity per message, unless that exceeds the
+		// record limit: then the samples so far go now.
+		p.emitSamples(t, id, b)
+		b = resources.AppendIdentity(nil, id)
 	}
 	p.samples[id] = resources.AppendSample(b, m.Name, m.Kind == semconv.Counter, resources.Sample{T: it.Time, V: v})
 	p.s.counters.ResourcePoint.Add(1)
@@ -56,17 +61,21 @@ func (p *processor) resourceSample(it *otlp.Item) bool {
 // record per identity, in the order identities first appeared.
 func (p *processor) flushSamples(t *engine.Task) {
 	for _, id := range p.sampleIDs {
-		key := []byte(id.String())
-		t.Emit(&kgo.Record{
-			Topic:     p.cfg.ResourcesTopic,
-			Partition: otlp.HashPartition(key, p.cfg.Partitions),
-			Key:       key,
-			Value:     p.samples[id],
-		})
+		p.emitSamples(t, id, p.samples[id])
 		delete(p.samples, id)
 	}
 	p.sampleIDs = p.sampleIDs[:0]
 	p.sampleResOf = nil // the message's bytes may be reused
+}
+
+func (p *processor) emitSamples(t *engine.Task, id semconv.Identity, b []byte) {
+	key := []byte(id.String())
+	t.Emit(&kgo.Record{
+		Topic:     p.cfg.ResourcesTopic,
+		Partition: otlp.HashPartition(key, p.cfg.Partitions),
+		Key:       key,
+		Value:     b,
+	})
 }
 
 // sameBytes reports whether a and b are the same slice of memory.

@@ -1,0 +1,176 @@
+package fuse
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/braidlabs/braid/engine"
+)
+
+// Nothing in the input may stop the job: a record a stage cannot handle is
+// dead-lettered, skipped or fails the job as Config.ErrorPolicy says, and
+// every record the stage writes fits Config.MaxRecordBytes.
+
+// Stage names, the prefix of braid.reason.
+const (
+	stageIngest  = "ingest"
+	stageResolve = "resolve"
+	stageFuse    = "fuse"
+)
+
+// policy returns the error action of stage.
+func (p *processor) policy(stage string) OnError {
+	switch stage {
+	case stageIngest:
+		return p.cfg.ErrorPolicy.Ingest
+	case stageResolve:
+		return p.cfg.ErrorPolicy.Resolve
+	default:
+		return p.cfg.ErrorPolicy.Fuse
+	}
+}
+
+// reject applies stage's error action to rec, which the stage cannot
+// handle because of cause: the dead-letter copy is rec unchanged (cut into
+// chunks if it is too large), with braid.reason "<stage>: <cause>".
+func (p *processor) reject(t *engine.Task, rec *kgo.Record, stage, cause string) error {
+	switch p.policy(stage) {
+	case Skip:
+		p.s.counters.Skipped.Add(1)
+		return nil
+	case Fail:
+		return fmt.Errorf("fuse: %s: %s (topic %s, partition %d, offset %d)", stage, cause, rec.Topic, rec.Partition, rec.Offset)
+	}
+	p.s.counters.DLQ.Add(1)
+	p.emitChunked(t, &kgo.Record{
+		Topic:     p.cfg.DLQTopic,
+		Partition: rec.Partition % p.cfg.DLQPartitions,
+		Key:       rec.Key,
+		Value:     rec.Value,
+		Headers:   originHeaders(stage+": "+cause, rec.Topic, rec.Partition, rec.Offset),
+	})
+	return nil
+}
+
+func originHeaders(reason, topic string, partition int32, offset int64) []kgo.RecordHeader {
+	return []kgo.RecordHeader{
+		{Key: "braid.reason", Value: []byte(reason)},
+		{Key: "braid.topic", Value: []byte(topic)},
+		{Key: "braid.partition", Value: strconv.AppendInt(nil, int64(partition), 10)},
+		{Key: "braid.offset", Value: strconv.AppendInt(nil, offset, 10)},
+	}
+}
+
+// maxKeyBytes bounds the key of a late or dead-letter copy.
+const maxKeyBytes = 4096
+
+// maxRequestIDBytes bounds a request id: a longer one is not used for
+// joins (the log counts as unjoined), so that resolve records and their
+// keys stay small.
+const maxRequestIDBytes = 512
+
+// recordOverhead is what a record's value shares the limit with besides
+// its key and headers (Kafka's record framing).
+const recordOverhead = 64
+
+// room returns how many value bytes a record with key and headers may
+// carry.
+func (p *processor) room(key []byte, headers []kgo.RecordHeader) int {
+	n := p.cfg.MaxRecordBytes - len(key) - recordOverhead
+	for _, h := range headers {
+		n -= len(h.Key) + len(h.Value) + 8
+	}
+	return n
+}
+
+// emitChunked emits r, or — when its value does not fit MaxRecordBytes —
+// consecutive records with the same key, topic and partition whose values
+// concatenate to r's, with headers braid.chunk (0-based index) and
+// braid.chunks (count) added. A reader reassembles them in offset order.
+func (p *processor) emitChunked(t *engine.Task, r *kgo.Record) {
+	if len(r.Key) > maxKeyBytes {
+		// Only an input record's key can be this long: its copy keeps the
+		// first maxKeyBytes.
+		r.Key = r.Key[:maxKeyBytes]
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: "braid.key-truncated", Value: []byte("true")})
+	}
+	room := max(p.room(r.Key, r.Headers)-64, 1024) // less the chunk headers
+	if len(r.Value) <= room {
+		t.Emit(r)
+		return
+	}
+	n := (len(r.Value) + room - 1) / room
+	p.s.counters.Chunked.Add(1)
+	for i := range n {
+		v := r.Value[i*room : min((i+1)*room, len(r.Value))]
+		h := append(append([]kgo.RecordHeader(nil), r.Headers...),
+			kgo.RecordHeader{Key: "braid.chunk", Value: strconv.AppendInt(nil, int64(i), 10)},
+			kgo.RecordHeader{Key: "braid.chunks", Value: strconv.AppendInt(nil, int64(n), 10)})
+		t.Emit(&kgo.Record{Topic: r.Topic, Partition: r.Partition, Key: r.Key, Value: v, Headers: h})
+	}
+}
+
+// emitMembers emits chunk (members of one trace or one request) to topic
+// under key, as one record with value prefix+chunk or, when that does not
+// fit MaxRecordBytes, as several cut at member boundaries (each member that
+// starts a record restates its resource). chunk is copied.
+func (p *processor) emitMembers(t *engine.Task, topic string, partition int32, key, prefix, chunk []byte) error {
+	room := p.room(key, nil) - len(prefix)
+	if len(chunk) <= room {
+		v := make([]byte, 0, len(prefix)+len(chunk))
+		t.Emit(&kgo.Record{Topic: topic, Partition: partition, Key: key, Value: append(append(v, prefix...), chunk...)})
+		return nil
+	}
+	p.s.counters.Split.Add(1)
+	w := chunkWriter{buf: append([]byte(nil), prefix...)}
+	flush := func() {
+		if w.n > 0 {
+			t.Emit(&kgo.Record{Topic: topic, Partition: partition, Key: key, Value: w.buf})
+		}
+		w.reset(append([]byte(nil), prefix...))
+	}
+	err := readMembers(chunk, func(m *member) error {
+		if w.n > 0 && len(w.buf)+memberBound(m) > room+len(prefix) {
+			flush()
+		}
+		w.appendMember(m)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	flush()
+	return nil
+}
+
+// memberBound is the most bytes m takes in a chunk.
+func memberBound(m *member) int { return 1 + 10 + 10 + len(m.resource) + 10 + len(m.body) }
+
+// maxMemberBytes is the largest member (body and resource) ingest accepts:
+// one must fit a record with its framing and a fused trace part's header.
+func (p *processor) maxMemberBytes() int { return p.cfg.MaxRecordBytes - 1024 }
+
+// satAdd returns a+b, saturated at the int64 range (b ≥ 0).
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// isLate reports whether event time ts is beyond allowed lateness at
+// watermark wm, without overflow at the ends of the time range.
+func (p *processor) isLate(ts, wm int64) bool {
+	if wm == math.MinInt64 {
+		return false
+	}
+	return satAdd(ts, int64(p.cfg.AllowedLateness)) < wm
+}
+
+// validChunk checks that chunk is a well-formed sequence of members.
+func validChunk(chunk []byte) error {
+	return readMembers(chunk, func(*member) error { return nil })
+}
