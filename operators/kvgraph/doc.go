@@ -19,6 +19,25 @@
 // kernel "NVRM: Xid (PCI:…): N, …" lines are supporting evidence. ParseEvent
 // reads all of these from wire bytes without allocating.
 //
+// # Bad input
+//
+// Nothing in the input makes the processor panic. A KV event that breaks
+// the convention (Event.Check: an unknown kv.op; kv.block.id missing, not
+// an integer or outside [0, MaxBlock); gen_ai.request.id missing on a
+// request's op; a layer index or count outside [0, MaxLayer); an address,
+// size or length negative or beyond MaxPoolBytes / MaxRangeBytes; half of
+// a range; an identity — request id, host.name, gpu.uuid,
+// service.instance.id — longer than MaxIDBytes or not valid UTF-8) goes by
+// Config.ErrorPolicy: by default to the dead-letter topic, the record as
+// it came (a LogsData of it and its resource) with braid.reason
+// "kvgraph: <cause>" and the input record's braid.topic, braid.partition
+// and braid.offset; the job goes on. Identities are rejected rather than
+// repaired, so that two distinct invalid ids are never merged into one.
+// Free text (the body of a supporting line) is repaired: invalid bytes
+// become U+FFFD, cut at a character boundary. Every string given to a
+// protobuf marshal is valid UTF-8; a marshal that fails all the same is
+// counted (Counters.Unwritable) and its record not written.
+//
 // # Keys and routing
 //
 // State is keyed by (GPU, block): each GPU's pool is followed on its own.

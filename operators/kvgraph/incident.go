@@ -54,6 +54,10 @@ func (inc *incident) addNode(n string) {
 
 func (inc *incident) layer(l int64) *braidpb.LayerCount {
 	lc := inc.layers[l]
+	if lc == nil && len(inc.layers) >= maxIncidentLayers {
+		inc.pb.LayersDropped++
+		return &braidpb.LayerCount{Layer: int32(l)} // tallied nowhere
+	}
 	if lc == nil {
 		lc = &braidpb.LayerCount{Layer: int32(l)}
 		inc.layers[l] = lc

@@ -2,9 +2,11 @@ package kvgraph
 
 import (
 	"container/heap"
+	"fmt"
 	"slices"
 	"strconv"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -27,6 +29,18 @@ type Counters struct {
 	Closed    atomic.Int64 // incidents closed
 	Polluted  atomic.Int64 // requests marked polluted
 	Blocks    atomic.Int64 // blocks in state
+
+	Rejected         atomic.Int64 // KV events that break the convention (Config.ErrorPolicy)
+	DeadLettered     atomic.Int64 // of those, written to the dead-letter topic
+	Unwritable       atomic.Int64 // output records that could not be marshalled (skipped)
+	EvidenceDropped  atomic.Int64 // supporting lines dropped: MaxPendingEvidence, MaxIncidentEvidence
+	Truncated        atomic.Int64 // incident records that left items out to fit MaxRecordBytes
+	EarlyReleased    atomic.Int64 // KV events handed to the detector before the watermark (MaxKVBufferBytes)
+	KVBufferBytes    atomic.Int64 // bytes of KV events held until the watermark passes them
+	EvictedBlocks    atomic.Int64 // blocks forgotten before BlockTTL (MaxStateBytes)
+	EvictedRequests  atomic.Int64 // requests forgotten before BlockTTL (MaxStateBytes)
+	EvictedIncidents atomic.Int64 // incidents closed before IncidentWindow (MaxStateBytes)
+	StateBytes       atomic.Int64 // estimated bytes of in-memory detector state
 }
 
 // Processor detects KV-cache pollution for the GPUs routed to one task.
@@ -57,6 +71,9 @@ type Processor struct {
 	hits []readHit
 	key  []byte
 	buf  []byte
+	// err is a record that could not be written under the fail policy,
+	// returned by the call that met it.
+	err error
 }
 
 type blockRef struct {
@@ -93,19 +110,41 @@ func (p *Processor) Counters() *Counters { return p.c }
 // compute-sanitizer line or an Xid line (anything else is counted as
 // ignored). resource and logRecord are wire bytes, valid during the call.
 // ts is the record's event time. It may emit pollution edges; incidents are
-// emitted by OnWatermark. It returns an error only for state I/O.
+// emitted by OnWatermark. A KV event that fails Check goes by
+// Config.ErrorPolicy (see Reject). It returns an error only under the fail
+// policy.
 func (p *Processor) Add(t *engine.Task, resource, logRecord []byte, ts int64, origin Origin) error {
 	ev, ok := ParseEvent(resource, logRecord, ts, origin)
 	if !ok {
 		p.c.Ignored.Add(1)
 		return nil
 	}
-	p.Handle(t, &ev)
-	return nil
+	if err := ev.Check(); err != nil {
+		return p.Reject(t, resource, logRecord, origin, err)
+	}
+	p.handle(t, &ev)
+	return p.takeErr()
 }
 
-// Handle handles one parsed event (see Add).
+// takeErr returns (and clears) the error met while writing records under
+// the fail policy.
+func (p *Processor) takeErr() error {
+	err := p.err
+	p.err = nil
+	return err
+}
+
+// Handle handles one parsed event (see Add). An event that fails Check is
+// dropped, counted in Rejected.
 func (p *Processor) Handle(t *engine.Task, ev *Event) {
+	if ev.Check() != nil {
+		p.c.Rejected.Add(1)
+		return
+	}
+	p.handle(t, ev)
+}
+
+func (p *Processor) handle(t *engine.Task, ev *Event) {
 	if ev.Op == OpSanitizer || ev.Op == OpXid {
 		p.c.Evidence.Add(1)
 		p.supporting(ev)
@@ -759,7 +798,11 @@ func (p *Processor) merge(t *engine.Task, a, b *incident) *incident {
 		x.Hits += lc.Hits
 		x.CorruptedReads += lc.CorruptedReads
 	}
-	a.pb.Evidence = append(a.pb.Evidence, b.pb.Evidence...)
+	for _, ev := range b.pb.Evidence {
+		p.addEvidence(a, ev)
+	}
+	a.pb.EvidenceDropped += b.pb.EvidenceDropped
+	a.pb.LayersDropped += b.pb.LayersDropped
 	a.pb.FirstUnixNano = min(a.pb.FirstUnixNano, b.pb.FirstUnixNano)
 	a.pb.LastUnixNano = max(a.pb.LastUnixNano, b.pb.LastUnixNano)
 	p.markInc(a)
@@ -808,8 +851,12 @@ func (p *Processor) edge(t *engine.Task, g *gpu, inc *incident, pe pollution, fr
 		inc.pb.EdgesDropped++
 	}
 	p.c.Edges.Add(1)
+	v, err := p.marshal(e, "pollution edge")
+	if err != nil {
+		return
+	}
 	key := []byte(from)
-	t.Emit(&kgo.Record{Topic: p.cfg.PollutionTopic, Partition: otlp.HashPartition(key, p.cfg.Partitions), Key: key, Value: p.marshal(e)})
+	t.Emit(&kgo.Record{Topic: p.cfg.PollutionTopic, Partition: otlp.HashPartition(key, p.cfg.Partitions), Key: key, Value: v})
 }
 
 func (p *Processor) markPolluted(g *gpu, inc *incident, pe pollution) {
@@ -843,7 +890,11 @@ func (p *Processor) markPolluted(g *gpu, inc *incident, pe pollution) {
 	inc.pb.Polluted = append(inc.pb.Polluted, pr)
 }
 
-func (p *Processor) marshal(m proto.Message) []byte {
+// marshal serializes an output record. Strings from input are valid UTF-8
+// by then (Check, validString), so an error is not expected: it is counted
+// in Unwritable and the record is not written; under the fail policy the
+// call that met it returns it.
+func (p *Processor) marshal(m proto.Message, what string) ([]byte, error) {
 	var b []byte
 	var err error
 	if p.cfg.JSON {
@@ -852,9 +903,14 @@ func (p *Processor) marshal(m proto.Message) []byte {
 		b, err = proto.MarshalOptions{Deterministic: true}.Marshal(m)
 	}
 	if err != nil {
-		panic("kvgraph: marshal: " + err.Error()) // a bug: the messages are ours
+		p.c.Unwritable.Add(1)
+		err = fmt.Errorf("kvgraph: marshal %s: %w", what, err)
+		if p.cfg.ErrorPolicy == PolicyFail && p.err == nil {
+			p.err = err
+		}
+		return nil, err
 	}
-	return b
+	return b, nil
 }
 
 // supporting handles a sanitizer or Xid line: it attaches to the open
@@ -866,10 +922,14 @@ func (p *Processor) supporting(ev *Event) {
 		kind = "xid"
 	}
 	text := ev.Body
-	if len(text) > 512 {
-		text = text[:512]
+	if len(text) > MaxEvidenceText {
+		n := MaxEvidenceText
+		for n > MaxEvidenceText-utf8.UTFMax && !utf8.RuneStart(text[n]) {
+			n-- // do not cut a character
+		}
+		text = text[:n]
 	}
-	pe := &pendingEvidence{host: string(ev.Host), pb: &braidpb.Evidence{Kind: kind, TimeUnixNano: uint64(ev.Time), Text: string(text)}}
+	pe := &pendingEvidence{host: string(ev.Host), pb: &braidpb.Evidence{Kind: kind, TimeUnixNano: uint64(ev.Time), Text: validString(text)}}
 	if ev.Origin.Topic != "" {
 		pe.pb.Origin = &braidpb.Origin{Topic: ev.Origin.Topic, Partition: ev.Origin.Partition, Offset: ev.Origin.Offset}
 	}
@@ -877,13 +937,18 @@ func (p *Processor) supporting(ev *Event) {
 	attached := false
 	for _, inc := range p.open {
 		if p.matches(inc, pe) {
-			inc.pb.Evidence = append(inc.pb.Evidence, pe.pb)
+			p.addEvidence(inc, pe.pb)
 			p.markInc(inc)
 			p.dirty(inc)
 			attached = true
 		}
 	}
 	if !attached {
+		if len(p.pending) >= p.cfg.MaxPendingEvidence && len(p.pending) > 0 {
+			p.c.EvidenceDropped.Add(1) // the oldest goes
+			p.pending[0] = nil
+			p.pending = p.pending[1:]
+		}
 		p.pending = append(p.pending, pe)
 		p.pendingChanged = true
 	}
@@ -902,7 +967,7 @@ func (p *Processor) attachPending(inc *incident) {
 	out := p.pending[:0]
 	for _, pe := range p.pending {
 		if p.matches(inc, pe) {
-			inc.pb.Evidence = append(inc.pb.Evidence, pe.pb)
+			p.addEvidence(inc, pe.pb)
 			p.pendingChanged = true
 			continue
 		}
@@ -916,23 +981,6 @@ func (p *Processor) dirty(inc *incident) {
 	if !inc.dirty {
 		inc.dirty = true
 		p.dirtyIncs = append(p.dirtyIncs, inc)
-	}
-}
-
-// emitIncident writes the incident's next revision.
-func (p *Processor) emitIncident(t *engine.Task, inc *incident, wm int64) {
-	inc.dirty = false
-	inc.pb.WatermarkUnixNano = uint64(wm)
-	if p.cfg.Context != nil && inc.g != nil {
-		inc.pb.Resources = p.cfg.Context(inc.g.host, inc.g.id, inc.g.index, inc.g.instance, int64(inc.pb.FirstUnixNano), int64(inc.pb.LastUnixNano))
-	}
-	p.c.Revisions.Add(1)
-	key := []byte(inc.pb.Id)
-	t.Emit(&kgo.Record{Topic: p.cfg.IncidentsTopic, Partition: otlp.HashPartition(key, p.cfg.Partitions), Key: key, Value: p.marshal(inc.pb)})
-	inc.pb.Revision++
-	p.markInc(inc)
-	if p.cfg.OnIncident != nil {
-		p.cfg.OnIncident(t, inc.pb)
 	}
 }
 
