@@ -134,7 +134,21 @@
 // checkpoint (only what changed) and reloaded by Restore: per block its
 // owners, hash, content spans per layer (byte range, writer, time, how it
 // got there); per request its trace id and pollution; per GPU its pool
-// geometry; open incidents; supporting lines waiting for an incident. A
+// geometry; open incidents; supporting lines waiting for an incident. An
+// open incident is a head (its record without its lists) and its lists —
+// nodes, edge keys, polluted requests, edges, evidence — in segments of 64
+// items, each written once it changes: no state value grows with an
+// incident.
+//
+// # Sizes
+//
+// Every record the stage writes is under Config.MaxRecordBytes: an
+// incident record lists the first polluted requests, edges, supporting
+// lines and layers that fit (and at most a quarter of it for the resource
+// series) and counts the others in polluted_dropped, edges_dropped,
+// evidence_dropped and layers_dropped (Counters.Truncated counts such
+// records); the incident itself keeps them all, and every edge is on the
+// pollution topic. With the bounds of Check a pollution edge is a few KiB. A
 // block or request that saw no op for BlockTTL of event time is forgotten
 // (at most 512 per OnWatermark call; Backlog reports more).
 package kvgraph

@@ -16,11 +16,15 @@ type incident struct {
 	// (source|target|kind), so that repeated evidence does not repeat them.
 	nodes    []string
 	edgeKeys map[string]struct{}
-	victims  map[string]struct{}
-	layers   map[int64]*braidpb.LayerCount
-	dirty    bool
-	closed   bool
-	changed  bool
+	// keyList is edgeKeys in the order they came (persisted in segments).
+	keyList []string
+	// persisted: items of each list (see incList) in state.
+	persisted [incLists]int
+	victims   map[string]struct{}
+	layers    map[int64]*braidpb.LayerCount
+	dirty     bool
+	closed    bool
+	changed   bool
 	// merged: closed because it merged into another incident.
 	merged bool
 	// order is the creation order among the processor's incidents.
@@ -50,6 +54,16 @@ func (inc *incident) addNode(n string) {
 	}
 	inc.g.nodes[n] = inc
 	inc.nodes = append(inc.nodes, n)
+}
+
+// addEdgeKey records edge key k; false if it was known.
+func (inc *incident) addEdgeKey(k string) bool {
+	if _, ok := inc.edgeKeys[k]; ok {
+		return false
+	}
+	inc.edgeKeys[k] = struct{}{}
+	inc.keyList = append(inc.keyList, k)
+	return true
 }
 
 func (inc *incident) layer(l int64) *braidpb.LayerCount {

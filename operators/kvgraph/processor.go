@@ -66,6 +66,7 @@ type Processor struct {
 	changedGPUs   []*gpu
 	changedIncs   []*incident
 	deleted       [][]byte
+	deletedRanges [][]byte // pairs: [lo, hi)
 	dirtyIncs     []*incident
 
 	hits []readHit
@@ -778,8 +779,7 @@ func (p *Processor) merge(t *engine.Task, a, b *incident) *incident {
 		a.addNode(n)
 	}
 	for _, e := range b.pb.Edges {
-		if _, ok := a.edgeKeys[edgeKey(e)]; !ok {
-			a.edgeKeys[edgeKey(e)] = struct{}{}
+		if a.addEdgeKey(edgeKey(e)) {
 			a.pb.Edges = append(a.pb.Edges, e)
 		}
 	}
@@ -824,10 +824,9 @@ func (p *Processor) edge(t *engine.Task, g *gpu, inc *incident, pe pollution, fr
 	e := &braidpb.PollutionEdge{Source: from, Target: to, Kind: pe.kind, TimeUnixNano: uint64(pe.ev.Time), Host: g.host, Gpu: g.id,
 		Block: pe.block, Layer: int32(pe.layer), SourceRequest: pe.src, TargetRequest: pe.victim, IncidentId: inc.pb.Id, Detail: pe.detail}
 	k := edgeKey(e)
-	if _, ok := inc.edgeKeys[k]; ok {
+	if !inc.addEdgeKey(k) {
 		return
 	}
-	inc.edgeKeys[k] = struct{}{}
 	if pe.lo >= 0 {
 		e.Addr, e.Bytes = pe.lo, pe.hi-pe.lo
 	}
@@ -999,6 +998,8 @@ func (p *Processor) close(t *engine.Task, inc *incident, wm int64) {
 	}
 	p.open = slices.DeleteFunc(p.open, func(x *incident) bool { return x == inc })
 	p.deleted = append(p.deleted, incKey(nil, inc.pb.Id))
+	lo, hi := incSegRange(inc.pb.Id)
+	p.deletedRanges = append(p.deletedRanges, lo, hi)
 	p.c.Closed.Add(1)
 }
 
