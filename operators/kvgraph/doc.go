@@ -134,8 +134,10 @@
 // checkpoint (only what changed) and reloaded by Restore: per block its
 // owners, hash, content spans per layer (byte range, writer, time, how it
 // got there); per request its trace id and pollution; per GPU its pool
-// geometry; open incidents; supporting lines waiting for an incident. An
-// open incident is a head (its record without its lists) and its lists —
+// geometry; open incidents; supporting lines waiting for an incident. A
+// block or request that saw no op for BlockTTL of event time is forgotten
+// (at most 512 per OnWatermark call; Backlog reports more). An open
+// incident is a head (its record without its lists) and its lists —
 // nodes, edge keys, polluted requests, edges, evidence — in segments of 64
 // items, each written once it changes: no state value grows with an
 // incident.
@@ -148,7 +150,24 @@
 // series) and counts the others in polluted_dropped, edges_dropped,
 // evidence_dropped and layers_dropped (Counters.Truncated counts such
 // records); the incident itself keeps them all, and every edge is on the
-// pollution topic. With the bounds of Check a pollution edge is a few KiB. A
-// block or request that saw no op for BlockTTL of event time is forgotten
-// (at most 512 per OnWatermark call; Backlog reports more).
+// pollution topic. With the bounds of Check a pollution edge is a few KiB.
+//
+// # Memory
+//
+// The processor estimates the memory of its blocks, requests, GPUs and
+// open incidents (Counters.StateBytes) and keeps it under
+// Config.MaxStateBytes: past it, open incidents beyond half of the budget
+// close early (least recently grown first; a last revision, CLOSED, whose
+// root detail says "closed early: state memory budget";
+// Counters.EvictedIncidents), then the least recently used blocks and
+// requests (by event time) are forgotten before BlockTTL
+// (Counters.EvictedBlocks, EvictedRequests) down to 7/8 of the budget.
+// What is lost is detection, and care is taken that forgetting does not
+// make incidents of its own: a block met again after owned blocks of its
+// GPU were forgotten is untracked until its next alloc without a content
+// hash (its writers and prefix hits are taken for owners, its reads are
+// not checked); a forgotten request's pollution no longer propagates. Supporting lines waiting for an incident are capped by
+// Config.MaxPendingEvidence, those of one incident by MaxIncidentEvidence.
+// The fuse stage holds KV events until the watermark passes them within
+// Config.MaxKVBufferBytes (see there).
 package kvgraph

@@ -129,4 +129,5 @@ func (p *Processor) addEvidence(inc *incident, ev *braidpb.Evidence) {
 		return
 	}
 	inc.pb.Evidence = append(inc.pb.Evidence, ev)
+	inc.grow(int64(len(ev.Text)) + 200)
 }

@@ -165,6 +165,7 @@ func (p *Processor) Restore(t *engine.Task) error {
 	p.backlog = false
 	p.changedBlocks, p.changedReqs, p.changedGPUs, p.changedIncs = p.changedBlocks[:0], p.changedReqs[:0], p.changedGPUs[:0], p.changedIncs[:0]
 	p.deleted, p.deletedRanges, p.dirtyIncs = p.deleted[:0], p.deletedRanges[:0], p.dirtyIncs[:0]
+	p.touchedBlocks, p.touchedReqs = p.touchedBlocks[:0], p.touchedReqs[:0]
 	p.wm = t.Watermark()
 
 	if err := p.iter(t, 'g', func(k, v []byte) error {
@@ -276,6 +277,7 @@ func (p *Processor) Restore(t *engine.Task) error {
 			p.nextOrder = inc.order + 1
 		}
 	}
+	p.restoreSizes()
 	v, ok, err := t.State.Get(nil, evidenceKey)
 	if err != nil {
 		return err
@@ -369,7 +371,7 @@ func encodeGPU(b []byte, g *gpu) []byte {
 	for _, v := range []int64{g.index, g.layerSize, g.layers, g.bbLo, g.bbHi, g.bbAttr} {
 		b = binary.AppendVarint(b, v)
 	}
-	return b
+	return append(b, boolByte(g.lossy)) // absent in records of older versions
 }
 
 func decodeGPU(v []byte, g *gpu) error {
@@ -383,6 +385,9 @@ func decodeGPU(v []byte, g *gpu) error {
 	}
 	if g.bbHi == 0 {
 		g.bbHi = math.MaxInt64
+	}
+	if x := d.b; !d.err && len(x) > 0 {
+		g.lossy = x[0] == 1
 	}
 	return d.done()
 }
@@ -420,7 +425,7 @@ func encodeBlock(b []byte, bl *block) []byte {
 			b = binary.AppendVarint(b, s.origin.Offset)
 		}
 	}
-	return b
+	return append(b, boolByte(bl.untracked)) // absent in records of older versions
 }
 
 func boolByte(v bool) byte {
@@ -474,6 +479,9 @@ func decodeBlock(v []byte, bl *block) error {
 			ls.spans = append(ls.spans, s)
 		}
 		bl.layers = append(bl.layers, ls)
+	}
+	if x := d.b; !d.err && len(x) > 0 {
+		bl.untracked = x[0] == 1
 	}
 	return d.done()
 }
@@ -628,15 +636,16 @@ func decodeSegment(v []byte, inc *incident, l byte) error {
 		case listPolluted:
 			x := &braidpb.PollutedRequest{}
 			err = proto.Unmarshal([]byte(s), x)
-			inc.pb.Polluted = append(inc.pb.Polluted, x)
+			inc.addVictim(x)
 		case listEdges:
 			x := &braidpb.PollutionEdge{}
 			err = proto.Unmarshal([]byte(s), x)
-			inc.pb.Edges = append(inc.pb.Edges, x)
+			inc.addEdge(x)
 		case listEvidence:
 			x := &braidpb.Evidence{}
 			err = proto.Unmarshal([]byte(s), x)
 			inc.pb.Evidence = append(inc.pb.Evidence, x)
+			inc.grow(int64(len(x.Text)) + 200)
 		}
 		if err != nil {
 			return fmt.Errorf("kvgraph: decode incident: %w", err)

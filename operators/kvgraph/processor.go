@@ -67,6 +67,14 @@ type Processor struct {
 	changedIncs   []*incident
 	deleted       [][]byte
 	deletedRanges [][]byte // pairs: [lo, hi)
+
+	// Memory (budget.go): estimated bytes of blocks, requests and GPUs, and
+	// of open incidents; the blocks and requests an event touched.
+	stateBytes    int64
+	incBytes      int64
+	reported      int64 // the part of Counters.StateBytes that is ours
+	touchedBlocks []*block
+	touchedReqs   []*request
 	dirtyIncs     []*incident
 
 	hits []readHit
@@ -124,6 +132,7 @@ func (p *Processor) Add(t *engine.Task, resource, logRecord []byte, ts int64, or
 		return p.Reject(t, resource, logRecord, origin, err)
 	}
 	p.handle(t, &ev)
+	p.account(t)
 	return p.takeErr()
 }
 
@@ -143,6 +152,7 @@ func (p *Processor) Handle(t *engine.Task, ev *Event) {
 		return
 	}
 	p.handle(t, ev)
+	p.account(t)
 }
 
 func (p *Processor) handle(t *engine.Task, ev *Event) {
@@ -174,6 +184,12 @@ func (p *Processor) handle(t *engine.Task, ev *Event) {
 		b = &block{id: ev.Block}
 		g.blocks[ev.Block] = b
 		p.c.Blocks.Add(1)
+		// On a GPU whose owned blocks were evicted, a block met in
+		// mid-life has owners we forgot: see untracked.
+		b.untracked = g.lossy && (ev.Op != OpAlloc || ev.HasHash) && ev.Op != OpSwapIn
+	}
+	if b.untracked && ev.Op == OpAlloc && !ev.HasHash {
+		b.untracked = false // a new life (owners taken since stay)
 	}
 	b.last = max(b.last, ev.Time)
 	p.markBlock(g, b)
@@ -202,7 +218,7 @@ func (p *Processor) handle(t *engine.Task, ev *Event) {
 			p.write(t, g, b, r, ev)
 		}
 	case OpRead:
-		if r != nil {
+		if r != nil && !b.untracked {
 			p.read(t, g, b, r, ev)
 		}
 	case OpFree:
@@ -262,6 +278,7 @@ func (p *Processor) gpuOf(ev *Event) *gpu {
 		g = newGPU(string(key), string(ev.Host))
 		g.index = ev.GPUIndex
 		p.gpus[g.id] = g
+		p.addStateBytes(gpuBytes(g))
 		p.markGPU(g)
 	}
 	if len(ev.Instance) > 0 && g.instance != string(ev.Instance) {
@@ -294,6 +311,16 @@ func (p *Processor) alloc(t *engine.Task, g *gpu, b *block, r *request, ev *Even
 	if b.owner(r.id) != nil {
 		return
 	}
+	if b.untracked {
+		// A prefix hit on a block whose content we forgot: taken as
+		// sharing it.
+		b.owners = append(b.owners, owner{req: r.id, at: ev.Time, shared: ev.HasHash})
+		r.hold(b.id)
+		if ev.HasHash && !b.hasHash {
+			b.hash, b.hasHash, b.hashWriter = ev.Hash, true, ""
+		}
+		return
+	}
 	shared := ev.HasHash && b.hasHash && ev.Hash == b.hash
 	if len(b.owners) > 0 && !shared {
 		src, at := r.id, ev.Time
@@ -324,6 +351,11 @@ func layerRange(g *gpu, ev *Event, l int64) (base, size int64, ok bool) {
 }
 
 func (p *Processor) write(t *engine.Task, g *gpu, b *block, r *request, ev *Event) {
+	if b.untracked && b.owner(r.id) == nil {
+		// Owners forgotten: the writer is taken for one.
+		b.owners = append(b.owners, owner{req: r.id, at: ev.Time})
+		r.hold(b.id)
+	}
 	lb, ls, ok := layerRange(g, ev, ev.Layer)
 	count := g.layers
 	if ev.Layers > 0 {
@@ -757,11 +789,13 @@ func (p *Processor) openIncident(g *gpu, pe pollution) *incident {
 		pb: &braidpb.Incident{Id: id, State: braidpb.IncidentState_INCIDENT_STATE_OPEN, Host: g.host, Gpu: g.id, Pattern: pe.kind,
 			Root: p.rootOf(g, pe), FirstUnixNano: uint64(pe.ev.Time), LastUnixNano: uint64(pe.ev.Time)},
 		g:        g,
+		total:    &p.incBytes,
 		edgeKeys: map[string]struct{}{},
 		victims:  map[string]struct{}{},
 		layers:   map[int64]*braidpb.LayerCount{},
 	}
 	inc.order = p.nextOrder
+	inc.grow(incidentHead)
 	p.nextOrder++
 	p.open = append(p.open, inc)
 	p.c.Incidents.Add(1)
@@ -780,13 +814,13 @@ func (p *Processor) merge(t *engine.Task, a, b *incident) *incident {
 	}
 	for _, e := range b.pb.Edges {
 		if a.addEdgeKey(edgeKey(e)) {
-			a.pb.Edges = append(a.pb.Edges, e)
+			a.addEdge(e)
 		}
 	}
 	for _, v := range b.pb.Polluted {
 		if _, ok := a.victims[v.RequestId]; !ok {
 			a.victims[v.RequestId] = struct{}{}
-			a.pb.Polluted = append(a.pb.Polluted, v)
+			a.addVictim(v)
 			if r := a.g.reqs[v.RequestId]; r != nil && r.incident == b.pb.Id {
 				r.incident = a.pb.Id
 				p.markReq(a.g, r)
@@ -845,7 +879,7 @@ func (p *Processor) edge(t *engine.Task, g *gpu, inc *incident, pe pollution, fr
 		e.Evidence = append(e.Evidence, &braidpb.Origin{Topic: pe.ev.Origin.Topic, Partition: pe.ev.Origin.Partition, Offset: pe.ev.Origin.Offset})
 	}
 	if len(inc.pb.Edges) < p.cfg.MaxIncidentEdges {
-		inc.pb.Edges = append(inc.pb.Edges, e)
+		inc.addEdge(e)
 	} else {
 		inc.pb.EdgesDropped++
 	}
@@ -886,7 +920,7 @@ func (p *Processor) markPolluted(g *gpu, inc *incident, pe pollution) {
 	if v.trace != ([16]byte{}) {
 		pr.TraceId = append([]byte(nil), v.trace[:]...)
 	}
-	inc.pb.Polluted = append(inc.pb.Polluted, pr)
+	inc.addVictim(pr)
 }
 
 // marshal serializes an output record. Strings from input are valid UTF-8
@@ -997,6 +1031,8 @@ func (p *Processor) close(t *engine.Task, inc *incident, wm int64) {
 		}
 	}
 	p.open = slices.DeleteFunc(p.open, func(x *incident) bool { return x == inc })
+	p.incBytes -= inc.bytes
+	inc.total = nil
 	p.deleted = append(p.deleted, incKey(nil, inc.pb.Id))
 	lo, hi := incSegRange(inc.pb.Id)
 	p.deletedRanges = append(p.deletedRanges, lo, hi)
@@ -1046,51 +1082,66 @@ func (p *Processor) OnWatermark(t *engine.Task, wm int64) error {
 	if len(p.pending) != n {
 		p.pendingChanged = true
 	}
-	return p.expire(wm)
+	err := p.expire(wm)
+	p.report()
+	return err
 }
 
 func (p *Processor) expire(wm int64) error {
 	p.backlog = false
-	ttl := int64(p.cfg.BlockTTL)
 	for fired := 0; len(p.timers) > 0 && p.timers[0].at <= wm; fired++ {
 		if fired == timerSlice {
 			p.backlog = true
 			return nil
 		}
-		tm := heap.Pop(&p.timers).(timer)
-		g := tm.g
-		if tm.b != nil {
-			b := tm.b
-			if g.blocks[b.id] != b || b.timerAt != tm.at {
-				continue
-			}
-			b.timerAt = 0
-			if b.last+ttl > wm {
-				p.scheduleBlock(g, b)
-				continue
-			}
-			delete(g.blocks, b.id)
-			p.c.Blocks.Add(-1)
-			p.deleted = append(p.deleted, blockKey(nil, g.id, b.id))
-		} else {
-			r := tm.r
-			if g.reqs[r.id] != r || r.timerAt != tm.at {
-				continue
-			}
-			r.timerAt = 0
-			if r.last+ttl > wm {
-				p.scheduleReq(g, r)
-				continue
-			}
-			delete(g.reqs, r.id)
-			p.deleted = append(p.deleted, reqKey(nil, g.id, r.id))
-		}
-		if len(g.blocks) == 0 && len(g.reqs) == 0 && len(g.nodes) == 0 && p.gpus[g.id] == g {
-			delete(p.gpus, g.id)
-			p.deleted = append(p.deleted, gpuKey(nil, g.id))
-		}
+		p.fire(heap.Pop(&p.timers).(timer), wm)
 	}
 	return nil
+}
+
+// fire handles a timer popped at event time wm: its block or request is
+// forgotten when idle for BlockTTL by then, else rescheduled. It reports
+// what it forgot: 'b', 'r' or 0.
+func (p *Processor) fire(tm timer, wm int64) byte {
+	ttl := int64(p.cfg.BlockTTL)
+	g := tm.g
+	var what byte
+	if tm.b != nil {
+		b := tm.b
+		if g.blocks[b.id] != b || b.timerAt != tm.at {
+			return 0
+		}
+		b.timerAt = 0
+		if b.last+ttl > wm {
+			p.scheduleBlock(g, b)
+			return 0
+		}
+		delete(g.blocks, b.id)
+		p.c.Blocks.Add(-1)
+		p.addStateBytes(-b.size)
+		p.deleted = append(p.deleted, blockKey(nil, g.id, b.id))
+		what = 'b'
+	} else {
+		r := tm.r
+		if g.reqs[r.id] != r || r.timerAt != tm.at {
+			return 0
+		}
+		r.timerAt = 0
+		if r.last+ttl > wm {
+			p.scheduleReq(g, r)
+			return 0
+		}
+		delete(g.reqs, r.id)
+		p.addStateBytes(-r.size)
+		p.deleted = append(p.deleted, reqKey(nil, g.id, r.id))
+		what = 'r'
+	}
+	if len(g.blocks) == 0 && len(g.reqs) == 0 && len(g.nodes) == 0 && p.gpus[g.id] == g {
+		delete(p.gpus, g.id)
+		p.addStateBytes(-gpuBytes(g))
+		p.deleted = append(p.deleted, gpuKey(nil, g.id))
+	}
+	return what
 }
 
 func (p *Processor) scheduleBlock(g *gpu, b *block) {
@@ -1110,6 +1161,7 @@ func (p *Processor) scheduleReq(g *gpu, r *request) {
 }
 
 func (p *Processor) markBlock(g *gpu, b *block) {
+	p.touchedBlocks = append(p.touchedBlocks, b)
 	if !b.changed {
 		b.changed = true
 		p.changedBlocks = append(p.changedBlocks, blockRef{g, b})
@@ -1117,6 +1169,7 @@ func (p *Processor) markBlock(g *gpu, b *block) {
 }
 
 func (p *Processor) markReq(g *gpu, r *request) {
+	p.touchedReqs = append(p.touchedReqs, r)
 	if !r.changed {
 		r.changed = true
 		p.changedReqs = append(p.changedReqs, reqRef{g, r})
