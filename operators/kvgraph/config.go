@@ -39,8 +39,9 @@ type Config struct {
 	// more are counted in evidence_dropped. Default 256.
 	MaxIncidentEvidence int
 	// MaxPendingEvidence caps the supporting lines waiting for an incident
-	// (the oldest go first, counted in Counters.EvidenceDropped). Default
-	// 4096.
+	// (the oldest go first, counted in Counters.EvidenceDropped); they are
+	// one state value, so at a checkpoint the oldest also go until it is
+	// under MaxRecordBytes. Default 4096.
 	MaxPendingEvidence int
 	// ErrorPolicy is what happens to a KV event that breaks the convention
 	// (see Check): dead_letter (default) writes it to DLQTopic with

@@ -3,6 +3,7 @@ package kvgraph
 import (
 	"bytes"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -331,5 +332,31 @@ func TestSlimKeepsTheEvent(t *testing.T) {
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("%v: slimmed %+v, want %+v", op, got, want)
 		}
+	}
+}
+
+// TestLongestIdentitiesFit: with every identity at MaxIDBytes, edges and
+// incidents still fit, and so does the state of a flood of supporting
+// lines waiting for an incident.
+func TestLongestIdentitiesFit(t *testing.T) {
+	h := newHarness(t, nil)
+	long := func(c string) string { return strings.Repeat(c, MaxIDBytes) }
+	w := kvlog.Where{Host: long("h"), GPUUUID: long("g"), GPUIndex: 0, Instance: long("i")}
+	r1, r2 := long("a"), long("b")
+	h.feed(w, seq(alloc(0, r1, 1), fill(1, r1, 1, 0), free(3, r1, 1), alloc(5, r2, 1), pool.Read(at(7), r2, 1, 2, 0, 1024))...)
+	for i := range 3000 {
+		h.feed(kvlog.Where{Host: long("x"), GPUUUID: long("y"), GPUIndex: -1},
+			kvlog.Op{Time: at(8), Body: "========= Invalid __global__ write " + strings.Repeat("z", 600) + strconv.Itoa(i)})
+	}
+	if err := h.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	h.checkState()
+	if err := h.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	h.checkOutputs()
+	if len(h.edges()) == 0 || len(h.dlq()) != 0 || h.cfg.Counters.EvidenceDropped.Load() == 0 {
+		t.Fatalf("%d edges, %d DLQ, %d evidence dropped", len(h.edges()), len(h.dlq()), h.cfg.Counters.EvidenceDropped.Load())
 	}
 }

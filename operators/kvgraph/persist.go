@@ -140,6 +140,14 @@ func (p *Processor) PrepareCheckpoint(t *engine.Task) error {
 	if p.pendingChanged {
 		p.pendingChanged = false
 		b, err := encodePending(p.buf[:0], p.pending)
+		for err == nil && len(b) > p.cfg.MaxRecordBytes-incidentHeadroom && len(p.pending) > 0 {
+			// One state value: the oldest lines go until it fits.
+			drop := max(1, len(p.pending)/8)
+			p.c.EvidenceDropped.Add(int64(drop))
+			clear(p.pending[:drop])
+			p.pending = p.pending[drop:]
+			b, err = encodePending(p.buf[:0], p.pending)
+		}
 		if err != nil {
 			return err
 		}
