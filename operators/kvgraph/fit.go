@@ -71,7 +71,7 @@ func (p *Processor) fit(pb *braidpb.Incident, budget int) {
 		}
 		pb.Resources = &braidpb.ResourceContext{Series: rc.Series[:n]}
 	}
-	room := budget - proto.Size(pb) - 4*protowire.SizeVarint(1<<32) // the dropped counts
+	room := budget - proto.Size(pb) - 4*(2+protowire.SizeVarint(1<<32)) // the dropped counts
 	// Each list gets its share first, then what the others left.
 	shares := [4]int{room * 4 / 10, room * 4 / 10, room / 10, room / 10}
 	var kept [4]int
@@ -100,9 +100,6 @@ func (p *Processor) fit(pb *braidpb.Incident, budget int) {
 				}
 				limit -= sz
 				room -= sz
-				if pass == 0 {
-					shares[l] -= sz
-				}
 				kept[l]++
 			}
 		}
