@@ -226,8 +226,9 @@ func (a *kvEvent) before(b *kvEvent) bool {
 	return a.seq < b.seq
 }
 
-// onIncident tags the traces of an incident's polluted requests, each at
-// the event time it was polluted (within its request, so the trace is
+// onIncident tags the traces of an incident's polluted requests (those
+// not given before: kvgraph hands each over once), each at the event time
+// it was polluted (within its request, so the trace is
 // revised, not reopened). It runs inside p.kv's calls, on the task's
 // goroutine; an error is returned after the call (kvError).
 func (p *processor) onIncident(t *engine.Task, inc *braidpb.Incident) {

@@ -73,9 +73,11 @@ type Config struct {
 	MaxStateBytes int64
 	// JSON writes records as protojson instead of protobuf.
 	JSON bool
-	// OnIncident, when set, is called on every emission of an incident
-	// (fuse tags the FusedTrace records of its polluted requests). Called
-	// on the task's goroutine; inc must not be retained or modified.
+	// OnIncident, when set, is called on an emission of an incident that
+	// names polluted requests not given before: inc.Polluted holds only
+	// those (fuse tags the FusedTrace records of its polluted requests,
+	// each once). Called on the task's goroutine; inc must not be retained
+	// or modified.
 	OnIncident func(t *engine.Task, inc *braidpb.Incident)
 	// Context, when set, returns the resource series in force on a GPU
 	// (host, gpu id — its uuid, else host/gpuN —, index or -1, and the

@@ -42,8 +42,14 @@ func (p *Processor) emitIncident(t *engine.Task, inc *incident, wm int64) {
 	}
 	pb.Revision++
 	p.markInc(inc)
-	if p.cfg.OnIncident != nil {
+	if p.cfg.OnIncident != nil && inc.notified < len(pb.Polluted) {
+		// Each polluted request once: a trace is tagged once per
+		// incident, not once per revision.
+		all := pb.Polluted
+		pb.Polluted = all[inc.notified:]
 		p.cfg.OnIncident(t, pb)
+		pb.Polluted = all
+		inc.notified = len(all)
 	}
 }
 

@@ -20,11 +20,13 @@ type incident struct {
 	keyList []string
 	// persisted: items of each list (see incList) in state.
 	persisted [incLists]int
-	victims   map[string]struct{}
-	layers    map[int64]*braidpb.LayerCount
-	dirty     bool
-	closed    bool
-	changed   bool
+	// notified: polluted requests handed to Config.OnIncident.
+	notified int
+	victims  map[string]struct{}
+	layers   map[int64]*braidpb.LayerCount
+	dirty    bool
+	closed   bool
+	changed  bool
 	// merged: closed because it merged into another incident.
 	merged bool
 	// order is the creation order among the processor's incidents.

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/braidlabs/braid/engine"
 	"github.com/braidlabs/braid/operators/braidpb"
 	"github.com/braidlabs/braid/operators/kvgraph/kvlog"
 )
@@ -33,7 +34,10 @@ func manyVictims(n int) [][]kvlog.Op {
 func TestLargeIncidentFitsTheBroker(t *testing.T) {
 	const n = 6000
 	for _, restart := range []bool{false, true} {
-		h := newHarness(t, nil)
+		handed := 0
+		h := newHarness(t, func(c *Config) {
+			c.OnIncident = func(_ *engine.Task, inc *braidpb.Incident) { handed += len(inc.Polluted) }
+		})
 		msgs := manyVictims(n)
 		for i, ops := range msgs {
 			h.feed(gpu0, ops...)
@@ -72,6 +76,9 @@ func TestLargeIncidentFitsTheBroker(t *testing.T) {
 		}
 		if got := len(inc.Edges) + int(inc.EdgesDropped); got != n+1 {
 			t.Fatalf("edges %d listed + %d dropped, want %d", len(inc.Edges), inc.EdgesDropped, n+1)
+		}
+		if handed != n {
+			t.Fatalf("OnIncident was given %d polluted requests, want each of %d once", handed, n)
 		}
 		if h.cfg.Counters.Truncated.Load() == 0 || h.cfg.Counters.Polluted.Load() < n {
 			t.Fatalf("truncated %d polluted %d", h.cfg.Counters.Truncated.Load(), h.cfg.Counters.Polluted.Load())

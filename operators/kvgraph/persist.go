@@ -574,7 +574,8 @@ func (p *Processor) writeIncident(t *engine.Task, inc *incident) error {
 
 // An incident's head (version 2): its Incident message without the
 // polluted requests, edges and evidence (revision = the next one to emit),
-// its creation order and dirty flag, and the length of each list.
+// its creation order and dirty flag, the length of each list and how many
+// polluted requests OnIncident was given.
 func encodeIncidentHead(b []byte, inc *incident, counts [incLists]int) ([]byte, error) {
 	b = append(b, 2)
 	pb := inc.pb
@@ -591,7 +592,7 @@ func encodeIncidentHead(b []byte, inc *incident, counts [incLists]int) ([]byte, 
 	for _, n := range counts {
 		b = binary.AppendUvarint(b, uint64(n))
 	}
-	return b, nil
+	return binary.AppendUvarint(b, uint64(inc.notified)), nil
 }
 
 // encodeSegment writes items [from, to) of list l of inc.
@@ -697,6 +698,7 @@ func decodeIncident(v []byte, gpus map[string]*gpu) (*incident, *[incLists]int, 
 		for l := range counts {
 			counts[l] = int(d.uvarint())
 		}
+		inc.notified = int(d.uvarint())
 		return inc, &counts, d.done()
 	}
 	n := d.uvarint()
