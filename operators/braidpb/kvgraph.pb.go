@@ -715,9 +715,18 @@ type Incident struct {
 	// Context from the resources stage: the series of the incident's GPU and
 	// of its server (KV-cache usage, preemptions, queue, GPU memory, Xid…)
 	// over [first, last].
-	Resources     *ResourceContext `protobuf:"bytes,16,opt,name=resources,proto3" json:"resources,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Resources *ResourceContext `protobuf:"bytes,16,opt,name=resources,proto3" json:"resources,omitempty"`
+	// Items of the incident left out of this record so that it fits the
+	// broker's record size (max_message_bytes): the lists above hold the
+	// first ones (by time of detection); polluted_dropped requests,
+	// evidence_dropped supporting lines and layers_dropped layer counts are
+	// not listed (edges_dropped counts edges over the cap and those left
+	// out). The pollution topic holds every edge.
+	PollutedDropped uint32 `protobuf:"varint,17,opt,name=polluted_dropped,json=pollutedDropped,proto3" json:"polluted_dropped,omitempty"`
+	EvidenceDropped uint32 `protobuf:"varint,18,opt,name=evidence_dropped,json=evidenceDropped,proto3" json:"evidence_dropped,omitempty"`
+	LayersDropped   uint32 `protobuf:"varint,19,opt,name=layers_dropped,json=layersDropped,proto3" json:"layers_dropped,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Incident) Reset() {
@@ -862,6 +871,27 @@ func (x *Incident) GetResources() *ResourceContext {
 	return nil
 }
 
+func (x *Incident) GetPollutedDropped() uint32 {
+	if x != nil {
+		return x.PollutedDropped
+	}
+	return 0
+}
+
+func (x *Incident) GetEvidenceDropped() uint32 {
+	if x != nil {
+		return x.EvidenceDropped
+	}
+	return 0
+}
+
+func (x *Incident) GetLayersDropped() uint32 {
+	if x != nil {
+		return x.LayersDropped
+	}
+	return 0
+}
+
 var File_braid_v1_kvgraph_proto protoreflect.FileDescriptor
 
 const file_braid_v1_kvgraph_proto_rawDesc = "" +
@@ -914,7 +944,7 @@ const file_braid_v1_kvgraph_proto_rawDesc = "" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12$\n" +
 	"\x0etime_unix_nano\x18\x02 \x01(\x06R\ftimeUnixNano\x12\x12\n" +
 	"\x04text\x18\x03 \x01(\tR\x04text\x12(\n" +
-	"\x06origin\x18\x04 \x01(\v2\x10.braid.v1.OriginR\x06origin\"\x87\x05\n" +
+	"\x06origin\x18\x04 \x01(\v2\x10.braid.v1.OriginR\x06origin\"\x84\x06\n" +
 	"\bIncident\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\rR\brevision\x12-\n" +
@@ -932,7 +962,10 @@ const file_braid_v1_kvgraph_proto_rawDesc = "" +
 	"\x0ffirst_unix_nano\x18\r \x01(\x06R\rfirstUnixNano\x12$\n" +
 	"\x0elast_unix_nano\x18\x0e \x01(\x06R\flastUnixNano\x12.\n" +
 	"\x13watermark_unix_nano\x18\x0f \x01(\x06R\x11watermarkUnixNano\x127\n" +
-	"\tresources\x18\x10 \x01(\v2\x19.braid.v1.ResourceContextR\tresources*\xae\x01\n" +
+	"\tresources\x18\x10 \x01(\v2\x19.braid.v1.ResourceContextR\tresources\x12)\n" +
+	"\x10polluted_dropped\x18\x11 \x01(\rR\x0fpollutedDropped\x12)\n" +
+	"\x10evidence_dropped\x18\x12 \x01(\rR\x0fevidenceDropped\x12%\n" +
+	"\x0elayers_dropped\x18\x13 \x01(\rR\rlayersDropped*\xae\x01\n" +
 	"\rPollutionKind\x12\x1e\n" +
 	"\x1aPOLLUTION_KIND_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cPOLLUTION_KIND_DIRTY_RESIDUE\x10\x01\x12\x1e\n" +

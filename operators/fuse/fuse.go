@@ -192,6 +192,7 @@ type processor struct {
 	kvBuf     minHeap[*kvEvent] // KV events waiting for the watermark
 	kvNew     []*kvEvent        // buffered since the last checkpoint
 	kvSeq     uint64
+	kvBytes   int64 // memory of kvBuf (kvEventBytes), bounded by KVGraph.MaxKVBufferBytes
 	kvBacklog bool
 	task      *engine.Task // the task, while kv may call onIncident
 	kvErr     error        // an error of onIncident, returned after the kv call
@@ -223,6 +224,7 @@ func newProcessor(s *Stage, p int32) *processor {
 	kc := s.cfg.KVGraph
 	kc.Counters = &s.kvCounters
 	kc.OnIncident = pr.onIncident
+	kc.DLQTopic, kc.DLQPartitions = s.cfg.DLQTopic, s.cfg.DLQPartitions // rejected KV events
 	if s.table != nil {
 		kc.Context = s.incidentContext
 	}

@@ -39,9 +39,25 @@ func isKVLog(log []byte) bool {
 	return bytes.HasPrefix(body.Raw(), []byte("=========")) || bytes.Contains(body.Raw(), []byte("NVRM: Xid"))
 }
 
-// routeKV sends a KV log to the kvgraph task of its host.
+// routeKV sends a KV log to the kvgraph task of its host. A KV event that
+// breaks the convention goes by the kvgraph error policy, with the input
+// record it came from (kvgraph.Processor.Reject); a large one is slimmed to
+// what the detector reads (kvgraph.Slim), so that the records forwarded and
+// the events held are bounded whatever else the input carried.
 func (p *processor) routeKV(t *engine.Task, it *otlp.Item, rec *kgo.Record) error {
 	p.s.counters.KVLogs.Add(1)
+	if err := kvgraph.Check(it.Resource, it.Payload); err != nil {
+		return p.kv.Reject(t, it.Resource, it.Payload, kvgraph.Origin{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}, err)
+	}
+	if len(it.Resource)+len(it.Payload)+len(it.Scope) > kvSlimBytes {
+		slim := *it
+		var ok bool
+		slim.Resource, slim.Payload, ok = kvgraph.Slim(nil, nil, it.Resource, it.Payload, it.Time)
+		if ok {
+			slim.Scope = nil
+			it = &slim
+		}
+	}
 	host, _ := semconv.Lookup(it.Resource, semconv.ResourceAttrs, "host.name")
 	q := otlp.HashPartition([]byte(host), p.cfg.Partitions)
 	w := chunkWriter{}
@@ -52,6 +68,11 @@ func (p *processor) routeKV(t *engine.Task, it *otlp.Item, rec *kgo.Record) erro
 	t.Emit(&kgo.Record{Topic: p.cfg.KVTopic, Partition: q, Key: []byte(host), Value: w.buf})
 	return nil
 }
+
+// kvSlimBytes: a KV log whose resource, scope and record take more is
+// slimmed before it is held or forwarded. A slimmed event is at most a few
+// KiB (the bounds of kvgraph.Check), far below any record limit.
+const kvSlimBytes = 4096
 
 // processKV buffers KV logs routed here for the kvgraph processor.
 func (p *processor) processKV(t *engine.Task, rec *kgo.Record) error {
@@ -79,7 +100,10 @@ type kvEvent struct {
 const prefixKV = byte('v')
 
 // bufferKV holds rec, one member at event time ts, until the watermark
-// passes ts.
+// passes ts. When the held events take more than MaxKVBufferBytes, the
+// oldest go to the detector early (kvgraph.Counters.EarlyReleased): they
+// keep their order among themselves, but an event that arrives later with
+// an earlier time is handed over after them (as a late one is).
 func (p *processor) bufferKV(t *engine.Task, rec []byte, ts int64) error {
 	if ts <= t.Watermark() {
 		p.s.counters.KVLateEvents.Add(1)
@@ -89,8 +113,26 @@ func (p *processor) bufferKV(t *engine.Task, rec []byte, ts int64) error {
 	p.kvSeq++
 	p.kvBuf.push(ev)
 	p.kvNew = append(p.kvNew, ev)
+	p.addKVBytes(kvEventBytes(ev))
 	p.s.counters.KVBuffered.Add(1)
+	for p.kvBytes > p.cfg.KVGraph.MaxKVBufferBytes && len(p.kvBuf) > 0 {
+		p.kvCounters().EarlyReleased.Add(1)
+		if err := p.popKV(t); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// kvEventBytes is what a held event takes in memory (its member, the
+// struct and its heap slot), bytes.
+func kvEventBytes(ev *kvEvent) int64 { return int64(len(ev.member)) + 64 }
+
+func (p *processor) kvCounters() *kvgraph.Counters { return p.kv.Counters() }
+
+func (p *processor) addKVBytes(n int64) {
+	p.kvBytes += n
+	p.kvCounters().KVBufferBytes.Add(n)
 }
 
 func (p *processor) handKV(t *engine.Task, rec []byte) error {
@@ -110,20 +152,26 @@ func (p *processor) releaseKV(t *engine.Task, wm int64, budget int) error {
 			p.kvBacklog = true
 			return nil
 		}
-		ev := p.kvBuf.pop()
-		p.s.counters.KVBuffered.Add(-1)
-		if ev.stored {
-			if err := t.State.Delete(kvKey(p.key[:0], ev)); err != nil {
-				return err
-			}
-		}
-		m := ev.member
-		ev.member = nil // released: checkpointKV skips it
-		if err := p.handKV(t, m); err != nil {
+		if err := p.popKV(t); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// popKV hands the earliest held event to the kvgraph processor.
+func (p *processor) popKV(t *engine.Task) error {
+	ev := p.kvBuf.pop()
+	p.s.counters.KVBuffered.Add(-1)
+	p.addKVBytes(-kvEventBytes(ev))
+	if ev.stored {
+		if err := t.State.Delete(kvKey(p.key[:0], ev)); err != nil {
+			return err
+		}
+	}
+	m := ev.member
+	ev.member = nil // released: checkpointKV skips it
+	return p.handKV(t, m)
 }
 
 func kvKey(dst []byte, ev *kvEvent) []byte {
@@ -151,6 +199,7 @@ func (p *processor) checkpointKV(t *engine.Task) error {
 // restoreKV reloads the buffered events.
 func (p *processor) restoreKV(t *engine.Task) error {
 	p.s.counters.KVBuffered.Add(-int64(len(p.kvBuf)))
+	p.addKVBytes(-p.kvBytes)
 	p.kvBuf, p.kvNew, p.kvSeq = p.kvBuf[:0], p.kvNew[:0], 0
 	defer func() {
 		p.kvBuf.init()
@@ -163,6 +212,7 @@ func (p *processor) restoreKV(t *engine.Task) error {
 		ev := &kvEvent{time: int64(binary.BigEndian.Uint64(k[1:]) ^ (1 << 63)), seq: binary.BigEndian.Uint64(k[9:]),
 			member: append([]byte(nil), v...), stored: true}
 		p.kvBuf = append(p.kvBuf, ev)
+		p.addKVBytes(kvEventBytes(ev))
 		p.kvSeq = max(p.kvSeq, ev.seq+1)
 		return nil
 	})
@@ -176,8 +226,9 @@ func (a *kvEvent) before(b *kvEvent) bool {
 	return a.seq < b.seq
 }
 
-// onIncident tags the traces of an incident's polluted requests, each at
-// the event time it was polluted (within its request, so the trace is
+// onIncident tags the traces of an incident's polluted requests (those
+// not given before: kvgraph hands each over once), each at the event time
+// it was polluted (within its request, so the trace is
 // revised, not reopened). It runs inside p.kv's calls, on the task's
 // goroutine; an error is returned after the call (kvError).
 func (p *processor) onIncident(t *engine.Task, inc *braidpb.Incident) {

@@ -1,10 +1,13 @@
 package fuse
 
 import (
+	"bytes"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/braidlabs/braid/connectors/otlp"
@@ -171,4 +174,175 @@ func seriesPlaceOf(id string) string {
 		return "gpu=" + gpu
 	}
 	return "instance=" + inst
+}
+
+// hostOn returns a host name whose KV events go to task q of n.
+func hostOn(q, n int32) string {
+	for i := 0; ; i++ {
+		h := "node-" + strconv.Itoa(i)
+		if otlp.HashPartition([]byte(h), n) == q {
+			return h
+		}
+	}
+}
+
+// residueOps: r2 reads what r1 left in block 1 (one dirty-residue
+// incident).
+func residueOps(pool kvlog.Pool, ms func(int64) int64) []kvlog.Op {
+	ops := []kvlog.Op{{Time: ms(0), Op: "alloc", Request: "r1", Block: 1}}
+	for l := range pool.Layers {
+		ops = append(ops, pool.Write(ms(1), "r1", 1, l, 0, pool.BlockBytes))
+	}
+	return append(ops, kvlog.Op{Time: ms(3), Op: "free", Request: "r1", Block: 1},
+		kvlog.Op{Time: ms(5), Op: "alloc", Request: "r2", Block: 1},
+		pool.Read(ms(7), "r2", 1, 1, 0, 1024))
+}
+
+// advance moves event time on every task by n steps of 2s (a span on each)
+// and checkpoints.
+func (c *cluster) advance(n int) {
+	for k := 1; k <= n; k++ {
+		at := base.Add(time.Duration(k) * 2 * time.Second)
+		for p := range c.hs {
+			var id [16]byte
+			id[0], id[1], id[2] = 0xee, byte(k), byte(p)
+			c.feed(p, inSpans, nil, spansMsg(requestSpan(id, "other", at, at)))
+		}
+		c.checkpoint(600 * time.Millisecond)
+	}
+}
+
+func (c *cluster) incidents() []*braidpb.Incident {
+	c.t.Helper()
+	var out []*braidpb.Incident
+	for _, h := range c.hs {
+		for _, r := range h.out("braid.incidents") {
+			inc := &braidpb.Incident{}
+			if err := proto.Unmarshal(r.Value, inc); err != nil {
+				c.t.Fatal(err)
+			}
+			out = append(out, inc)
+		}
+	}
+	return out
+}
+
+// TestKVRejectedEventGoesToTheDLQWithItsInputRecord: a KV event whose
+// gen_ai.request.id is invalid UTF-8 is dead-lettered by the task that read
+// it, with the input record's topic, partition and offset, before it is
+// forwarded; the good events of the same message still make their
+// incident.
+func TestKVRejectedEventGoesToTheDLQWithItsInputRecord(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	pool := kvlog.Pool{Layers: 2, Blocks: 8, BlockBytes: 1024}
+	ms := func(n int64) int64 { return base.UnixNano() + n*int64(time.Millisecond) }
+	where := kvlog.Where{Host: hostOn(2, 3), GPUUUID: "GPU-0", GPUIndex: 0}
+	ops := append(residueOps(pool, ms), pool.Write(ms(4), "rZZZZZ", 3, 0, 0, 64))
+	v := bytes.ReplaceAll(kvlog.Marshal(where, ops...), []byte("rZZZZZ"), []byte("r\xff\xfe\xc3(9"))
+	c.hs[0].off = 41
+	c.feed(0, inLogs, nil, v)
+	c.advance(8)
+	dl := c.hs[0].out("braid.dlq")
+	if len(dl) != 1 {
+		t.Fatalf("%d DLQ records on the reading task, want 1", len(dl))
+	}
+	hdr := map[string]string{}
+	for _, h := range dl[0].Headers {
+		hdr[h.Key] = string(h.Value)
+	}
+	if hdr["braid.reason"] != "kvgraph: invalid UTF-8 in gen_ai.request.id" || hdr["braid.topic"] != c.hs[0].stage.Topology().Inputs[inLogs].Topic ||
+		hdr["braid.partition"] != "0" || hdr["braid.offset"] != "41" {
+		t.Fatalf("DLQ headers %v", hdr)
+	}
+	if n := c.hs[0].stage.KVCounters().Rejected.Load(); n != 1 {
+		t.Fatalf("rejected %d", n)
+	}
+	incs := c.incidents()
+	if len(incs) == 0 || incs[len(incs)-1].Root.GetRequestId() != "r1" {
+		t.Fatalf("incidents %v", incs)
+	}
+}
+
+// TestKVLargeEventIsSlimmed: a KV event in a record with megabytes of
+// other attributes is forwarded as what the detector reads: the forward
+// record is small, and detection is the same.
+func TestKVLargeEventIsSlimmed(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	pool := kvlog.Pool{Layers: 2, Blocks: 8, BlockBytes: 1024}
+	ms := func(n int64) int64 { return base.UnixNano() + n*int64(time.Millisecond) }
+	where := kvlog.Where{Host: hostOn(1, 3), GPUUUID: "GPU-0", GPUIndex: 0}
+	ld := kvlog.LogsData(where, residueOps(pool, ms)...)
+	junk := strings.Repeat("j", 300_000)
+	for _, lr := range ld.ResourceLogs[0].ScopeLogs[0].LogRecords {
+		lr.Attributes = append(lr.Attributes, &commonpb.KeyValue{Key: "x.junk", Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: junk}}})
+	}
+	ld.ResourceLogs[0].Resource.Attributes = append(ld.ResourceLogs[0].Resource.Attributes,
+		&commonpb.KeyValue{Key: "k8s.pod.labels", Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: junk}}})
+	v, err := proto.Marshal(ld)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.hs[0].feed(inLogs, nil, v)
+	fwd := c.hs[0].out("braid.kvgraph-repartition")
+	if len(fwd) == 0 {
+		t.Fatal("nothing forwarded")
+	}
+	for _, r := range fwd {
+		if len(r.Value) > 4096 {
+			t.Fatalf("forward record of %d bytes", len(r.Value))
+		}
+	}
+	c.drain()
+	c.advance(8)
+	incs := c.incidents()
+	if len(incs) == 0 {
+		t.Fatal("no incident")
+	}
+	inc := incs[len(incs)-1]
+	if inc.Root.GetRequestId() != "r1" || len(inc.Polluted) != 1 || inc.Polluted[0].RequestId != "r2" || inc.Host != where.Host {
+		t.Fatalf("incident %v", inc)
+	}
+}
+
+// TestKVBufferIsBounded: with MaxKVBufferBytes reached, the oldest held
+// events go to the detector early instead of the buffer growing; they
+// still go in event-time order, so detection is the same.
+func TestKVBufferIsBounded(t *testing.T) {
+	const limit = 8 << 10
+	c := newCluster(t, 1, func(cfg *Config) { cfg.KVGraph.MaxKVBufferBytes = limit })
+	pool := kvlog.Pool{Layers: 2, Blocks: 8, BlockBytes: 1024}
+	ms := func(n int64) int64 { return base.UnixNano() + n*int64(time.Millisecond) }
+	where := kvlog.Where{Host: "node-a", GPUUUID: "GPU-0", GPUIndex: 0}
+	ops := residueOps(pool, ms)
+	// Many clean lifecycles on other blocks, all ahead of the watermark.
+	for i := range int64(200) {
+		b := 2 + i%6
+		req := "c" + strconv.FormatInt(i, 10)
+		ops = append(ops, kvlog.Op{Time: ms(10 + 4*i), Op: "alloc", Request: req, Block: b},
+			pool.Write(ms(11+4*i), req, b, 0, 0, 1024), pool.Read(ms(12+4*i), req, b, 0, 0, 1024),
+			kvlog.Op{Time: ms(13 + 4*i), Op: "zero", Block: b}, kvlog.Op{Time: ms(13 + 4*i), Op: "free", Request: req, Block: b})
+	}
+	h := c.hs[0]
+	for i := 0; i < len(ops); i += 10 {
+		c.feed(0, inLogs, nil, kvlog.Marshal(where, ops[i:min(i+10, len(ops))]...))
+		if n := h.stage.KVCounters().KVBufferBytes.Load(); n > limit {
+			t.Fatalf("KV buffer holds %d bytes > %d", n, limit)
+		}
+	}
+	early := h.stage.KVCounters().EarlyReleased.Load()
+	if early == 0 {
+		t.Fatal("no event released early")
+	}
+	for k := 1; k <= 8; k++ {
+		c.checkpoint(2 * time.Second)
+	}
+	incs := c.incidents()
+	if len(incs) == 0 {
+		t.Fatal("no incident")
+	}
+	inc := incs[len(incs)-1]
+	if inc.Root.GetRequestId() != "r1" || len(inc.Polluted) != 1 {
+		t.Fatalf("incident %v", inc)
+	}
+	t.Logf("%d of %d events released early", early, len(ops))
 }

@@ -35,11 +35,49 @@ type Config struct {
 	// MaxIncidentEdges caps the edges kept in one Incident record; more are
 	// counted in edges_dropped. Default 1000.
 	MaxIncidentEdges int
+	// MaxIncidentEvidence caps the supporting lines kept in one incident;
+	// more are counted in evidence_dropped. Default 256.
+	MaxIncidentEvidence int
+	// MaxPendingEvidence caps the supporting lines waiting for an incident
+	// (the oldest go first, counted in Counters.EvidenceDropped); they are
+	// one state value, so at a checkpoint the oldest also go until it is
+	// under MaxRecordBytes. Default 4096.
+	MaxPendingEvidence int
+	// ErrorPolicy is what happens to a KV event that breaks the convention
+	// (see Check): dead_letter (default) writes it to DLQTopic with
+	// braid.reason "kvgraph: <cause>", skip drops it (counted), fail ends
+	// the job with the error.
+	ErrorPolicy ErrorPolicy
+	// DLQTopic and DLQPartitions: the dead-letter topic. Defaults
+	// braid.dlq, 1.
+	DLQTopic      string
+	DLQPartitions int32
+	// MaxRecordBytes is the largest record value the stage writes, bytes.
+	// An incident record over it lists fewer polluted requests, edges,
+	// supporting lines and layers (counted in polluted_dropped,
+	// edges_dropped, evidence_dropped, layers_dropped); no other record of
+	// the stage can reach it (see the bounds in Check). Default 1,000,000.
+	MaxRecordBytes int
+	// MaxKVBufferBytes bounds the KV events a fuse task holds until the
+	// watermark passes them, bytes; when full the oldest are handed to the
+	// detector early (Counters.EarlyReleased), in event-time order among
+	// themselves but possibly before later-arriving earlier events. Default
+	// 64 MiB.
+	MaxKVBufferBytes int64
+	// MaxStateBytes bounds the detector's in-memory state of a task
+	// (blocks, requests, open incidents), bytes, estimated; when over it the
+	// least recently used blocks and requests are forgotten
+	// (Counters.EvictedBlocks, EvictedRequests), and when open incidents
+	// take more than half of it the least recently grown closes early
+	// (Counters.EvictedIncidents). Default 256 MiB.
+	MaxStateBytes int64
 	// JSON writes records as protojson instead of protobuf.
 	JSON bool
-	// OnIncident, when set, is called on every emission of an incident
-	// (fuse tags the FusedTrace records of its polluted requests). Called
-	// on the task's goroutine; inc must not be retained or modified.
+	// OnIncident, when set, is called on an emission of an incident that
+	// names polluted requests not given before: inc.Polluted holds only
+	// those (fuse tags the FusedTrace records of its polluted requests,
+	// each once). Called on the task's goroutine; inc must not be retained
+	// or modified.
 	OnIncident func(t *engine.Task, inc *braidpb.Incident)
 	// Context, when set, returns the resource series in force on a GPU
 	// (host, gpu id — its uuid, else host/gpuN —, index or -1, and the
@@ -50,6 +88,10 @@ type Config struct {
 	// stage); else each processor has its own.
 	Counters *Counters
 }
+
+// minRecordBytes is the least MaxRecordBytes: an incident's head (root,
+// ids, counts) and a pollution edge of the largest ids fit in it.
+const minRecordBytes = 64 << 10
 
 // EnsureDefaults fills unset fields.
 func (c *Config) EnsureDefaults() {
@@ -70,6 +112,30 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.MaxIncidentEdges == 0 {
 		c.MaxIncidentEdges = 1000
+	}
+	if c.MaxIncidentEvidence == 0 {
+		c.MaxIncidentEvidence = 256
+	}
+	if c.MaxPendingEvidence == 0 {
+		c.MaxPendingEvidence = 4096
+	}
+	if c.ErrorPolicy == "" {
+		c.ErrorPolicy = PolicyDeadLetter
+	}
+	if c.DLQTopic == "" {
+		c.DLQTopic = "braid.dlq"
+	}
+	if c.DLQPartitions == 0 {
+		c.DLQPartitions = 1
+	}
+	if c.MaxRecordBytes == 0 {
+		c.MaxRecordBytes = 1_000_000
+	}
+	if c.MaxKVBufferBytes == 0 {
+		c.MaxKVBufferBytes = 64 << 20
+	}
+	if c.MaxStateBytes == 0 {
+		c.MaxStateBytes = 256 << 20
 	}
 }
 
@@ -96,6 +162,32 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxIncidentEdges < 0 {
 		errs = append(errs, fmt.Errorf("kvgraph: MaxIncidentEdges %d < 0", c.MaxIncidentEdges))
+	}
+	if c.MaxIncidentEvidence < 0 {
+		errs = append(errs, fmt.Errorf("kvgraph: MaxIncidentEvidence %d < 0", c.MaxIncidentEvidence))
+	}
+	if c.MaxPendingEvidence < 0 {
+		errs = append(errs, fmt.Errorf("kvgraph: MaxPendingEvidence %d < 0", c.MaxPendingEvidence))
+	}
+	switch c.ErrorPolicy {
+	case PolicyDeadLetter, PolicySkip, PolicyFail:
+	default:
+		errs = append(errs, fmt.Errorf("kvgraph: ErrorPolicy %q is none of dead_letter, skip, fail", c.ErrorPolicy))
+	}
+	if c.ErrorPolicy == PolicyDeadLetter && c.DLQTopic == "" {
+		errs = append(errs, errors.New("kvgraph: DLQTopic is empty"))
+	}
+	if c.DLQPartitions < 1 {
+		errs = append(errs, fmt.Errorf("kvgraph: DLQPartitions %d < 1", c.DLQPartitions))
+	}
+	if c.MaxRecordBytes < minRecordBytes {
+		errs = append(errs, fmt.Errorf("kvgraph: MaxRecordBytes %d < %d", c.MaxRecordBytes, minRecordBytes))
+	}
+	if c.MaxKVBufferBytes < 0 {
+		errs = append(errs, fmt.Errorf("kvgraph: MaxKVBufferBytes %d < 0", c.MaxKVBufferBytes))
+	}
+	if c.MaxStateBytes < 0 {
+		errs = append(errs, fmt.Errorf("kvgraph: MaxStateBytes %d < 0", c.MaxStateBytes))
 	}
 	return errors.Join(errs...)
 }

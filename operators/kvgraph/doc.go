@@ -19,6 +19,25 @@
 // kernel "NVRM: Xid (PCI:…): N, …" lines are supporting evidence. ParseEvent
 // reads all of these from wire bytes without allocating.
 //
+// # Bad input
+//
+// Nothing in the input makes the processor panic. A KV event that breaks
+// the convention (Event.Check: an unknown kv.op; kv.block.id missing, not
+// an integer or outside [0, MaxBlock); gen_ai.request.id missing on a
+// request's op; a layer index or count outside [0, MaxLayer); an address,
+// size or length negative or beyond MaxPoolBytes / MaxRangeBytes; half of
+// a range; an identity — request id, host.name, gpu.uuid,
+// service.instance.id — longer than MaxIDBytes or not valid UTF-8) goes by
+// Config.ErrorPolicy: by default to the dead-letter topic, the record as
+// it came (a LogsData of it and its resource) with braid.reason
+// "kvgraph: <cause>" and the input record's braid.topic, braid.partition
+// and braid.offset; the job goes on. Identities are rejected rather than
+// repaired, so that two distinct invalid ids are never merged into one.
+// Free text (the body of a supporting line) is repaired: invalid bytes
+// become U+FFFD, cut at a character boundary. Every string given to a
+// protobuf marshal is valid UTF-8; a marshal that fails all the same is
+// counted (Counters.Unwritable) and its record not written.
+//
 // # Keys and routing
 //
 // State is keyed by (GPU, block): each GPU's pool is followed on its own.
@@ -117,5 +136,38 @@
 // got there); per request its trace id and pollution; per GPU its pool
 // geometry; open incidents; supporting lines waiting for an incident. A
 // block or request that saw no op for BlockTTL of event time is forgotten
-// (at most 512 per OnWatermark call; Backlog reports more).
+// (at most 512 per OnWatermark call; Backlog reports more). An open
+// incident is a head (its record without its lists) and its lists —
+// nodes, edge keys, polluted requests, edges, evidence — in segments of 64
+// items, each written once it changes: no state value grows with an
+// incident.
+//
+// # Sizes
+//
+// Every record the stage writes is under Config.MaxRecordBytes: an
+// incident record lists the first polluted requests, edges, supporting
+// lines and layers that fit (and at most a quarter of it for the resource
+// series) and counts the others in polluted_dropped, edges_dropped,
+// evidence_dropped and layers_dropped (Counters.Truncated counts such
+// records); the incident itself keeps them all, and every edge is on the
+// pollution topic. With the bounds of Check a pollution edge is a few KiB.
+//
+// # Memory
+//
+// The processor estimates the memory of its blocks, requests, GPUs and
+// open incidents (Counters.StateBytes) and keeps it under
+// Config.MaxStateBytes: past it, open incidents beyond half of the budget
+// close early (least recently grown first; a last revision, CLOSED, whose
+// root detail says "closed early: state memory budget";
+// Counters.EvictedIncidents), then the least recently used blocks and
+// requests (by event time) are forgotten before BlockTTL
+// (Counters.EvictedBlocks, EvictedRequests) down to 7/8 of the budget.
+// What is lost is detection, and care is taken that forgetting does not
+// make incidents of its own: a block met again after owned blocks of its
+// GPU were forgotten is untracked until its next alloc without a content
+// hash (its writers and prefix hits are taken for owners, its reads are
+// not checked); a forgotten request's pollution no longer propagates. Supporting lines waiting for an incident are capped by
+// Config.MaxPendingEvidence, those of one incident by MaxIncidentEvidence.
+// The fuse stage holds KV events until the watermark passes them within
+// Config.MaxKVBufferBytes (see there).
 package kvgraph

@@ -25,9 +25,10 @@ const (
 	OpSwapIn
 	OpSanitizer // a compute-sanitizer report line
 	OpXid       // an NVRM Xid line
+	OpUnknown   // a kv.op that is none of the convention's (rejected by Check)
 )
 
-var opNames = [...]string{"none", "alloc", "write", "read", "free", "zero", "evict", "swap_out", "swap_in", "sanitizer", "xid"}
+var opNames = [...]string{"none", "alloc", "write", "read", "free", "zero", "evict", "swap_out", "swap_in", "sanitizer", "xid", "unknown"}
 
 func (o Op) String() string {
 	if int(o) < len(opNames) {
@@ -78,6 +79,12 @@ type Event struct {
 	// Kernel is the kernel named by a sanitizer report (may be empty).
 	Kernel []byte
 	Origin Origin
+	// OpText is kv.op as sent (for an OpUnknown's reason).
+	OpText []byte
+	// What Check needs: which attributes were present, and the first one
+	// that is not an integer.
+	hasBlock, hasLayer, hasAddr, hasBytes, hasBase, hasSize bool
+	notInt                                                  string
 }
 
 // ParseEvent reads one OTLP LogRecord (wire bytes) and its Resource (wire
@@ -110,29 +117,41 @@ func ParseEvent(resource, logRecord []byte, ts int64, origin Origin) (ev Event, 
 				return ev, false
 			}
 			k, val := keyValue(v)
+			num := func(dst *int64) bool {
+				x, ok := anyInt(val)
+				if ok {
+					*dst = x
+				} else if ev.notInt == "" {
+					ev.notInt = string(k)
+				}
+				return ok
+			}
 			switch string(k) {
 			case "kv.op":
-				ev.Op = parseOp(anyString(val))
+				ev.OpText = anyString(val)
+				if ev.Op = parseOp(ev.OpText); ev.Op == OpNone {
+					ev.Op = OpUnknown
+				}
 			case "kv.block.id":
-				ev.Block, _ = anyInt(val)
+				ev.hasBlock = num(&ev.Block)
 			case "kv.block.hash":
 				ev.Hash, ev.HasHash = anyHash(val)
 			case "kv.block.ref_cnt":
-				ev.RefCnt, _ = anyInt(val)
+				num(&ev.RefCnt)
 			case "kv.layer.index":
-				ev.Layer, _ = anyInt(val)
+				ev.hasLayer = num(&ev.Layer)
 			case "kv.layer.count":
-				ev.Layers, _ = anyInt(val)
+				num(&ev.Layers)
 			case "kv.write.addr":
-				ev.Addr, addrOK = anyInt(val)
+				addrOK = num(&ev.Addr)
 			case "kv.write.bytes":
-				ev.Bytes, bytesOK = anyInt(val)
+				bytesOK = num(&ev.Bytes)
 			case "kv.layer.base":
-				ev.LayerBase, baseOK = anyInt(val)
+				baseOK = num(&ev.LayerBase)
 			case "kv.layer.size":
-				ev.LayerSize, sizeOK = anyInt(val)
+				sizeOK = num(&ev.LayerSize)
 			case "kv.block.bytes":
-				ev.BlockBytes, _ = anyInt(val)
+				num(&ev.BlockBytes)
 			case "gen_ai.request.id":
 				ev.Request = anyString(val)
 			}
@@ -167,6 +186,7 @@ func ParseEvent(resource, logRecord []byte, ts int64, origin Origin) (ev Event, 
 	}
 	ev.HasRange = addrOK && bytesOK
 	ev.HasLayerRange = baseOK && sizeOK && ev.LayerSize > 0
+	ev.hasAddr, ev.hasBytes, ev.hasBase, ev.hasSize = addrOK, bytesOK, baseOK, sizeOK
 	if ev.Op == OpNone {
 		switch {
 		case bytes.Contains(ev.Body, []byte("NVRM: Xid")):

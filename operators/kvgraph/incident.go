@@ -16,6 +16,12 @@ type incident struct {
 	// (source|target|kind), so that repeated evidence does not repeat them.
 	nodes    []string
 	edgeKeys map[string]struct{}
+	// keyList is edgeKeys in the order they came (persisted in segments).
+	keyList []string
+	// persisted: items of each list (see incList) in state.
+	persisted [incLists]int
+	// notified: polluted requests handed to Config.OnIncident.
+	notified int
 	victims  map[string]struct{}
 	layers   map[int64]*braidpb.LayerCount
 	dirty    bool
@@ -25,6 +31,28 @@ type incident struct {
 	merged bool
 	// order is the creation order among the processor's incidents.
 	order int64
+	// bytes is its estimated memory, also added to *total (the
+	// processor's incBytes) while it is open.
+	bytes int64
+	total *int64
+}
+
+// grow adds n bytes to inc's estimated memory.
+func (inc *incident) grow(n int64) {
+	inc.bytes += n
+	if inc.total != nil {
+		*inc.total += n
+	}
+}
+
+func (inc *incident) addVictim(v *braidpb.PollutedRequest) {
+	inc.pb.Polluted = append(inc.pb.Polluted, v)
+	inc.grow(int64(len(v.RequestId)+len(v.From)) + 160)
+}
+
+func (inc *incident) addEdge(e *braidpb.PollutionEdge) {
+	inc.pb.Edges = append(inc.pb.Edges, e)
+	inc.grow(int64(len(e.Source)+len(e.Target)+len(e.Host)+len(e.Gpu)+len(e.SourceRequest)+len(e.TargetRequest)+len(e.IncidentId)+len(e.Detail)) + 80*int64(len(e.Evidence)) + 320)
 }
 
 // incidentID is a hash of the GPU and the root edge: the same input gives
@@ -50,10 +78,26 @@ func (inc *incident) addNode(n string) {
 	}
 	inc.g.nodes[n] = inc
 	inc.nodes = append(inc.nodes, n)
+	inc.grow(int64(len(n)) + 96)
+}
+
+// addEdgeKey records edge key k; false if it was known.
+func (inc *incident) addEdgeKey(k string) bool {
+	if _, ok := inc.edgeKeys[k]; ok {
+		return false
+	}
+	inc.edgeKeys[k] = struct{}{}
+	inc.keyList = append(inc.keyList, k)
+	inc.grow(int64(len(k)) + 80)
+	return true
 }
 
 func (inc *incident) layer(l int64) *braidpb.LayerCount {
 	lc := inc.layers[l]
+	if lc == nil && len(inc.layers) >= maxIncidentLayers {
+		inc.pb.LayersDropped++
+		return &braidpb.LayerCount{Layer: int32(l)} // tallied nowhere
+	}
 	if lc == nil {
 		lc = &braidpb.LayerCount{Layer: int32(l)}
 		inc.layers[l] = lc

@@ -18,7 +18,8 @@ import (
 //	k b <gpu len> <gpu> <block, 8 bytes BE>   a block
 //	k e                                       pending supporting lines
 //	k g <gpu>                                 a GPU's pool geometry
-//	k i <incident id>                         an open incident
+//	k i <incident id>                         an open incident (head)
+//	k j <id len> <id> <list> <segment, 4 BE>  items of an open incident
 //	k r <gpu len> <gpu> <request id>          a request
 const prefix = 'k'
 
@@ -37,6 +38,40 @@ func reqKey(dst []byte, g, id string) []byte {
 
 var evidenceKey = []byte{prefix, 'e'}
 
+// An open incident is its head (the Incident message without its lists,
+// its order and counts) and its lists in segments of segItems items, so
+// that no state value grows with the incident: with the bounds of Check an
+// item is at most ~10 KiB (an edge), a segment well under 1 MB. Items are
+// only appended: a checkpoint writes the head and the segments that got
+// items.
+const segItems = 64
+
+// The lists of an incident.
+const (
+	listNodes = iota
+	listEdgeKeys
+	listPolluted
+	listEdges
+	listEvidence
+	incLists
+)
+
+func incSegPrefix(dst []byte, id string) []byte {
+	dst = binary.AppendUvarint(append(dst, prefix, 'j'), uint64(len(id)))
+	return append(dst, id...)
+}
+
+func incSegKey(dst []byte, id string, list byte, seg int) []byte {
+	return binary.BigEndian.AppendUint32(append(incSegPrefix(dst, id), list), uint32(seg))
+}
+
+// incSegRange is the key range of every segment of incident id.
+func incSegRange(id string) (lo, hi []byte) {
+	lo = incSegPrefix(nil, id)
+	hi = append(incSegPrefix(nil, id), 0xff)
+	return lo, hi
+}
+
 var errCorrupt = errors.New("kvgraph: corrupt state record")
 
 // PrepareCheckpoint writes what changed since the last checkpoint under
@@ -49,6 +84,13 @@ func (p *Processor) PrepareCheckpoint(t *engine.Task) error {
 	}
 	clear(p.deleted)
 	p.deleted = p.deleted[:0]
+	for i := 0; i+1 < len(p.deletedRanges); i += 2 {
+		if err := t.State.DeleteRange(p.deletedRanges[i], p.deletedRanges[i+1]); err != nil {
+			return fmt.Errorf("kvgraph: delete state: %w", err)
+		}
+	}
+	clear(p.deletedRanges)
+	p.deletedRanges = p.deletedRanges[:0]
 	for _, g := range p.changedGPUs {
 		g.changed = false
 		if p.gpus[g.id] != g {
@@ -89,13 +131,8 @@ func (p *Processor) PrepareCheckpoint(t *engine.Task) error {
 		if inc.closed {
 			continue
 		}
-		b, err := encodeIncident(p.buf[:0], inc)
-		if err != nil {
+		if err := p.writeIncident(t, inc); err != nil {
 			return err
-		}
-		p.buf = b
-		if err := t.State.Set(incKey(p.key[:0], inc.pb.Id), p.buf); err != nil {
-			return fmt.Errorf("kvgraph: write incident: %w", err)
 		}
 	}
 	clear(p.changedIncs)
@@ -103,6 +140,14 @@ func (p *Processor) PrepareCheckpoint(t *engine.Task) error {
 	if p.pendingChanged {
 		p.pendingChanged = false
 		b, err := encodePending(p.buf[:0], p.pending)
+		for err == nil && len(b) > p.cfg.MaxRecordBytes-incidentHeadroom && len(p.pending) > 0 {
+			// One state value: the oldest lines go until it fits.
+			drop := max(1, len(p.pending)/8)
+			p.c.EvidenceDropped.Add(int64(drop))
+			clear(p.pending[:drop])
+			p.pending = p.pending[drop:]
+			b, err = encodePending(p.buf[:0], p.pending)
+		}
 		if err != nil {
 			return err
 		}
@@ -127,7 +172,8 @@ func (p *Processor) Restore(t *engine.Task) error {
 	p.timers = p.timers[:0]
 	p.backlog = false
 	p.changedBlocks, p.changedReqs, p.changedGPUs, p.changedIncs = p.changedBlocks[:0], p.changedReqs[:0], p.changedGPUs[:0], p.changedIncs[:0]
-	p.deleted, p.dirtyIncs = p.deleted[:0], p.dirtyIncs[:0]
+	p.deleted, p.deletedRanges, p.dirtyIncs = p.deleted[:0], p.deletedRanges[:0], p.dirtyIncs[:0]
+	p.touchedBlocks, p.touchedReqs = p.touchedBlocks[:0], p.touchedReqs[:0]
 	p.wm = t.Watermark()
 
 	if err := p.iter(t, 'g', func(k, v []byte) error {
@@ -183,18 +229,50 @@ func (p *Processor) Restore(t *engine.Task) error {
 	}); err != nil {
 		return err
 	}
+	incs := map[string]*incident{}
+	var want map[*incident][incLists]int
 	if err := p.iter(t, 'i', func(k, v []byte) error {
-		inc, err := decodeIncident(v, p.gpus)
+		inc, counts, err := decodeIncident(v, p.gpus)
 		if err != nil {
 			return err
 		}
 		p.open = append(p.open, inc)
+		incs[inc.pb.Id] = inc
+		if counts != nil {
+			if want == nil {
+				want = map[*incident][incLists]int{}
+			}
+			want[inc] = *counts
+		}
 		if inc.dirty {
 			p.dirtyIncs = append(p.dirtyIncs, inc)
 		}
 		return nil
 	}); err != nil {
 		return err
+	}
+	if err := p.iter(t, 'j', func(k, v []byte) error {
+		n, m := binary.Uvarint(k[2:])
+		if m <= 0 || uint64(len(k)-2-m) != n+5 {
+			return errCorrupt
+		}
+		inc := incs[string(k[2+m:2+m+int(n)])]
+		if inc == nil {
+			return nil // of an incident closed without its segments deleted: none
+		}
+		return decodeSegment(v, inc, k[2+m+int(n)])
+	}); err != nil {
+		return err
+	}
+	for inc, counts := range want {
+		got := inc.counts()
+		if got != counts {
+			return fmt.Errorf("kvgraph: incident %s: state holds %v items, its head says %v: %w", inc.pb.Id, got, counts, errCorrupt)
+		}
+		inc.persisted = got
+		for _, v := range inc.pb.Polluted {
+			inc.victims[v.RequestId] = struct{}{}
+		}
 	}
 	slices.SortFunc(p.open, func(a, b *incident) int {
 		if a.order != b.order {
@@ -207,6 +285,7 @@ func (p *Processor) Restore(t *engine.Task) error {
 			p.nextOrder = inc.order + 1
 		}
 	}
+	p.restoreSizes()
 	v, ok, err := t.State.Get(nil, evidenceKey)
 	if err != nil {
 		return err
@@ -300,7 +379,7 @@ func encodeGPU(b []byte, g *gpu) []byte {
 	for _, v := range []int64{g.index, g.layerSize, g.layers, g.bbLo, g.bbHi, g.bbAttr} {
 		b = binary.AppendVarint(b, v)
 	}
-	return b
+	return append(b, boolByte(g.lossy)) // absent in records of older versions
 }
 
 func decodeGPU(v []byte, g *gpu) error {
@@ -314,6 +393,9 @@ func decodeGPU(v []byte, g *gpu) error {
 	}
 	if g.bbHi == 0 {
 		g.bbHi = math.MaxInt64
+	}
+	if x := d.b; !d.err && len(x) > 0 {
+		g.lossy = x[0] == 1
 	}
 	return d.done()
 }
@@ -351,7 +433,7 @@ func encodeBlock(b []byte, bl *block) []byte {
 			b = binary.AppendVarint(b, s.origin.Offset)
 		}
 	}
-	return b
+	return append(b, boolByte(bl.untracked)) // absent in records of older versions
 }
 
 func boolByte(v bool) byte {
@@ -406,6 +488,9 @@ func decodeBlock(v []byte, bl *block) error {
 		}
 		bl.layers = append(bl.layers, ls)
 	}
+	if x := d.b; !d.err && len(x) > 0 {
+		bl.untracked = x[0] == 1
+	}
 	return d.done()
 }
 
@@ -454,45 +539,146 @@ func decodeReq(v []byte, r *request) error {
 	return d.done()
 }
 
-// An incident record: its Incident message (revision = the next one to
-// emit), then its creation order, nodes and edge keys.
-func encodeIncident(b []byte, inc *incident) ([]byte, error) {
-	b = append(b, 1)
-	m, err := proto.MarshalOptions{Deterministic: true}.Marshal(inc.pb)
+// counts is the length of each of inc's lists.
+func (inc *incident) counts() [incLists]int {
+	return [incLists]int{len(inc.nodes), len(inc.keyList), len(inc.pb.Polluted), len(inc.pb.Edges), len(inc.pb.Evidence)}
+}
+
+// writeIncident writes inc's head and the segments of its lists that got
+// items since the last checkpoint.
+func (p *Processor) writeIncident(t *engine.Task, inc *incident) error {
+	counts := inc.counts()
+	b, err := encodeIncidentHead(p.buf[:0], inc, counts)
+	if err != nil {
+		return err
+	}
+	p.buf = b
+	if err := t.State.Set(incKey(p.key[:0], inc.pb.Id), p.buf); err != nil {
+		return fmt.Errorf("kvgraph: write incident: %w", err)
+	}
+	for l := range incLists {
+		for seg := inc.persisted[l] / segItems; seg*segItems < counts[l]; seg++ {
+			b, err := encodeSegment(p.buf[:0], inc, l, seg*segItems, min(counts[l], (seg+1)*segItems))
+			if err != nil {
+				return err
+			}
+			p.buf = b
+			if err := t.State.Set(incSegKey(p.key[:0], inc.pb.Id, byte(l), seg), p.buf); err != nil {
+				return fmt.Errorf("kvgraph: write incident: %w", err)
+			}
+		}
+		inc.persisted[l] = counts[l]
+	}
+	return nil
+}
+
+// An incident's head (version 2): its Incident message without the
+// polluted requests, edges and evidence (revision = the next one to emit),
+// its creation order and dirty flag, the length of each list and how many
+// polluted requests OnIncident was given.
+func encodeIncidentHead(b []byte, inc *incident, counts [incLists]int) ([]byte, error) {
+	b = append(b, 2)
+	pb := inc.pb
+	polluted, edges, evidence := pb.Polluted, pb.Edges, pb.Evidence
+	pb.Polluted, pb.Edges, pb.Evidence = nil, nil, nil
+	m, err := proto.MarshalOptions{Deterministic: true}.Marshal(pb)
+	pb.Polluted, pb.Edges, pb.Evidence = polluted, edges, evidence
 	if err != nil {
 		return nil, fmt.Errorf("kvgraph: encode incident: %w", err)
 	}
 	b = putStr(b, string(m))
 	b = binary.AppendVarint(b, inc.order)
 	b = append(b, boolByte(inc.dirty))
-	b = binary.AppendUvarint(b, uint64(len(inc.nodes)))
-	for _, n := range inc.nodes {
-		b = putStr(b, n)
+	for _, n := range counts {
+		b = binary.AppendUvarint(b, uint64(n))
 	}
-	keys := make([]string, 0, len(inc.edgeKeys))
-	for k := range inc.edgeKeys {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	b = binary.AppendUvarint(b, uint64(len(keys)))
-	for _, k := range keys {
-		b = putStr(b, k)
+	return binary.AppendUvarint(b, uint64(inc.notified)), nil
+}
+
+// encodeSegment writes items [from, to) of list l of inc.
+func encodeSegment(b []byte, inc *incident, l, from, to int) ([]byte, error) {
+	b = append(b, 1)
+	b = binary.AppendUvarint(b, uint64(to-from))
+	for i := from; i < to; i++ {
+		var m proto.Message
+		switch l {
+		case listNodes:
+			b = putStr(b, inc.nodes[i])
+			continue
+		case listEdgeKeys:
+			b = putStr(b, inc.keyList[i])
+			continue
+		case listPolluted:
+			m = inc.pb.Polluted[i]
+		case listEdges:
+			m = inc.pb.Edges[i]
+		case listEvidence:
+			m = inc.pb.Evidence[i]
+		}
+		v, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+		if err != nil {
+			return nil, fmt.Errorf("kvgraph: encode incident: %w", err)
+		}
+		b = putStr(b, string(v))
 	}
 	return b, nil
 }
 
-func decodeIncident(v []byte, gpus map[string]*gpu) (*incident, error) {
-	if len(v) < 1 || v[0] != 1 {
-		return nil, errCorrupt
+// decodeSegment appends the items of a segment of list l to inc.
+func decodeSegment(v []byte, inc *incident, l byte) error {
+	if len(v) < 1 || v[0] != 1 || l >= incLists {
+		return errCorrupt
 	}
+	d := dec{b: v[1:]}
+	n := d.uvarint()
+	for i := uint64(0); i < n && !d.err; i++ {
+		s := d.str()
+		if d.err {
+			break
+		}
+		var err error
+		switch l {
+		case listNodes:
+			inc.addNode(s)
+		case listEdgeKeys:
+			inc.addEdgeKey(s)
+		case listPolluted:
+			x := &braidpb.PollutedRequest{}
+			err = proto.Unmarshal([]byte(s), x)
+			inc.addVictim(x)
+		case listEdges:
+			x := &braidpb.PollutionEdge{}
+			err = proto.Unmarshal([]byte(s), x)
+			inc.addEdge(x)
+		case listEvidence:
+			x := &braidpb.Evidence{}
+			err = proto.Unmarshal([]byte(s), x)
+			inc.pb.Evidence = append(inc.pb.Evidence, x)
+			inc.grow(int64(len(x.Text)) + 200)
+		}
+		if err != nil {
+			return fmt.Errorf("kvgraph: decode incident: %w", err)
+		}
+	}
+	return d.done()
+}
+
+// decodeIncident reads an incident's head; counts is the length of its
+// lists, nil for a version 1 record (the whole incident in one value, as
+// written before segments).
+func decodeIncident(v []byte, gpus map[string]*gpu) (*incident, *[incLists]int, error) {
+	if len(v) < 1 || (v[0] != 1 && v[0] != 2) {
+		return nil, nil, errCorrupt
+	}
+	version := v[0]
 	d := dec{b: v[1:]}
 	m := d.str()
 	pb := &braidpb.Incident{}
 	if d.err {
-		return nil, errCorrupt
+		return nil, nil, errCorrupt
 	}
 	if err := proto.Unmarshal([]byte(m), pb); err != nil {
-		return nil, fmt.Errorf("kvgraph: decode incident: %w", err)
+		return nil, nil, fmt.Errorf("kvgraph: decode incident: %w", err)
 	}
 	g := gpus[pb.Gpu]
 	if g == nil {
@@ -504,21 +690,29 @@ func decodeIncident(v []byte, gpus map[string]*gpu) (*incident, error) {
 	if x := d.raw(1); x != nil {
 		inc.dirty = x[0] == 1
 	}
+	for _, lc := range pb.Layers {
+		inc.layers[int64(lc.Layer)] = lc
+	}
+	if version == 2 {
+		var counts [incLists]int
+		for l := range counts {
+			counts[l] = int(d.uvarint())
+		}
+		inc.notified = int(d.uvarint())
+		return inc, &counts, d.done()
+	}
 	n := d.uvarint()
 	for i := uint64(0); i < n && !d.err; i++ {
 		inc.addNode(d.str())
 	}
 	n = d.uvarint()
 	for i := uint64(0); i < n && !d.err; i++ {
-		inc.edgeKeys[d.str()] = struct{}{}
+		inc.addEdgeKey(d.str())
 	}
 	for _, v := range pb.Polluted {
 		inc.victims[v.RequestId] = struct{}{}
 	}
-	for _, lc := range pb.Layers {
-		inc.layers[int64(lc.Layer)] = lc
-	}
-	return inc, d.done()
+	return inc, nil, d.done()
 }
 
 func encodePending(b []byte, ps []*pendingEvidence) ([]byte, error) {

@@ -2,9 +2,11 @@ package kvgraph
 
 import (
 	"container/heap"
+	"fmt"
 	"slices"
 	"strconv"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -27,6 +29,18 @@ type Counters struct {
 	Closed    atomic.Int64 // incidents closed
 	Polluted  atomic.Int64 // requests marked polluted
 	Blocks    atomic.Int64 // blocks in state
+
+	Rejected         atomic.Int64 // KV events that break the convention (Config.ErrorPolicy)
+	DeadLettered     atomic.Int64 // of those, written to the dead-letter topic
+	Unwritable       atomic.Int64 // output records that could not be marshalled (skipped)
+	EvidenceDropped  atomic.Int64 // supporting lines dropped: MaxPendingEvidence, MaxIncidentEvidence
+	Truncated        atomic.Int64 // incident records that left items out to fit MaxRecordBytes
+	EarlyReleased    atomic.Int64 // KV events handed to the detector before the watermark (MaxKVBufferBytes)
+	KVBufferBytes    atomic.Int64 // bytes of KV events held until the watermark passes them
+	EvictedBlocks    atomic.Int64 // blocks forgotten before BlockTTL (MaxStateBytes)
+	EvictedRequests  atomic.Int64 // requests forgotten before BlockTTL (MaxStateBytes)
+	EvictedIncidents atomic.Int64 // incidents closed before IncidentWindow (MaxStateBytes)
+	StateBytes       atomic.Int64 // estimated bytes of in-memory detector state
 }
 
 // Processor detects KV-cache pollution for the GPUs routed to one task.
@@ -52,11 +66,23 @@ type Processor struct {
 	changedGPUs   []*gpu
 	changedIncs   []*incident
 	deleted       [][]byte
+	deletedRanges [][]byte // pairs: [lo, hi)
+
+	// Memory (budget.go): estimated bytes of blocks, requests and GPUs, and
+	// of open incidents; the blocks and requests an event touched.
+	stateBytes    int64
+	incBytes      int64
+	reported      int64 // the part of Counters.StateBytes that is ours
+	touchedBlocks []*block
+	touchedReqs   []*request
 	dirtyIncs     []*incident
 
 	hits []readHit
 	key  []byte
 	buf  []byte
+	// err is a record that could not be written under the fail policy,
+	// returned by the call that met it.
+	err error
 }
 
 type blockRef struct {
@@ -93,19 +119,43 @@ func (p *Processor) Counters() *Counters { return p.c }
 // compute-sanitizer line or an Xid line (anything else is counted as
 // ignored). resource and logRecord are wire bytes, valid during the call.
 // ts is the record's event time. It may emit pollution edges; incidents are
-// emitted by OnWatermark. It returns an error only for state I/O.
+// emitted by OnWatermark. A KV event that fails Check goes by
+// Config.ErrorPolicy (see Reject). It returns an error only under the fail
+// policy.
 func (p *Processor) Add(t *engine.Task, resource, logRecord []byte, ts int64, origin Origin) error {
 	ev, ok := ParseEvent(resource, logRecord, ts, origin)
 	if !ok {
 		p.c.Ignored.Add(1)
 		return nil
 	}
-	p.Handle(t, &ev)
-	return nil
+	if err := ev.Check(); err != nil {
+		return p.Reject(t, resource, logRecord, origin, err)
+	}
+	p.handle(t, &ev)
+	p.account(t)
+	return p.takeErr()
 }
 
-// Handle handles one parsed event (see Add).
+// takeErr returns (and clears) the error met while writing records under
+// the fail policy.
+func (p *Processor) takeErr() error {
+	err := p.err
+	p.err = nil
+	return err
+}
+
+// Handle handles one parsed event (see Add). An event that fails Check is
+// dropped, counted in Rejected.
 func (p *Processor) Handle(t *engine.Task, ev *Event) {
+	if ev.Check() != nil {
+		p.c.Rejected.Add(1)
+		return
+	}
+	p.handle(t, ev)
+	p.account(t)
+}
+
+func (p *Processor) handle(t *engine.Task, ev *Event) {
 	if ev.Op == OpSanitizer || ev.Op == OpXid {
 		p.c.Evidence.Add(1)
 		p.supporting(ev)
@@ -134,6 +184,12 @@ func (p *Processor) Handle(t *engine.Task, ev *Event) {
 		b = &block{id: ev.Block}
 		g.blocks[ev.Block] = b
 		p.c.Blocks.Add(1)
+		// On a GPU whose owned blocks were evicted, a block met in
+		// mid-life has owners we forgot: see untracked.
+		b.untracked = g.lossy && (ev.Op != OpAlloc || ev.HasHash) && ev.Op != OpSwapIn
+	}
+	if b.untracked && ev.Op == OpAlloc && !ev.HasHash {
+		b.untracked = false // a new life (owners taken since stay)
 	}
 	b.last = max(b.last, ev.Time)
 	p.markBlock(g, b)
@@ -162,7 +218,7 @@ func (p *Processor) Handle(t *engine.Task, ev *Event) {
 			p.write(t, g, b, r, ev)
 		}
 	case OpRead:
-		if r != nil {
+		if r != nil && !b.untracked {
 			p.read(t, g, b, r, ev)
 		}
 	case OpFree:
@@ -222,6 +278,7 @@ func (p *Processor) gpuOf(ev *Event) *gpu {
 		g = newGPU(string(key), string(ev.Host))
 		g.index = ev.GPUIndex
 		p.gpus[g.id] = g
+		p.addStateBytes(gpuBytes(g))
 		p.markGPU(g)
 	}
 	if len(ev.Instance) > 0 && g.instance != string(ev.Instance) {
@@ -254,6 +311,16 @@ func (p *Processor) alloc(t *engine.Task, g *gpu, b *block, r *request, ev *Even
 	if b.owner(r.id) != nil {
 		return
 	}
+	if b.untracked {
+		// A prefix hit on a block whose content we forgot: taken as
+		// sharing it.
+		b.owners = append(b.owners, owner{req: r.id, at: ev.Time, shared: ev.HasHash})
+		r.hold(b.id)
+		if ev.HasHash && !b.hasHash {
+			b.hash, b.hasHash, b.hashWriter = ev.Hash, true, ""
+		}
+		return
+	}
 	shared := ev.HasHash && b.hasHash && ev.Hash == b.hash
 	if len(b.owners) > 0 && !shared {
 		src, at := r.id, ev.Time
@@ -284,6 +351,11 @@ func layerRange(g *gpu, ev *Event, l int64) (base, size int64, ok bool) {
 }
 
 func (p *Processor) write(t *engine.Task, g *gpu, b *block, r *request, ev *Event) {
+	if b.untracked && b.owner(r.id) == nil {
+		// Owners forgotten: the writer is taken for one.
+		b.owners = append(b.owners, owner{req: r.id, at: ev.Time})
+		r.hold(b.id)
+	}
 	lb, ls, ok := layerRange(g, ev, ev.Layer)
 	count := g.layers
 	if ev.Layers > 0 {
@@ -717,11 +789,13 @@ func (p *Processor) openIncident(g *gpu, pe pollution) *incident {
 		pb: &braidpb.Incident{Id: id, State: braidpb.IncidentState_INCIDENT_STATE_OPEN, Host: g.host, Gpu: g.id, Pattern: pe.kind,
 			Root: p.rootOf(g, pe), FirstUnixNano: uint64(pe.ev.Time), LastUnixNano: uint64(pe.ev.Time)},
 		g:        g,
+		total:    &p.incBytes,
 		edgeKeys: map[string]struct{}{},
 		victims:  map[string]struct{}{},
 		layers:   map[int64]*braidpb.LayerCount{},
 	}
 	inc.order = p.nextOrder
+	inc.grow(incidentHead)
 	p.nextOrder++
 	p.open = append(p.open, inc)
 	p.c.Incidents.Add(1)
@@ -739,15 +813,14 @@ func (p *Processor) merge(t *engine.Task, a, b *incident) *incident {
 		a.addNode(n)
 	}
 	for _, e := range b.pb.Edges {
-		if _, ok := a.edgeKeys[edgeKey(e)]; !ok {
-			a.edgeKeys[edgeKey(e)] = struct{}{}
-			a.pb.Edges = append(a.pb.Edges, e)
+		if a.addEdgeKey(edgeKey(e)) {
+			a.addEdge(e)
 		}
 	}
 	for _, v := range b.pb.Polluted {
 		if _, ok := a.victims[v.RequestId]; !ok {
 			a.victims[v.RequestId] = struct{}{}
-			a.pb.Polluted = append(a.pb.Polluted, v)
+			a.addVictim(v)
 			if r := a.g.reqs[v.RequestId]; r != nil && r.incident == b.pb.Id {
 				r.incident = a.pb.Id
 				p.markReq(a.g, r)
@@ -759,7 +832,11 @@ func (p *Processor) merge(t *engine.Task, a, b *incident) *incident {
 		x.Hits += lc.Hits
 		x.CorruptedReads += lc.CorruptedReads
 	}
-	a.pb.Evidence = append(a.pb.Evidence, b.pb.Evidence...)
+	for _, ev := range b.pb.Evidence {
+		p.addEvidence(a, ev)
+	}
+	a.pb.EvidenceDropped += b.pb.EvidenceDropped
+	a.pb.LayersDropped += b.pb.LayersDropped
 	a.pb.FirstUnixNano = min(a.pb.FirstUnixNano, b.pb.FirstUnixNano)
 	a.pb.LastUnixNano = max(a.pb.LastUnixNano, b.pb.LastUnixNano)
 	p.markInc(a)
@@ -781,10 +858,9 @@ func (p *Processor) edge(t *engine.Task, g *gpu, inc *incident, pe pollution, fr
 	e := &braidpb.PollutionEdge{Source: from, Target: to, Kind: pe.kind, TimeUnixNano: uint64(pe.ev.Time), Host: g.host, Gpu: g.id,
 		Block: pe.block, Layer: int32(pe.layer), SourceRequest: pe.src, TargetRequest: pe.victim, IncidentId: inc.pb.Id, Detail: pe.detail}
 	k := edgeKey(e)
-	if _, ok := inc.edgeKeys[k]; ok {
+	if !inc.addEdgeKey(k) {
 		return
 	}
-	inc.edgeKeys[k] = struct{}{}
 	if pe.lo >= 0 {
 		e.Addr, e.Bytes = pe.lo, pe.hi-pe.lo
 	}
@@ -803,13 +879,17 @@ func (p *Processor) edge(t *engine.Task, g *gpu, inc *incident, pe pollution, fr
 		e.Evidence = append(e.Evidence, &braidpb.Origin{Topic: pe.ev.Origin.Topic, Partition: pe.ev.Origin.Partition, Offset: pe.ev.Origin.Offset})
 	}
 	if len(inc.pb.Edges) < p.cfg.MaxIncidentEdges {
-		inc.pb.Edges = append(inc.pb.Edges, e)
+		inc.addEdge(e)
 	} else {
 		inc.pb.EdgesDropped++
 	}
 	p.c.Edges.Add(1)
+	v, err := p.marshal(e, "pollution edge")
+	if err != nil {
+		return
+	}
 	key := []byte(from)
-	t.Emit(&kgo.Record{Topic: p.cfg.PollutionTopic, Partition: otlp.HashPartition(key, p.cfg.Partitions), Key: key, Value: p.marshal(e)})
+	t.Emit(&kgo.Record{Topic: p.cfg.PollutionTopic, Partition: otlp.HashPartition(key, p.cfg.Partitions), Key: key, Value: v})
 }
 
 func (p *Processor) markPolluted(g *gpu, inc *incident, pe pollution) {
@@ -840,10 +920,14 @@ func (p *Processor) markPolluted(g *gpu, inc *incident, pe pollution) {
 	if v.trace != ([16]byte{}) {
 		pr.TraceId = append([]byte(nil), v.trace[:]...)
 	}
-	inc.pb.Polluted = append(inc.pb.Polluted, pr)
+	inc.addVictim(pr)
 }
 
-func (p *Processor) marshal(m proto.Message) []byte {
+// marshal serializes an output record. Strings from input are valid UTF-8
+// by then (Check, validString), so an error is not expected: it is counted
+// in Unwritable and the record is not written; under the fail policy the
+// call that met it returns it.
+func (p *Processor) marshal(m proto.Message, what string) ([]byte, error) {
 	var b []byte
 	var err error
 	if p.cfg.JSON {
@@ -852,9 +936,14 @@ func (p *Processor) marshal(m proto.Message) []byte {
 		b, err = proto.MarshalOptions{Deterministic: true}.Marshal(m)
 	}
 	if err != nil {
-		panic("kvgraph: marshal: " + err.Error()) // a bug: the messages are ours
+		p.c.Unwritable.Add(1)
+		err = fmt.Errorf("kvgraph: marshal %s: %w", what, err)
+		if p.cfg.ErrorPolicy == PolicyFail && p.err == nil {
+			p.err = err
+		}
+		return nil, err
 	}
-	return b
+	return b, nil
 }
 
 // supporting handles a sanitizer or Xid line: it attaches to the open
@@ -866,10 +955,14 @@ func (p *Processor) supporting(ev *Event) {
 		kind = "xid"
 	}
 	text := ev.Body
-	if len(text) > 512 {
-		text = text[:512]
+	if len(text) > MaxEvidenceText {
+		n := MaxEvidenceText
+		for n > MaxEvidenceText-utf8.UTFMax && !utf8.RuneStart(text[n]) {
+			n-- // do not cut a character
+		}
+		text = text[:n]
 	}
-	pe := &pendingEvidence{host: string(ev.Host), pb: &braidpb.Evidence{Kind: kind, TimeUnixNano: uint64(ev.Time), Text: string(text)}}
+	pe := &pendingEvidence{host: string(ev.Host), pb: &braidpb.Evidence{Kind: kind, TimeUnixNano: uint64(ev.Time), Text: validString(text)}}
 	if ev.Origin.Topic != "" {
 		pe.pb.Origin = &braidpb.Origin{Topic: ev.Origin.Topic, Partition: ev.Origin.Partition, Offset: ev.Origin.Offset}
 	}
@@ -877,13 +970,18 @@ func (p *Processor) supporting(ev *Event) {
 	attached := false
 	for _, inc := range p.open {
 		if p.matches(inc, pe) {
-			inc.pb.Evidence = append(inc.pb.Evidence, pe.pb)
+			p.addEvidence(inc, pe.pb)
 			p.markInc(inc)
 			p.dirty(inc)
 			attached = true
 		}
 	}
 	if !attached {
+		if len(p.pending) >= p.cfg.MaxPendingEvidence && len(p.pending) > 0 {
+			p.c.EvidenceDropped.Add(1) // the oldest goes
+			p.pending[0] = nil
+			p.pending = p.pending[1:]
+		}
 		p.pending = append(p.pending, pe)
 		p.pendingChanged = true
 	}
@@ -902,7 +1000,7 @@ func (p *Processor) attachPending(inc *incident) {
 	out := p.pending[:0]
 	for _, pe := range p.pending {
 		if p.matches(inc, pe) {
-			inc.pb.Evidence = append(inc.pb.Evidence, pe.pb)
+			p.addEvidence(inc, pe.pb)
 			p.pendingChanged = true
 			continue
 		}
@@ -916,23 +1014,6 @@ func (p *Processor) dirty(inc *incident) {
 	if !inc.dirty {
 		inc.dirty = true
 		p.dirtyIncs = append(p.dirtyIncs, inc)
-	}
-}
-
-// emitIncident writes the incident's next revision.
-func (p *Processor) emitIncident(t *engine.Task, inc *incident, wm int64) {
-	inc.dirty = false
-	inc.pb.WatermarkUnixNano = uint64(wm)
-	if p.cfg.Context != nil && inc.g != nil {
-		inc.pb.Resources = p.cfg.Context(inc.g.host, inc.g.id, inc.g.index, inc.g.instance, int64(inc.pb.FirstUnixNano), int64(inc.pb.LastUnixNano))
-	}
-	p.c.Revisions.Add(1)
-	key := []byte(inc.pb.Id)
-	t.Emit(&kgo.Record{Topic: p.cfg.IncidentsTopic, Partition: otlp.HashPartition(key, p.cfg.Partitions), Key: key, Value: p.marshal(inc.pb)})
-	inc.pb.Revision++
-	p.markInc(inc)
-	if p.cfg.OnIncident != nil {
-		p.cfg.OnIncident(t, inc.pb)
 	}
 }
 
@@ -950,7 +1031,11 @@ func (p *Processor) close(t *engine.Task, inc *incident, wm int64) {
 		}
 	}
 	p.open = slices.DeleteFunc(p.open, func(x *incident) bool { return x == inc })
+	p.incBytes -= inc.bytes
+	inc.total = nil
 	p.deleted = append(p.deleted, incKey(nil, inc.pb.Id))
+	lo, hi := incSegRange(inc.pb.Id)
+	p.deletedRanges = append(p.deletedRanges, lo, hi)
 	p.c.Closed.Add(1)
 }
 
@@ -997,51 +1082,66 @@ func (p *Processor) OnWatermark(t *engine.Task, wm int64) error {
 	if len(p.pending) != n {
 		p.pendingChanged = true
 	}
-	return p.expire(wm)
+	err := p.expire(wm)
+	p.report()
+	return err
 }
 
 func (p *Processor) expire(wm int64) error {
 	p.backlog = false
-	ttl := int64(p.cfg.BlockTTL)
 	for fired := 0; len(p.timers) > 0 && p.timers[0].at <= wm; fired++ {
 		if fired == timerSlice {
 			p.backlog = true
 			return nil
 		}
-		tm := heap.Pop(&p.timers).(timer)
-		g := tm.g
-		if tm.b != nil {
-			b := tm.b
-			if g.blocks[b.id] != b || b.timerAt != tm.at {
-				continue
-			}
-			b.timerAt = 0
-			if b.last+ttl > wm {
-				p.scheduleBlock(g, b)
-				continue
-			}
-			delete(g.blocks, b.id)
-			p.c.Blocks.Add(-1)
-			p.deleted = append(p.deleted, blockKey(nil, g.id, b.id))
-		} else {
-			r := tm.r
-			if g.reqs[r.id] != r || r.timerAt != tm.at {
-				continue
-			}
-			r.timerAt = 0
-			if r.last+ttl > wm {
-				p.scheduleReq(g, r)
-				continue
-			}
-			delete(g.reqs, r.id)
-			p.deleted = append(p.deleted, reqKey(nil, g.id, r.id))
-		}
-		if len(g.blocks) == 0 && len(g.reqs) == 0 && len(g.nodes) == 0 && p.gpus[g.id] == g {
-			delete(p.gpus, g.id)
-			p.deleted = append(p.deleted, gpuKey(nil, g.id))
-		}
+		p.fire(heap.Pop(&p.timers).(timer), wm)
 	}
 	return nil
+}
+
+// fire handles a timer popped at event time wm: its block or request is
+// forgotten when idle for BlockTTL by then, else rescheduled. It reports
+// what it forgot: 'b', 'r' or 0.
+func (p *Processor) fire(tm timer, wm int64) byte {
+	ttl := int64(p.cfg.BlockTTL)
+	g := tm.g
+	var what byte
+	if tm.b != nil {
+		b := tm.b
+		if g.blocks[b.id] != b || b.timerAt != tm.at {
+			return 0
+		}
+		b.timerAt = 0
+		if b.last+ttl > wm {
+			p.scheduleBlock(g, b)
+			return 0
+		}
+		delete(g.blocks, b.id)
+		p.c.Blocks.Add(-1)
+		p.addStateBytes(-b.size)
+		p.deleted = append(p.deleted, blockKey(nil, g.id, b.id))
+		what = 'b'
+	} else {
+		r := tm.r
+		if g.reqs[r.id] != r || r.timerAt != tm.at {
+			return 0
+		}
+		r.timerAt = 0
+		if r.last+ttl > wm {
+			p.scheduleReq(g, r)
+			return 0
+		}
+		delete(g.reqs, r.id)
+		p.addStateBytes(-r.size)
+		p.deleted = append(p.deleted, reqKey(nil, g.id, r.id))
+		what = 'r'
+	}
+	if len(g.blocks) == 0 && len(g.reqs) == 0 && len(g.nodes) == 0 && p.gpus[g.id] == g {
+		delete(p.gpus, g.id)
+		p.addStateBytes(-gpuBytes(g))
+		p.deleted = append(p.deleted, gpuKey(nil, g.id))
+	}
+	return what
 }
 
 func (p *Processor) scheduleBlock(g *gpu, b *block) {
@@ -1061,6 +1161,7 @@ func (p *Processor) scheduleReq(g *gpu, r *request) {
 }
 
 func (p *Processor) markBlock(g *gpu, b *block) {
+	p.touchedBlocks = append(p.touchedBlocks, b)
 	if !b.changed {
 		b.changed = true
 		p.changedBlocks = append(p.changedBlocks, blockRef{g, b})
@@ -1068,6 +1169,7 @@ func (p *Processor) markBlock(g *gpu, b *block) {
 }
 
 func (p *Processor) markReq(g *gpu, r *request) {
+	p.touchedReqs = append(p.touchedReqs, r)
 	if !r.changed {
 		r.changed = true
 		p.changedReqs = append(p.changedReqs, reqRef{g, r})

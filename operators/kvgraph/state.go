@@ -23,6 +23,8 @@ type gpu struct {
 	// nodes maps the node ids of open incidents to them.
 	nodes   map[string]*incident
 	changed bool
+	// lossy: owned blocks of this GPU were evicted (see block.untracked).
+	lossy bool
 }
 
 func newGPU(id, host string) *gpu {
@@ -125,6 +127,13 @@ type block struct {
 	// bookkeeping
 	timerAt int64
 	changed bool
+	size    int64 // estimated bytes (budget.go)
+	// untracked: met again after the eviction of owned blocks of its GPU
+	// (MaxStateBytes), its owners unknown. Until an alloc without a
+	// content hash (a new life) its writers and prefix hits are taken for
+	// owners and its reads are not checked: forgetting may miss
+	// pollution, not invent it.
+	untracked bool
 }
 
 func (b *block) owner(req string) *owner {
@@ -230,6 +239,7 @@ type request struct {
 	last    int64
 	timerAt int64
 	changed bool
+	size    int64 // estimated bytes (budget.go)
 }
 
 func reqNode(g *gpu, req string) string { return "req:" + g.id + "/" + req }

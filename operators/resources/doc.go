@@ -21,6 +21,10 @@
 // counters and the number of samples.
 //
 // Samples older than the table's watermark minus Retain are dropped, except
-// the last one of each series (still in force). Series are kept for the
-// lifetime of the instance (a fleet has thousands, not millions).
+// the last one of each series (still in force); a series with no sample
+// since then (its pod, GPU or server is gone) is removed (Table.Removed),
+// so that churn does not grow the table. Limits (MaxSeries, MaxTableBytes)
+// bound it whatever the input: past them the series updated least recently
+// go (Table.Evicted). Identities and metric names are repaired to valid
+// UTF-8 before they reach a record.
 package resources

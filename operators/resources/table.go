@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -27,10 +28,43 @@ type Sample struct {
 
 type series struct {
 	id      semconv.Identity
-	idText  string
-	metric  string
+	key     string // idText + "\x00" + metric, as read
+	idText  string // valid UTF-8 (it goes into SeriesWindow)
+	metric  string // valid UTF-8
 	counter bool
 	samples []Sample // by time
+	// prev/next: the table's list by last update (most recent first);
+	// hostIdx: the series' index in byHost[id.Host]; bytes: what it takes
+	// (seriesBytes).
+	prev, next *series
+	hostIdx    int
+	bytes      int64
+}
+
+// Limits bound the table. When a new series or sample would take the table
+// past either, the series updated least recently go (Table.Evicted).
+type Limits struct {
+	// MaxSeries: most series held. Default 250,000.
+	MaxSeries int
+	// MaxTableBytes: most bytes held (series, their identities and
+	// samples, estimated). Default 128 MiB.
+	MaxTableBytes int64
+}
+
+// The default Limits.
+const (
+	DefaultMaxSeries     = 250_000
+	DefaultMaxTableBytes = 128 << 20
+)
+
+// EnsureDefaults fills unset fields.
+func (l *Limits) EnsureDefaults() {
+	if l.MaxSeries <= 0 {
+		l.MaxSeries = DefaultMaxSeries
+	}
+	if l.MaxTableBytes <= 0 {
+		l.MaxTableBytes = DefaultMaxTableBytes
+	}
 }
 
 // Table holds the resource time series. Safe for concurrent use: the
@@ -40,24 +74,44 @@ type Table struct {
 
 	mu struct {
 		sync.RWMutex
-		series map[string]*series // idText + "\x00" + metric
+		series map[string]*series // key
 		byHost map[string][]*series
 		wm     *engine.GlobalWatermark
 		fed    int
+		limits Limits
+		bytes  int64
+		lru    series // sentinel: lru.next is the most recently updated
 	}
-	// Samples applied, records that did not decode, samples pruned.
-	Samples, Malformed, Pruned atomic.Int64
+	// Samples applied, records that did not decode, samples pruned, series
+	// removed idle (no sample for longer than the retention), series
+	// evicted by the Limits.
+	Samples, Malformed, Pruned, Removed, Evicted atomic.Int64
+	// Bytes is the estimated memory of the table (a gauge).
+	Bytes atomic.Int64
 }
 
 // NewTable returns a table for a topic of partitions partitions written by
 // as many tasks; samples older than the watermark minus retain go (the last
-// of each series stays).
+// of each series stays), and so do series with no sample since then. It
+// has the default Limits (SetLimits).
 func NewTable(partitions int32, idleness, retain time.Duration, now time.Time) *Table {
 	t := &Table{retain: int64(retain)}
 	t.mu.series = map[string]*series{}
 	t.mu.byHost = map[string][]*series{}
 	t.mu.wm = engine.NewGlobalWatermark(partitions, partitions, idleness, now)
+	t.mu.lru.next, t.mu.lru.prev = &t.mu.lru, &t.mu.lru
+	t.mu.limits.EnsureDefaults()
 	return t
+}
+
+// SetLimits sets the table's limits (zero fields: the defaults) and
+// evicts what is over them.
+func (t *Table) SetLimits(l Limits) {
+	l.EnsureDefaults()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.mu.limits = l
+	t.enforceLocked(nil)
 }
 
 // Global returns the engine.Global that feeds the table from topic.
@@ -108,28 +162,89 @@ func (t *Table) Add(id semconv.Identity, metric string, counter bool, s Sample) 
 	t.addLocked(id, metric, counter, s)
 }
 
+// seriesBytes estimates what sr takes: the struct, its strings (identity,
+// text, key, metric), its map entry and byHost slot, its samples.
+func seriesBytes(sr *series) int64 {
+	const fixed = 200 + 64 + 8 // struct, map entry, byHost slot
+	id := &sr.id
+	n := len(id.Service) + len(id.Instance) + len(id.Host) + len(id.GPUUUID) + len(id.GPUIndex) + len(id.Model)
+	return int64(fixed + n + len(sr.idText) + len(sr.key) + len(sr.metric) + 16*cap(sr.samples))
+}
+
 // REQUIRES: t.mu held.
 func (t *Table) addLocked(id semconv.Identity, metric string, counter bool, s Sample) {
 	idText := id.String()
 	key := idText + "\x00" + metric
 	sr := t.mu.series[key]
 	if sr == nil {
-		sr = &series{id: id, idText: idText, metric: metric, counter: counter}
+		sr = &series{id: id, key: key, idText: validUTF8(idText), metric: validUTF8(metric), counter: counter}
 		t.mu.series[key] = sr
+		sr.hostIdx = len(t.mu.byHost[id.Host])
 		t.mu.byHost[id.Host] = append(t.mu.byHost[id.Host], sr)
+	} else {
+		sr.prev.next, sr.next.prev = sr.next, sr.prev // unlink
 	}
+	// Most recently updated first.
+	sr.prev, sr.next = &t.mu.lru, t.mu.lru.next
+	sr.next.prev, t.mu.lru.next = sr, sr
 	t.Samples.Add(1)
 	n := len(sr.samples)
 	if n == 0 || sr.samples[n-1].T < s.T {
 		sr.samples = append(sr.samples, s)
-		return
-	}
-	i := sort.Search(n, func(i int) bool { return sr.samples[i].T >= s.T })
-	if i < n && sr.samples[i].T == s.T {
+	} else if i := sort.Search(n, func(i int) bool { return sr.samples[i].T >= s.T }); sr.samples[i].T == s.T {
 		sr.samples[i] = s // a re-scrape of the same instant: last wins
-		return
+	} else {
+		sr.samples = slices.Insert(sr.samples, i, s)
 	}
-	sr.samples = slices.Insert(sr.samples, i, s)
+	t.sizeLocked(sr)
+	t.enforceLocked(sr)
+}
+
+// sizeLocked updates the table's bytes for a change of sr.
+//
+// REQUIRES: t.mu held.
+func (t *Table) sizeLocked(sr *series) {
+	b := seriesBytes(sr)
+	t.mu.bytes += b - sr.bytes
+	t.Bytes.Add(b - sr.bytes)
+	sr.bytes = b
+}
+
+// enforceLocked evicts the least recently updated series, never keep, while
+// the table is over its limits.
+//
+// REQUIRES: t.mu held.
+func (t *Table) enforceLocked(keep *series) {
+	l := &t.mu.limits
+	for len(t.mu.series) > l.MaxSeries || t.mu.bytes > l.MaxTableBytes {
+		sr := t.mu.lru.prev
+		if sr == &t.mu.lru || sr == keep {
+			return
+		}
+		t.removeLocked(sr)
+		t.Evicted.Add(1)
+	}
+}
+
+// removeLocked forgets sr.
+//
+// REQUIRES: t.mu held.
+func (t *Table) removeLocked(sr *series) {
+	delete(t.mu.series, sr.key)
+	hs := t.mu.byHost[sr.id.Host]
+	last := len(hs) - 1
+	hs[sr.hostIdx] = hs[last]
+	hs[sr.hostIdx].hostIdx = sr.hostIdx
+	hs[last] = nil
+	if last == 0 {
+		delete(t.mu.byHost, sr.id.Host)
+	} else {
+		t.mu.byHost[sr.id.Host] = hs[:last]
+	}
+	sr.prev.next, sr.next.prev = sr.next, sr.prev
+	sr.prev, sr.next = nil, nil
+	t.mu.bytes -= sr.bytes
+	t.Bytes.Add(-sr.bytes)
 }
 
 // REQUIRES: t.mu held.
@@ -139,14 +254,36 @@ func (t *Table) pruneLocked(wm int64) {
 	}
 	cut := wm - t.retain
 	for _, sr := range t.mu.series {
+		n := len(sr.samples)
+		if n > 0 && sr.samples[n-1].T < cut {
+			// Idle for longer than the retention: a series of a pod, GPU
+			// or server that is gone.
+			t.Pruned.Add(int64(n))
+			t.removeLocked(sr)
+			t.Removed.Add(1)
+			continue
+		}
 		// Keep the last sample before cut: it is in force at cut.
-		i := sort.Search(len(sr.samples), func(i int) bool { return sr.samples[i].T >= cut })
+		i := sort.Search(n, func(i int) bool { return sr.samples[i].T >= cut })
 		if i > 1 {
-			n := copy(sr.samples, sr.samples[i-1:])
-			t.Pruned.Add(int64(len(sr.samples) - n))
-			sr.samples = sr.samples[:n]
+			k := copy(sr.samples, sr.samples[i-1:])
+			t.Pruned.Add(int64(n - k))
+			sr.samples = sr.samples[:k]
+			if cap(sr.samples) > 4*k+8 {
+				sr.samples = slices.Clip(slices.Clone(sr.samples))
+			}
+			t.sizeLocked(sr)
 		}
 	}
+}
+
+// validUTF8 is s with invalid UTF-8 replaced by U+FFFD (s itself when
+// valid): series names and identities go into protobuf records.
+func validUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
 // Windows returns, for every series that matches req (see

@@ -1,0 +1,5 @@
+//go:build race
+
+package kvgraph
+
+const raceEnabled = true
