@@ -30,11 +30,14 @@ test-unit:
 ## fuzz: every fuzz target in turn, FUZZTIME each (default 10m); crashers
 ## are saved under the package's testdata/fuzz as regression seeds.
 FUZZTIME ?= 10m
+# Minimizing each new interesting input of the pipeline targets for the
+# default 60s would leave little time to fuzz.
+FUZZMINIMIZE ?= 300x
 FUZZ_TARGETS ?= ./connectors/otlp:FuzzDecode ./operators/semconv:FuzzWire ./operators/fuse:FuzzPipeline ./operators/fuse:FuzzKVEvent
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  pkg=$${t%%:*}; fn=$${t##*:}; echo "fuzz $$fn ($$pkg) for $(FUZZTIME)"; \
-	  $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) $$pkg; \
 	done
 
 ## bench: Go micro-benchmarks, then the end-to-end benchmark on the real broker.
