@@ -6,7 +6,7 @@ KAFKA     := bash deploy/local/kafka.sh
 PKGS      ?= ./...
 GO_TEST_FLAGS ?= -race -count=1 -timeout 15m
 
-.PHONY: all build run test test-unit bench bench-e2e bench-scale bench-restart bench-pause lint proto kafka-start kafka-stop clean
+.PHONY: all build run test test-unit fuzz bench bench-e2e bench-scale bench-restart bench-pause lint proto kafka-start kafka-stop clean
 
 all: build
 
@@ -26,6 +26,19 @@ test:
 ## test-unit: tests that need no broker (integration tests skip outside CI).
 test-unit:
 	env -u BRAID_KAFKA_BROKERS -u BRAID_KAFKA_SASL_BROKERS -u BRAID_KAFKA_SASL_SSL_BROKERS -u BRAID_KAFKA_CA_FILE CI= $(GO) test $(GO_TEST_FLAGS) $(PKGS)
+
+## fuzz: every fuzz target in turn, FUZZTIME each (default 10m); crashers
+## are saved under the package's testdata/fuzz as regression seeds.
+FUZZTIME ?= 10m
+# Minimizing each new interesting input of the pipeline targets for the
+# default 60s would leave little time to fuzz.
+FUZZMINIMIZE ?= 300x
+FUZZ_TARGETS ?= ./connectors/otlp:FuzzDecode ./operators/semconv:FuzzWire ./operators/fuse:FuzzPipeline ./operators/fuse:FuzzKVEvent
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; fn=$${t##*:}; echo "fuzz $$fn ($$pkg) for $(FUZZTIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) $$pkg; \
+	done
 
 ## bench: Go micro-benchmarks, then the end-to-end benchmark on the real broker.
 bench:
