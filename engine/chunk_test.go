@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -281,5 +282,52 @@ func TestHarnessRejectsRecordsOverTheLimit(t *testing.T) {
 	}
 	if err := h.Checkpoint(); err != nil {
 		t.Fatalf("checkpoint after the rejection was reported: %v", err)
+	}
+}
+
+// TestChunkCountsFollowAborts: after an aborted checkpoint the task's
+// record of chunked keys is the committed one, so a later write tombstones
+// exactly the chunks the changelog holds.
+func TestChunkCountsFollowAborts(t *testing.T) {
+	store, err := state.Open(state.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	const limit = 2048
+	topo := Topology{Name: "abort", Partitions: 1, Changelog: "abort-changelog", Inputs: []Input{{Topic: "in"}},
+		NewProcessor: func(*Task) (Processor, error) { return bigState{}, nil }}
+	h, err := NewHarness(Config{Store: store, MaxRecordBytes: limit}, topo, 0, time.Unix(1000, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	set := func(n int) {
+		t.Helper()
+		if err := h.Process(0, &kgo.Record{Key: []byte("k"), Value: bytes.Repeat([]byte("v"), n)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set(3 * limit) // 4 chunks, committed
+	if err := h.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	set(8 * limit) // 9 chunks, aborted
+	if err := h.Abort(); err != nil {
+		t.Fatal(err)
+	}
+	h.Out = nil
+	set(10) // one record: tombstones for chunks 1-3 of the committed value
+	var tombs []int
+	for _, r := range h.Out {
+		if bytes.HasPrefix(r.Key, chunkKeyPrefix) {
+			if r.Value != nil {
+				t.Fatalf("a chunk written for a 10-byte value")
+			}
+			tombs = append(tombs, int(r.Key[len(r.Key)-1]))
+		}
+	}
+	if fmt.Sprint(tombs) != "[1 2 3]" {
+		t.Fatalf("tombstones for chunks %v, want [1 2 3]", tombs)
 	}
 }

@@ -7,8 +7,20 @@
 //
 // Task p reads partition p of every input topic. The group assignment hands
 // out partitions; a task exists while any of its partitions is assigned.
-// Records reach a task through a bounded channel, so a slow task slows
-// polling instead of growing memory.
+// Records reach a task through a bounded channel, and the records queued
+// for all tasks are bounded in bytes (Config.FetchBufferBytes), so a slow
+// task slows polling instead of growing memory. A newly assigned task is
+// opened — its state checked against the committed offsets, rebuilt from
+// the changelog if needed — on a goroutine of its own while fetching its
+// partitions is paused; the other tasks go on meanwhile.
+//
+// # Size limits
+//
+// No record braid writes exceeds Config.MaxRecordBytes: state values are
+// cut into chunks in the changelog and joined on restore; for their own
+// records processors use Chunks, Task.EmitChunks and Reassembler. Any other
+// record over the limit fails the checkpoint, and the Harness returns
+// ErrRecordTooLarge, as the broker would refuse it.
 //
 // # Checkpoints
 //
@@ -28,7 +40,9 @@
 // time minus the out-of-orderness bound) and over the upstream tasks whose
 // markers it reads on internal topics; idle inputs do not hold it back (see
 // windows.Watermarks). Markers are records with a null key, an empty value
-// and the header braid.wm.
+// and the header braid.wm. Event time is held to the record clock: no
+// watermark moves past the largest Kafka record timestamp seen plus
+// Config.MaxClockSkew (see Task.Observe).
 //
 // # Lock order
 //

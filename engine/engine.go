@@ -904,6 +904,12 @@ func (e *Engine) produce(r *kgo.Record) {
 }
 
 func (e *Engine) promise(r *kgo.Record, err error) {
+	if errors.Is(err, kgo.ErrAborting) {
+		// The transaction is aborting (a rebalance, a failed commit): its
+		// records go with it, and the tasks roll back. Not a failure of
+		// its own.
+		return
+	}
 	if err != nil {
 		err = fmt.Errorf("produce to %s[%d]: %w", r.Topic, r.Partition, err)
 		e.produceErr.CompareAndSwap(nil, &err)

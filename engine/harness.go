@@ -124,6 +124,7 @@ func (h *Harness) Abort() error {
 	if err := h.t.prepare(); err != nil {
 		return err
 	}
+	h.e.produceErr.Store(nil) // what the transaction produced is gone with it
 	return h.t.rollback()
 }
 
