@@ -1,6 +1,7 @@
 package otlp
 
 import (
+	"encoding/binary"
 	"strconv"
 	"unicode/utf8"
 
@@ -76,9 +77,24 @@ func init() {
 
 // checkStr marks the current member for repair if v is not valid UTF-8.
 func (d *Decoder) checkStr(v []byte) {
-	if !d.bad && !utf8.Valid(v) {
+	if !ascii(v) && !d.bad && !utf8.Valid(v) {
 		d.bad = true
 	}
+}
+
+// ascii reports whether v is all ASCII, eight bytes at a time and without
+// a branch per byte: most strings are, and this is cheaper than
+// utf8.Valid for short ones.
+func ascii(v []byte) bool {
+	var acc uint64
+	for len(v) >= 8 {
+		acc |= binary.LittleEndian.Uint64(v)
+		v = v[8:]
+	}
+	for _, c := range v {
+		acc |= uint64(c)
+	}
+	return acc&0x8080808080808080 == 0
 }
 
 // checkField checks field f of a message of schema s: a string field's

@@ -90,8 +90,10 @@ type Config struct {
 	// records are cut at member boundaries below it; a late or dead-letter
 	// copy larger than it is cut into chunks with headers braid.chunk
 	// (0-based index) and braid.chunks (count) and the same key; a fused
-	// trace larger than it is split into parts (FusedTrace.part/parts). A
-	// single member that cannot fit goes to the dead-letter topic. Default
+	// trace larger than it is split into parts (FusedTrace.part/parts) — a
+	// single field that cannot fit a part (the derived figures of a huge
+	// trace) is left out and counted in DerivedDropped. A single member that
+	// cannot fit goes to the dead-letter topic. At least 64 KiB. Default
 	// 1,000,000 (the broker's default message.max.bytes, 1,048,588, minus
 	// headroom for headers and batch overhead).
 	MaxRecordBytes int

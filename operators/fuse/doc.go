@@ -37,4 +37,19 @@
 // timestamp advances no watermark: it goes to braid.late with reason
 // "future event time", or is re-stamped (Config.FuturePolicy). Event-time
 // arithmetic saturates at the ends of the int64 range.
+//
+// Every record the stage writes fits Config.MaxRecordBytes: repartition and
+// resolve records are cut at member boundaries, state values (trace chunks,
+// waiting-log chunks) are at most a quarter of it or one member, late and
+// dead-letter copies are cut into braid.chunk/braid.chunks records, and a
+// fused trace is split into parts (FusedTrace.part/parts). Per-trace caps
+// (MaxSpans, MaxLogs, MaxPoints, MaxBytes) cut what a trace keeps.
+//
+// Memory: each task's open traces (records and members since the last
+// checkpoint) are bounded by MaxOpenTraceBytes — pending members spill to
+// state, then the oldest traces are emitted early and leave memory, counted
+// in Evicted, and are revised if more members come — and the logs waiting
+// for a request id by MaxWaitingLogBytes — the oldest go to braid.late with
+// reason "memory budget", counted in WaitingEvicted. The gauges
+// OpenTraceBytes and WaitingLogBytes show both.
 package fuse

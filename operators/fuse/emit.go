@@ -253,25 +253,41 @@ func (p *processor) emitTrace(t *engine.Task, tr *trace, b []byte) error {
 		t.Emit(&kgo.Record{Topic: p.cfg.FusedTopic, Partition: partition, Key: key, Value: value, Headers: headers})
 		return nil
 	}
-	// Cut the protobuf so that each part, encoded, fits.
+	// Cut the protobuf at field boundaries so that each part, encoded with
+	// its header, fits; a part that does not is cut again; a single field
+	// that cannot fit (derived figures of a huge trace; in JSON, a member
+	// that grows past the limit) is left out and counted.
 	limit := room - 128 // the part's header fields and record headers
 	if p.cfg.JSON {
 		limit = int(float64(limit) * float64(len(b)) / float64(len(value)) * 0.9)
 	}
-	parts := cutFields(b, max(limit, 1024))
+	queue := cutFields(b, max(limit, 1024))
+	var parts [][]byte
+	for len(queue) > 0 {
+		part := queue[0]
+		queue = queue[1:]
+		v, err := p.encodeTrace(p.partHeader(tr, 1<<28, 1<<28, part))
+		if err != nil {
+			return err
+		}
+		if len(v) <= room {
+			parts = append(parts, part)
+			continue
+		}
+		if halves := cutFields(part, len(part)/2); len(halves) > 1 {
+			queue = append(halves, queue...)
+			continue
+		}
+		num, _, _ := protowire.ConsumeTag(part)
+		if num == fDerived || num == fResourceContext {
+			p.s.counters.DerivedDropped.Add(1)
+		} else {
+			p.s.counters.TooLarge.Add(1)
+		}
+	}
 	p.s.counters.Parts.Add(1)
 	for i, part := range parts {
-		v := protowire.AppendTag(nil, fTraceID, protowire.BytesType)
-		v = protowire.AppendBytes(v, tr.id[:])
-		if tr.revision > 0 {
-			v = protowire.AppendTag(v, fRevision, protowire.VarintType)
-			v = protowire.AppendVarint(v, uint64(tr.revision))
-		}
-		v = protowire.AppendTag(v, fPart, protowire.VarintType)
-		v = protowire.AppendVarint(v, uint64(i))
-		v = protowire.AppendTag(v, fParts, protowire.VarintType)
-		v = protowire.AppendVarint(v, uint64(len(parts)))
-		v, err := p.encodeTrace(append(v, part...))
+		v, err := p.encodeTrace(p.partHeader(tr, i, len(parts), part))
 		if err != nil {
 			return err
 		}
@@ -281,6 +297,22 @@ func (p *processor) emitTrace(t *engine.Task, tr *trace, b []byte) error {
 		t.Emit(&kgo.Record{Topic: p.cfg.FusedTopic, Partition: partition, Key: key, Value: v, Headers: h})
 	}
 	return nil
+}
+
+// partHeader returns part i of n of tr's FusedTrace: trace_id, revision,
+// part and parts, then the part's fields.
+func (p *processor) partHeader(tr *trace, i, n int, part []byte) []byte {
+	v := protowire.AppendTag(make([]byte, 0, 40+len(part)), fTraceID, protowire.BytesType)
+	v = protowire.AppendBytes(v, tr.id[:])
+	if tr.revision > 0 {
+		v = protowire.AppendTag(v, fRevision, protowire.VarintType)
+		v = protowire.AppendVarint(v, uint64(tr.revision))
+	}
+	v = protowire.AppendTag(v, fPart, protowire.VarintType)
+	v = protowire.AppendVarint(v, uint64(i))
+	v = protowire.AppendTag(v, fParts, protowire.VarintType)
+	v = protowire.AppendVarint(v, uint64(n))
+	return append(v, part...)
 }
 
 // encodeTrace returns the record value of FusedTrace b: b itself, or its

@@ -36,7 +36,7 @@ type Counters struct {
 	Split           atomic.Int64 // repartition and resolve records cut into several to fit MaxRecordBytes
 	Chunked         atomic.Int64 // late and dead-letter copies cut into braid.chunk records
 	Parts           atomic.Int64 // fused traces split into parts to fit MaxRecordBytes
-	DerivedDropped  atomic.Int64 // Derived or ResourceContext fields left out of a fused trace because they did not marshal
+	DerivedDropped  atomic.Int64 // Derived or ResourceContext fields left out of a fused trace: they did not marshal, or did not fit a part
 	UnjoinedLogs    atomic.Int64 // log records without a trace id
 	UnjoinedPoint   atomic.Int64 // metric points without an exemplar trace id, not kept as resource samples
 	ResourcePoint   atomic.Int64 // metric points without an exemplar written to the resources table

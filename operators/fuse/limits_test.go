@@ -12,6 +12,7 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	logspb "go.opentelemetry.io/proto/otlp/logs/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/braidlabs/braid/connectors/otlp"
@@ -371,5 +372,41 @@ func TestLimitsNearLimitMember(t *testing.T) {
 	}
 	if len(h.out("braid.dlq")) != 0 {
 		t.Fatal("a member under the limit went to the DLQ")
+	}
+}
+
+// TestLimitsJSONPartsFit: with JSON output, the parts of a large trace fit
+// the limit as JSON and merge to the whole trace.
+func TestLimitsJSONPartsFit(t *testing.T) {
+	h := newHarness(t, 1, func(c *Config) { c.JSON = true; c.MaxBytes = 4 << 20; c.MaxRecordBytes = 256 << 10 })
+	id := [16]byte{0xd1}
+	spans := bigSpans(id, 3000, 200, base)
+	h.feed(inSpans, nil, spansMsg(spans...))
+	if err := h.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	checkFits(t, h.Out, h.stage.cfg.MaxRecordBytes)
+	var whole braidpb.FusedTrace
+	recs := h.out("braid.fused")
+	if len(recs) < 2 {
+		t.Fatalf("%d fused records, want parts", len(recs))
+	}
+	for i, r := range recs {
+		var part braidpb.FusedTrace
+		if err := protojson.Unmarshal(r.Value, &part); err != nil {
+			t.Fatal(err)
+		}
+		if int(part.Part) != i || int(part.Parts) != len(recs) {
+			t.Fatalf("record %d is part %d of %d", i, part.Part, part.Parts)
+		}
+		proto.Merge(&whole, &part)
+	}
+	if len(whole.Spans) != len(spans) {
+		t.Fatalf("parts merge to %d spans, want %d", len(whole.Spans), len(spans))
+	}
+	// The derived figures of 3,000 layers are one field larger than a
+	// part may be in JSON: left out, counted.
+	if whole.Derived != nil || h.stage.Counters().DerivedDropped.Load() != 1 {
+		t.Fatalf("derived %v, DerivedDropped %d", whole.Derived != nil, h.stage.Counters().DerivedDropped.Load())
 	}
 }
