@@ -133,12 +133,18 @@ type Config struct {
 	// least MaxRecordBytes), so fetched input takes at most about 1.5 ×
 	// FetchBufferBytes (more when batches decompress). Default 64 MiB.
 	FetchBufferBytes int64
+	// PendingStateBytes bounds the state writes of all tasks that wait
+	// for the next checkpoint (Pebble's indexed batches, which the tasks
+	// read through): when the tasks' pending writes pass it, the
+	// checkpoint is brought forward. Default 64 MiB.
+	PendingStateBytes int64
 }
 
 // Defaults of Config's buffer bounds.
 const (
 	DefaultProducerBufferBytes = 64 << 20
 	DefaultFetchBufferBytes    = 64 << 20
+	DefaultPendingStateBytes   = 64 << 20
 	// producerBufferRecords bounds the records the producer buffers
 	// (franz-go's MaxBufferedRecords); the byte bound is the one that
 	// matters, this one only caps per-record overhead.
@@ -197,6 +203,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.FetchBufferBytes == 0 {
 		c.FetchBufferBytes = DefaultFetchBufferBytes
+	}
+	if c.PendingStateBytes == 0 {
+		c.PendingStateBytes = DefaultPendingStateBytes
 	}
 }
 
@@ -265,6 +274,9 @@ type Engine struct {
 	// queued is the RecordBytes of the records dispatched to tasks and not
 	// yet processed; a task signals drained when it lowers it.
 	queued  atomic.Int64
+	// pending is the memory of every task's state writes since the last
+	// checkpoint (Task.setPending).
+	pending atomic.Int64
 	drained chan struct{}
 	// opening: tasks being opened off the Run goroutine (Run goroutine
 	// only); each sends its result to opened, then calls wake (the cancel
@@ -308,6 +320,9 @@ type Stats struct {
 	// Backpressure counts the polls held back because the tasks' queues
 	// held more than FetchBufferBytes.
 	Backpressure atomic.Int64
+	// EarlyCheckpoints counts checkpoints brought forward because the
+	// tasks' pending state writes passed Config.PendingStateBytes.
+	EarlyCheckpoints atomic.Int64
 }
 
 // New validates cfg and topo.
@@ -490,7 +505,14 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 			}
 			return nil
 		}
-		if now := e.cfg.Now(); !now.Before(next) {
+		now := e.cfg.Now()
+		if now.Before(next) && e.pending.Load() > e.cfg.PendingStateBytes {
+			// The writes waiting for the checkpoint are what the tasks
+			// hold in memory besides their caches: commit them now.
+			e.stats.EarlyCheckpoints.Add(1)
+			next = now
+		}
+		if !now.Before(next) {
 			// A checkpoint runs to its end even when ctx is cancelled
 			// meanwhile: the final checkpoint follows it.
 			cctx, ccancel := context.WithTimeout(context.Background(), e.cfg.TransactionTimeout)
@@ -641,6 +663,9 @@ func (e *Engine) onAssigned(_ context.Context, cl *kgo.Client, m map[string][]in
 			e.mu.assigned[p][topic] = true
 			e.mu.fresh[p] = true
 		}
+	}
+	if wake := e.wake.Load(); wake != nil {
+		(*wake)() // end the poll in progress: start opening the tasks now
 	}
 }
 
@@ -852,6 +877,23 @@ type published struct {
 	watermark  atomic.Int64
 	stateBytes atomic.Int64
 	records    atomic.Int64
+	// pending is the memory of the state writes since the last
+	// checkpoint (state.Keyspace.PendingBytes).
+	pending atomic.Int64
+}
+
+// setPending publishes the memory of t's state writes since the last
+// checkpoint, and wakes the poll loop when the tasks' total passes
+// Config.PendingStateBytes so that it brings the checkpoint forward. Task
+// goroutine.
+func (t *Task) setPending() {
+	n := t.ks.PendingBytes()
+	total := t.e.pending.Add(n - t.pub.pending.Swap(n))
+	if total > t.e.cfg.PendingStateBytes {
+		if wake := t.e.wake.Load(); wake != nil {
+			(*wake)()
+		}
+	}
 }
 
 // TaskStat is a snapshot of one open task.

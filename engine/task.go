@@ -389,16 +389,22 @@ func (t *Task) handle(m taskMsg) bool {
 			}
 		}
 		t.fail(t.advance())
+		t.setPending()
 	case msgBarrier:
 		m.reply <- t.prepare()
 		// Nothing may be produced until the transaction has ended: wait
 		// for the outcome, the next message the engine sends.
 		return t.handle(<-t.in)
 	case msgCommit:
-		m.reply <- t.commit()
+		err := t.commit()
+		t.setPending()
+		m.reply <- err
 	case msgAbort:
-		m.reply <- t.rollback()
+		err := t.rollback()
+		t.setPending()
+		m.reply <- err
 	case msgClose:
+		t.e.pending.Add(-t.pub.pending.Swap(0))
 		t.closeErr = errors.Join(t.closeProc(), t.ks.Close())
 		if t.closeErr != nil {
 			t.Log.Error("close task", "err", t.closeErr)

@@ -238,6 +238,15 @@ func (k *Keyspace) Set(key, value []byte) error {
 	return k.batch.Set(key, value, nil)
 }
 
+// PendingBytes estimates the memory held by the writes since the last
+// checkpoint or rollback: the batch's bytes plus its index.
+func (k *Keyspace) PendingBytes() int64 {
+	if k.batch == nil {
+		return 0
+	}
+	return int64(k.batch.Len()) + 48*int64(k.batch.Count())
+}
+
 // Delete deletes key in the pending batch.
 func (k *Keyspace) Delete(key []byte) error {
 	if k.batch == nil {
