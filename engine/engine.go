@@ -273,7 +273,7 @@ type Engine struct {
 	polled int
 	// queued is the RecordBytes of the records dispatched to tasks and not
 	// yet processed; a task signals drained when it lowers it.
-	queued  atomic.Int64
+	queued atomic.Int64
 	// pending is the memory of every task's state writes since the last
 	// checkpoint (Task.setPending).
 	pending atomic.Int64
