@@ -26,13 +26,13 @@ var (
 
 type harness struct {
 	*engine.Harness
-	t   *testing.T
+	t   testing.TB
 	cfg Config
 	off int64
 	now time.Time
 }
 
-func newHarness(t *testing.T, mod func(*Config)) *harness {
+func newHarness(t testing.TB, mod func(*Config)) *harness {
 	t.Helper()
 	cfg := Config{IncidentWindow: 10 * time.Second, BlockTTL: time.Minute}
 	if mod != nil {
