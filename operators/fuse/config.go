@@ -7,6 +7,7 @@ import (
 
 	"github.com/braidlabs/braid/connectors/otlp"
 	"github.com/braidlabs/braid/operators/kvgraph"
+	"github.com/braidlabs/braid/operators/resources"
 )
 
 // Source is one input topic and the encoding the Collector writes to it.
@@ -42,6 +43,10 @@ type Config struct {
 	// are dropped (the last of each series stays). Default 10m; it must
 	// exceed the longest request plus AllowedLateness.
 	ResourceRetain time.Duration
+	// ResourceLimits bound the resources table (series and bytes); zero
+	// fields take resources' defaults (250,000 series, 128 MiB). Past
+	// either, the least recently updated series are removed.
+	ResourceLimits resources.Limits
 	// ResourceIdleness: a task that writes no marker to the resources topic
 	// for this long stops holding the table's watermark back. Default 30s
 	// (the engine's idleness).

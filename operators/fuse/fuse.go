@@ -84,6 +84,7 @@ func New(cfg Config) (*Stage, error) {
 	s := &Stage{cfg: cfg}
 	if cfg.ResourcesTopic != "" {
 		s.table = resources.NewTable(cfg.Partitions, cfg.ResourceIdleness, cfg.ResourceRetain, time.Now())
+		s.table.SetLimits(cfg.ResourceLimits)
 	}
 	return s, nil
 }

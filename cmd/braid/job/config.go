@@ -3,6 +3,7 @@ package job
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"slices"
@@ -16,7 +17,9 @@ import (
 	"github.com/braidlabs/braid/connectors/otlp"
 	"github.com/braidlabs/braid/operators/fuse"
 	"github.com/braidlabs/braid/operators/kvgraph"
+	"github.com/braidlabs/braid/operators/resources"
 	"github.com/braidlabs/braid/operators/semconv"
+	"github.com/braidlabs/braid/state"
 )
 
 // Config is the whole configuration of a braid job. Every field can be set
@@ -81,8 +84,10 @@ type Config struct {
 	// Errors is the error policy of each stage for input it cannot
 	// handle: dead_letter (default: the record goes unchanged to the DLQ
 	// topic with braid.reason naming the stage and cause), skip (counted
-	// and dropped) or fail (the job stops; for debugging). Stages: ingest,
-	// resolve, fuse, kvgraph, resources.
+	// and dropped) or fail (the job stops; for debugging). Stages: ingest
+	// (undecodable messages, members too large to write), resolve and fuse
+	// (malformed internal records), kvgraph (KV events that break the
+	// convention).
 	Errors map[string]string `yaml:"errors"`
 
 	// CheckpointInterval, default 5s, 1s–60s.
@@ -171,7 +176,7 @@ type Config struct {
 }
 
 // errorStages are the stages that take an error policy (Config.Errors).
-var errorStages = []string{"ingest", "resolve", "fuse", "kvgraph", "resources"}
+var errorStages = []string{"ingest", "resolve", "fuse", "kvgraph"}
 
 // ErrorPolicy is the policy of stage: dead_letter unless Errors says
 // otherwise.
@@ -368,11 +373,22 @@ func (c *Config) FuseConfig(partitions int32) fuse.Config {
 	if c.Correlation.Resources == nil || *c.Correlation.Resources {
 		resourcesTopic = c.Group + ".resources"
 	}
+	budget := c.Budget()
+	perTask := func(share int64) int64 { return max(share/int64(max(partitions, 1)), 1<<20) }
+	policy := func(stage string) fuse.OnError { return fuse.OnError(c.ErrorPolicy(stage)) }
 	return fuse.Config{
-		RequestIDs:       rids,
-		ResourcesTopic:   resourcesTopic,
-		ResourceRetain:   c.Correlation.ResourceRetain,
-		ResourceIdleness: c.EventTime.Idleness,
+		MaxRecordBytes: c.Limits.MaxMessageBytes,
+		MaxClockSkew:   c.EventTime.MaxClockSkew,
+		FuturePolicy:   fuse.FuturePolicy(c.EventTime.Future),
+		ErrorPolicy: fuse.ErrorPolicy{Ingest: policy("ingest"), Resolve: policy("resolve"), Fuse: policy("fuse"),
+			KVGraph: policy("kvgraph")},
+		MaxOpenTraceBytes:  perTask(budget.OpenTraces),
+		MaxWaitingLogBytes: perTask(budget.WaitingLogs),
+		ResourceLimits:     resources.Limits{MaxTableBytes: budget.Resources},
+		RequestIDs:         rids,
+		ResourcesTopic:     resourcesTopic,
+		ResourceRetain:     c.Correlation.ResourceRetain,
+		ResourceIdleness:   c.EventTime.Idleness,
 		Sources: []fuse.Source{
 			src(c.Inputs.Spans, otlp.SignalSpans),
 			src(c.Inputs.Logs, otlp.SignalLogs),
@@ -389,6 +405,11 @@ func (c *Config) FuseConfig(partitions int32) fuse.Config {
 			BlockTTL:       c.Pollution.BlockTTL,
 			IncidentWindow: c.Pollution.IncidentWindow,
 			JSON:           c.Outputs.Format == "json",
+			ErrorPolicy:    kvgraph.ErrorPolicy(c.ErrorPolicy("kvgraph")),
+			MaxRecordBytes: c.Limits.MaxMessageBytes,
+			// The KV buffer and the detector state are per task.
+			MaxKVBufferBytes: perTask(budget.KVBuffer),
+			MaxStateBytes:    perTask(budget.KVState),
 		},
 		ChangelogTopic:  c.Group + ".fuse-changelog",
 		FusedTopic:      c.Outputs.Fused,
@@ -405,5 +426,20 @@ func (c *Config) FuseConfig(partitions int32) fuse.Config {
 		MaxPoints:       c.Caps.Points,
 		MaxBytes:        c.Caps.Bytes,
 		JSON:            c.Outputs.Format == "json",
+	}
+}
+
+// StateOptions are the state store's options for a store in dir serving
+// partitions tasks: Pebble's cache and memtables take their shares of the
+// memory budget.
+func (c *Config) StateOptions(dir string, partitions int32, log *slog.Logger) state.Options {
+	b := c.Budget()
+	return state.Options{
+		Dir:           dir,
+		MemoryBudget:  c.State.MemoryBudget,
+		CacheBytes:    b.PebbleCache,
+		MemTableBytes: b.PebbleMemTables,
+		MaxKeyspaces:  int(partitions),
+		Logger:        log,
 	}
 }

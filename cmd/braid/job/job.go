@@ -75,11 +75,12 @@ func Prepare(ctx context.Context, cfg *Config, log *slog.Logger) (*Job, error) {
 	if err = kafka.EnsureTopics(ctx, adm, cfg.Kafka.Replication, topics...); err != nil {
 		return nil, fmt.Errorf("job: %w", err)
 	}
+	budget := cfg.Budget()
 	obs, err := newObservability()
 	if err != nil {
 		return nil, err
 	}
-	store, err := state.Open(state.Options{Dir: filepath.Join(cfg.State.Dir, cfg.Group), MemoryBudget: cfg.State.MemoryBudget})
+	store, err := state.Open(cfg.StateOptions(filepath.Join(cfg.State.Dir, cfg.Group), partitions, log))
 	if err != nil {
 		return nil, err
 	}
@@ -96,6 +97,12 @@ func Prepare(ctx context.Context, cfg *Config, log *slog.Logger) (*Job, error) {
 		Store:              store,
 		Logger:             log,
 		OnCheckpoint:       obs.checkpoints.Observe,
+		MaxRecordBytes:     cfg.Limits.MaxMessageBytes,
+		MaxClockSkew:       cfg.EventTime.MaxClockSkew,
+		// Totals of the instance, whatever number of tasks it runs.
+		ProducerBufferBytes: budget.ProducerBuffer,
+		FetchBufferBytes:    budget.FetchBuffer,
+		PendingStateBytes:   budget.StateBatch,
 	}, stage.Topology())
 	if err != nil {
 		store.Close()

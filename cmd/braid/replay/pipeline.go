@@ -75,6 +75,8 @@ func newPipeline(c pipelineConfig) *pipeline {
 			OutOfOrderness: c.outOfOrderness,
 			Idleness:       c.idleness,
 			Logger:         c.logger,
+			MaxRecordBytes: c.stage.Config().MaxRecordBytes,
+			MaxClockSkew:   c.stage.Config().MaxClockSkew,
 		},
 		internal:          internalInputs(c.stage.Topology()),
 		checkpointRecords: c.checkpointRecords,

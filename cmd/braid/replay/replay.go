@@ -162,7 +162,9 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		return nil, fmt.Errorf("replay: state: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	store, err := state.Open(state.Options{Dir: dir, MemoryBudget: cfg.State.MemoryBudget})
+	sopts := cfg.StateOptions(dir, partitions, nil)
+	sopts.NoSync = true // a scratch store, removed at the end
+	store, err := state.Open(sopts)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
