@@ -1048,3 +1048,10 @@ func (s atLeastOnce) End(ctx context.Context, commit kgo.TransactionEndTry) (boo
 
 func (s atLeastOnce) Client() *kgo.Client { return s.cl }
 func (s atLeastOnce) Close()              { s.cl.Close() }
+
+// Memory returns the bytes of the records polled and not yet processed and
+// of the tasks' state writes waiting for the next checkpoint. Safe for
+// concurrent use.
+func (e *Engine) Memory() (fetched, pendingState int64) {
+	return e.queued.Load(), e.pending.Load()
+}

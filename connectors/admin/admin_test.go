@@ -256,7 +256,7 @@ func TestCollectorOptionalViews(t *testing.T) {
 	for _, mf := range mfs {
 		names = append(names, mf.GetName())
 	}
-	if want := "braid_checkpoints_total braid_engine_records_in_total braid_engine_records_out_total braid_tasks"; strings.Join(names, " ") != want {
+	if want := "braid_backpressure_total braid_checkpoints_total braid_clamped_event_times_total braid_early_checkpoints_total braid_engine_records_in_total braid_engine_records_out_total braid_tasks"; strings.Join(names, " ") != want {
 		t.Errorf("gathered %v, want %s", names, want)
 	}
 	if _, err := NewCollector(CollectorConfig{}); err == nil || !strings.Contains(err.Error(), "CollectorConfig.Engine") {
@@ -349,5 +349,41 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if !errors.Is(Readiness(&fakeEngine{}, nil)(), ErrNoAssignment) {
 		t.Error("Readiness of an engine without tasks is not ErrNoAssignment")
+	}
+}
+
+// TestCollectorExportsBudgetShares: memory, evictions and drops are
+// exported per share and reason.
+func TestCollectorExportsBudgetShares(t *testing.T) {
+	col, err := NewCollector(CollectorConfig{Engine: &fakeEngine{}, Counters: func() Counters {
+		return Counters{MemoryBytes: map[string]int64{"open_traces": 4096, "kv_state": 10},
+			Evictions: map[string]int64{"waiting_logs": 3}, Dropped: map[string]int64{"skip policy": 2}, Future: 5}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(col)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			key := mf.GetName()
+			for _, l := range m.GetLabel() {
+				key += "{" + l.GetValue() + "}"
+			}
+			got[key] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	for key, want := range map[string]float64{
+		"braid_memory_bytes{open_traces}": 4096, "braid_memory_bytes{kv_state}": 10,
+		"braid_evictions_total{waiting_logs}": 3, "braid_dropped_total{skip policy}": 2, "braid_future_members_total": 5,
+	} {
+		if got[key] != want {
+			t.Errorf("%s = %v, want %v", key, got[key], want)
+		}
 	}
 }

@@ -2,7 +2,9 @@ package admin
 
 import (
 	"errors"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -117,6 +119,27 @@ var (
 		"KV-cache pollution incidents opened (root causes found).")
 	descPolluted = desc("braid_polluted_requests_total",
 		"Requests found polluted by a KV-cache incident, directly or through the prefix cache.")
+	descMemory = desc("braid_memory_bytes",
+		"Estimated bytes held by each share of state.memory_budget: the stages' shares (open_traces, waiting_logs, kv_buffer, kv_state, resources) "+
+			"and the engine's (fetched: polled records not yet processed; pending_state: state writes waiting for the checkpoint).",
+		"share")
+	descEvictions = desc("braid_evictions_total",
+		"What a full share of state.memory_budget pushed out: open traces emitted early, waiting logs sent to the late topic, "+
+			"KV events released early, detector blocks/requests/incidents forgotten, resource series removed.",
+		"share")
+	descDropped = desc("braid_dropped_total",
+		"Records or items dropped by policy, by reason (errors.<stage>: skip, items cut to fit limits.max_message_bytes).",
+		"reason")
+	descFuture = desc("braid_future_members_total",
+		"Members whose event time was further ahead of their Kafka record timestamp than event_time.max_clock_skew (late or re-stamped).")
+	descRepaired = desc("braid_repaired_utf8_members_total",
+		"Members whose strings held invalid UTF-8, repaired (U+FFFD) before output.")
+	descBackpressure = desc("braid_backpressure_total",
+		"Polls held back because the records fetched and not yet processed filled their share of the memory budget.")
+	descEarlyCheckpoints = desc("braid_early_checkpoints_total",
+		"Checkpoints brought forward because the state writes waiting for the checkpoint filled their share of the memory budget.")
+	descClamped = desc("braid_clamped_event_times_total",
+		"Event times the engine lowered to the record timestamp plus event_time.max_clock_skew before they reached a watermark.")
 	descTimers = desc("braid_timers_pending",
 		"Event-time timers pending. Every open trace has exactly one, so this is the same counter as braid_open_traces.")
 )
@@ -130,6 +153,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		descUnjoined, descTruncated, descOpenTraces, descTimers,
 		descDeclared, descResolved, descUnresolved, descOpenRequests, descResourcePoints, descResourceSamples, descResourceSeries,
 		descKVEvents, descPollutionEdges, descIncidents, descPolluted,
+		descMemory, descEvictions, descDropped, descFuture, descRepaired, descBackpressure, descEarlyCheckpoints, descClamped,
 	} {
 		ch <- d
 	}
@@ -149,6 +173,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descRecordsOut, st.RecordsOut.Load())
 	counter(descCheckpoints, st.Checkpoints.Load(), "committed")
 	counter(descCheckpoints, st.Aborts.Load(), "aborted")
+	counter(descBackpressure, st.Backpressure.Load())
+	counter(descEarlyCheckpoints, st.EarlyCheckpoints.Load())
+	counter(descClamped, st.ClampedEvents.Load())
+	if m, ok := c.cfg.Engine.(interface{ Memory() (fetched, pendingState int64) }); ok {
+		fetched, pending := m.Memory()
+		gauge(descMemory, float64(fetched), "fetched")
+		gauge(descMemory, float64(pending), "pending_state")
+	}
 
 	tasks := c.cfg.Engine.Tasks()
 	gauge(descTasks, float64(len(tasks)))
@@ -199,5 +231,16 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descPollutionEdges, k.PollutionEdges)
 		counter(descIncidents, k.Incidents)
 		counter(descPolluted, k.PollutedRequests)
+		counter(descFuture, k.Future)
+		counter(descRepaired, k.RepairedUTF8)
+		for _, share := range slices.Sorted(maps.Keys(k.MemoryBytes)) {
+			gauge(descMemory, float64(k.MemoryBytes[share]), share)
+		}
+		for _, share := range slices.Sorted(maps.Keys(k.Evictions)) {
+			counter(descEvictions, k.Evictions[share], share)
+		}
+		for _, reason := range slices.Sorted(maps.Keys(k.Dropped)) {
+			counter(descDropped, k.Dropped[reason], reason)
+		}
 	}
 }

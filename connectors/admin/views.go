@@ -46,6 +46,23 @@ type Counters struct {
 	PollutionEdges   int64 // pollution-graph edges emitted
 	Incidents        int64 // pollution incidents opened
 	PollutedRequests int64 // requests marked polluted
+
+	// Bounds (README, "Memory model" and "Bad input").
+	// MemoryBytes is the estimated memory of each budget share the stages
+	// hold, by share name (open_traces, waiting_logs, kv_buffer, kv_state,
+	// resources).
+	MemoryBytes map[string]int64
+	// Evictions counts what a full share pushed out, by share name.
+	Evictions map[string]int64
+	// Dropped counts records dropped by policy, by reason (skip policy,
+	// evidence and incident items cut by the record limit…).
+	Dropped map[string]int64
+	// Future counts members whose event time was too far ahead of their
+	// record's timestamp (late or re-stamped).
+	Future int64
+	// RepairedUTF8 counts members whose strings held invalid UTF-8 and were
+	// repaired.
+	RepairedUTF8 int64
 }
 
 // PartitionLag is the consumer lag of one input partition.

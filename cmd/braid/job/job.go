@@ -238,8 +238,18 @@ func (o *observability) attach(cfg *Config, eng *engine.Engine, stage *fuse.Stag
 		}
 		kc := stage.KVCounters()
 		k.PollutionEdges, k.Incidents, k.PollutedRequests = kc.Edges.Load(), kc.Incidents.Load(), kc.Polluted.Load()
+		k.Future, k.RepairedUTF8 = c.Future.Load(), c.RepairedUTF8.Load()
+		k.MemoryBytes = map[string]int64{"open_traces": c.OpenTraceBytes.Load(), "waiting_logs": c.WaitingLogBytes.Load(),
+			"kv_buffer": kc.KVBufferBytes.Load(), "kv_state": kc.StateBytes.Load()}
+		k.Evictions = map[string]int64{"open_traces": c.Evicted.Load(), "waiting_logs": c.WaitingEvicted.Load(),
+			"kv_buffer": kc.EarlyReleased.Load(), "kv_state": kc.EvictedBlocks.Load() + kc.EvictedRequests.Load() + kc.EvictedIncidents.Load()}
+		k.Dropped = map[string]int64{"skip policy": c.Skipped.Load() + (kc.Rejected.Load() - kc.DeadLettered.Load()),
+			"derived fields that did not fit": c.DerivedDropped.Load(), "supporting lines over the incident caps": kc.EvidenceDropped.Load(),
+			"unwritable kvgraph records": kc.Unwritable.Load()}
 		if tb := stage.Resources(); tb != nil {
 			k.ResourceSamples, k.ResourceSeries = tb.Samples.Load(), int64(tb.Series())
+			k.MemoryBytes["resources"] = tb.Bytes.Load()
+			k.Evictions["resources"] = tb.Evicted.Load()
 		}
 		return k
 	}})
