@@ -176,7 +176,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descBackpressure, st.Backpressure.Load())
 	counter(descEarlyCheckpoints, st.EarlyCheckpoints.Load())
 	counter(descClamped, st.ClampedEvents.Load())
-	if m, ok := c.cfg.Engine.(interface{ Memory() (fetched, pendingState int64) }); ok {
+	if m, ok := c.cfg.Engine.(interface {
+		Memory() (fetched, pendingState int64)
+	}); ok {
 		fetched, pending := m.Memory()
 		gauge(descMemory, float64(fetched), "fetched")
 		gauge(descMemory, float64(pending), "pending_state")
