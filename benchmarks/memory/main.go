@@ -175,7 +175,7 @@ type Result struct {
 	FirstWindowMeanRSS int64   `json:"first_window_mean_rss_bytes,omitempty"`
 	LastWindowMeanRSS  int64   `json:"last_window_mean_rss_bytes,omitempty"`
 	LastOverFirst      float64 `json:"last_over_first,omitempty"`
-	Flat               bool    `json:"flat_within_10pct,omitempty"`
+	Flat               bool    `json:"flat_within_10pct"`
 
 	// Samples of VmRSS (bytes) at SampleSec intervals from braid's start.
 	SampleSec float64 `json:"sample_s"`
