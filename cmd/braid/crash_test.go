@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -112,6 +113,22 @@ type crashEnv struct {
 	prod           *kgo.Client
 	simTopics      simulator.Topics
 	fusedPartition int32
+	// watch, when set, is the child verifyExactlyOnce waits on: its exit
+	// ends the wait at once.
+	watch *child
+	// kvEvents: the input has KV-block events, which the truth counts in
+	// a trace's logs but are not trace members (they go to kvgraph).
+	kvEvents bool
+}
+
+// wantMembers is what the last revision of trace tt holds: spans, logs
+// (its request id's included), points.
+func (e *crashEnv) wantMembers(tt simulator.TraceTruth) [3]int {
+	logs := tt.Logs + tt.RequestIDLogs
+	if e.kvEvents {
+		logs -= tt.KVEvents
+	}
+	return [3]int{tt.Spans, logs, tt.ExemplarPoints}
 }
 
 func newCrashEnv(t *testing.T) *crashEnv {
@@ -225,15 +242,36 @@ func (e *crashEnv) verifyExactlyOnce(t *testing.T, truth simulator.Truth, d time
 			return false
 		}
 		for id, tt := range truth.Traces {
-			if counts[id] != [3]int{tt.Spans, tt.Logs + tt.RequestIDLogs, tt.ExemplarPoints} {
+			if counts[id] != e.wantMembers(tt) {
 				return false // a later revision is still to come
 			}
 		}
 		return true
 	}
+	// differ describes up to 5 traces whose latest revision lacks members.
+	differ := func() string {
+		var out []string
+		for id, tt := range truth.Traces {
+			want := e.wantMembers(tt)
+			if seen[id] > 0 && counts[id] != want {
+				out = append(out, fmt.Sprintf("%s: spans/logs/points %v, want %v (revisions %v)", id, counts[id], want, revs[id]))
+			}
+		}
+		n := len(out)
+		sort.Strings(out)
+		return fmt.Sprintf("%d differ: %s", n, strings.Join(out[:min(5, n)], "; "))
+	}
 	for !complete() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d traces missing; logs:\n%s", missing(), len(truth.Traces), logs())
+			t.Fatalf("%d of %d traces missing, %s; logs:\n%s", missing(), len(truth.Traces), differ(), logs())
+		}
+		if e.watch != nil {
+			select {
+			case err := <-e.watch.done:
+				e.watch.done <- err
+				t.Fatalf("braid exited (%v) with %d of %d traces missing, %s; logs:\n%s", err, missing(), len(truth.Traces), differ(), logs())
+			default:
+			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		fs := rd.PollFetches(ctx)
@@ -263,8 +301,8 @@ func (e *crashEnv) verifyExactlyOnce(t *testing.T, truth simulator.Truth, d time
 				t.Errorf("trace %s emitted %d times, revisions %v; want once at revision 0", id, seen[id], revs[id])
 			}
 		}
-		if got := counts[id]; got != [3]int{tt.Spans, tt.Logs + tt.RequestIDLogs, tt.ExemplarPoints} {
-			t.Errorf("trace %s holds %v spans/logs/points, want %d/%d/%d (logs with its request id included)", id, got, tt.Spans, tt.Logs+tt.RequestIDLogs, tt.ExemplarPoints)
+		if got, want := counts[id], e.wantMembers(tt); got != want {
+			t.Errorf("trace %s holds %v spans/logs/points, want %v (logs with its request id included)", id, got, want)
 		}
 	}
 	for id, n := range seen {

@@ -326,6 +326,13 @@ func dlqByValue(t *testing.T, recs []*kgo.Record) map[[32]byte]*kgo.Record {
 		if !utf8.ValidString(reason) {
 			t.Fatalf("DLQ reason %q is not valid UTF-8", reason)
 		}
+		// "<stage>: <cause>".
+		stage, _, _ := strings.Cut(reason, ": ")
+		switch stage {
+		case "ingest", "resolve", "fuse", "kvgraph", "resources":
+		default:
+			t.Fatalf("DLQ reason %q does not name a stage (ingest, resolve, fuse, kvgraph, resources)", reason)
+		}
 		m[sha256.Sum256(r.Value)] = r
 	}
 	return m

@@ -1,0 +1,738 @@
+// Command memory measures braid's resident memory against its
+// state.memory_budget on a real Kafka broker (see benchmarks/README.md).
+//
+// Backlog mode (default): it produces at least -bytes of realistic fleet
+// telemetry with KV-block events (connectors/simulator in realistic mode,
+// KV events and faults on, -hosts hosts at -sim-rate requests a second of
+// event time) into fresh input topics, then runs the braid binary (built
+// from ./cmd/braid unless -braid names one) with `braid run --config` and
+// state.memory_budget = -budget from the start of the backlog until its
+// consumer group has committed the end of every input partition, sampling
+// the process's VmHWM and VmRSS (/proc/PID/status) every -sample. It
+// reports the peak resident memory against the budget plus -constant.
+//
+// Steady mode (-steady): braid runs from the start while the fleet is
+// produced in real time (one Collector batch every 200 ms, -rate requests
+// a second) for -duration; VmRSS is sampled every 10 s, and the mean of the
+// first 10 minutes is compared with the mean of the last 10 (flat: within
+// 10 %).
+//
+// The result is printed and written as JSON to
+// benchmarks/results/memory-backlog.json or memory-steady.json.
+// BRAID_KAFKA_BROKERS names the broker.
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/braidlabs/braid/connectors/simulator"
+)
+
+type options struct {
+	brokers    []string
+	bytes      int64
+	budget     int64
+	constant   int64
+	partitions int32
+	hosts      int
+	simRate    float64
+	seed       int64
+	braid      string
+	sample     time.Duration
+	timeout    time.Duration
+	resultsDir string
+	keepTopics bool
+	verbose    bool
+	note       string
+
+	steady   bool
+	duration time.Duration
+	rate     float64
+	window   time.Duration
+}
+
+func main() {
+	var o options
+	var bytesFlag, budgetFlag, constFlag string
+	flag.StringVar(&bytesFlag, "bytes", "2GiB", "backlog size to produce (record keys and values), e.g. 200MB, 2GiB")
+	flag.StringVar(&budgetFlag, "budget", "1GiB", "braid's state.memory_budget")
+	flag.StringVar(&constFlag, "constant", "256MiB", "resident memory allowed above the budget (the stated constant: runtime, binary, buffers outside the budget)")
+	p := flag.Int("partitions", 4, "partitions of the input topics")
+	flag.IntVar(&o.hosts, "hosts", 16, "simulated hosts (two GPUs, two inference servers each)")
+	flag.Float64Var(&o.simRate, "sim-rate", 400, "backlog mode: requests a second of event time")
+	flag.Int64Var(&o.seed, "seed", 1, "simulator seed")
+	flag.StringVar(&o.braid, "braid", "", "braid binary to run (default: go build ./cmd/braid into a temporary directory)")
+	flag.DurationVar(&o.sample, "sample", time.Second, "backlog mode: RSS sampling interval")
+	flag.DurationVar(&o.timeout, "timeout", 3*time.Hour, "limit of reading the backlog (or of the steady run beyond -duration)")
+	flag.StringVar(&o.resultsDir, "results", filepath.Join("benchmarks", "results"), "directory of the JSON result; empty: do not write one")
+	flag.BoolVar(&o.keepTopics, "keep-topics", false, "do not delete the topics at the end")
+	flag.BoolVar(&o.verbose, "v", false, "pass braid's log through")
+	flag.StringVar(&o.note, "note", "", "free text stored in the result")
+	flag.BoolVar(&o.steady, "steady", false, "steady mode: produce at -rate in real time for -duration while braid runs")
+	flag.DurationVar(&o.duration, "duration", time.Hour, "steady mode: how long to produce")
+	flag.Float64Var(&o.rate, "rate", 100, "steady mode: requests a second")
+	flag.DurationVar(&o.window, "window", 10*time.Minute, "steady mode: the first and last windows compared")
+	brokers := flag.String("brokers", os.Getenv("BRAID_KAFKA_BROKERS"), "bootstrap brokers, comma separated (default $BRAID_KAFKA_BROKERS)")
+	flag.Parse()
+	o.partitions = int32(*p)
+	for _, b := range strings.Split(*brokers, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			o.brokers = append(o.brokers, b)
+		}
+	}
+	var errs []error
+	var err error
+	if o.bytes, err = parseBytes(bytesFlag); err != nil {
+		errs = append(errs, fmt.Errorf("-bytes: %w", err))
+	}
+	if o.budget, err = parseBytes(budgetFlag); err != nil {
+		errs = append(errs, fmt.Errorf("-budget: %w", err))
+	}
+	if o.constant, err = parseBytes(constFlag); err != nil {
+		errs = append(errs, fmt.Errorf("-constant: %w", err))
+	}
+	if len(o.brokers) == 0 {
+		errs = append(errs, errors.New("no broker: set BRAID_KAFKA_BROKERS or -brokers"))
+	}
+	if o.steady && o.duration < 2*o.window {
+		errs = append(errs, fmt.Errorf("-duration %v is under two -window %v", o.duration, o.window))
+	}
+	if err := errors.Join(errs...); err != nil {
+		fmt.Fprintln(os.Stderr, "memory:", err)
+		os.Exit(2)
+	}
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "memory:", err)
+		os.Exit(1)
+	}
+}
+
+// parseBytes reads 123, 200MB, 1.5GB (powers of 1000) or 256MiB, 2GiB
+// (powers of 1024).
+func parseBytes(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   float64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}}
+	for _, u := range units {
+		if num, ok := strings.CutSuffix(s, u.suffix); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+			if err != nil || f < 0 {
+				return 0, fmt.Errorf("%q is not a size", s)
+			}
+			return int64(f * u.mult), nil
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%q is not a size", s)
+	}
+	return n, nil
+}
+
+// Result is the JSON written to benchmarks/results.
+type Result struct {
+	Benchmark string    `json:"benchmark"`
+	Mode      string    `json:"mode"`
+	Time      time.Time `json:"time"`
+	Note      string    `json:"note,omitempty"`
+	Command   string    `json:"command"`
+	Machine   Machine   `json:"machine"`
+
+	BudgetBytes   int64 `json:"memory_budget_bytes"`
+	ConstantBytes int64 `json:"constant_bytes"`
+
+	Workload Workload `json:"workload"`
+
+	// Backlog mode: InputReadSec until the input topics are committed to
+	// their end, ReadSec until the internal topics are too.
+	InputReadSec   float64 `json:"input_read_s,omitempty"`
+	ReadSec        float64 `json:"read_s,omitempty"`
+	ReadMBps       float64 `json:"read_mb_per_s,omitempty"`
+	PeakRSSBytes   int64   `json:"peak_rss_bytes"`         // VmHWM at the end
+	PeakOverBudget int64   `json:"peak_over_budget_bytes"` // PeakRSSBytes - BudgetBytes
+	WithinBudget   bool    `json:"within_budget_plus_constant"`
+
+	// Steady mode.
+	FirstWindowMeanRSS int64   `json:"first_window_mean_rss_bytes,omitempty"`
+	LastWindowMeanRSS  int64   `json:"last_window_mean_rss_bytes,omitempty"`
+	LastOverFirst      float64 `json:"last_over_first,omitempty"`
+	Flat               bool    `json:"flat_within_10pct"`
+
+	// Samples of VmRSS (bytes) at SampleSec intervals from braid's start.
+	SampleSec float64 `json:"sample_s"`
+	RSS       []int64 `json:"rss_bytes"`
+	// BraidExit is how braid ended ("" for a clean stop after SIGTERM).
+	BraidExit string `json:"braid_exit,omitempty"`
+}
+
+type Workload struct {
+	Hosts          int     `json:"hosts"`
+	RequestsPerSec float64 `json:"requests_per_s"`
+	KVEvents       bool    `json:"kv_events"`
+	Partitions     int32   `json:"partitions"`
+	Messages       int64   `json:"messages"`
+	Bytes          int64   `json:"bytes"`
+	Batches        int     `json:"batches"`
+	EventTimeSec   float64 `json:"event_time_s"`
+	ProduceSec     float64 `json:"produce_s"`
+	ProduceMBps    float64 `json:"produce_mb_per_s"`
+}
+
+type Machine struct {
+	CPUs         int    `json:"cpus"`
+	CPUModel     string `json:"cpu_model"`
+	MemoryGiB    string `json:"memory_gib"`
+	GoVersion    string `json:"go_version"`
+	LoadAvgStart string `json:"loadavg_start"`
+	LoadAvgEnd   string `json:"loadavg_end"`
+}
+
+func run(o options) error {
+	res := Result{Benchmark: "memory", Mode: "backlog", Time: time.Now().UTC(), Note: o.note, Machine: machine(),
+		Command: "go run ./benchmarks/memory " + strings.Join(os.Args[1:], " "), BudgetBytes: o.budget, ConstantBytes: o.constant}
+	if o.steady {
+		res.Mode = "steady"
+	}
+	ctx := context.Background()
+	suffix := randSuffix()
+	prefix := "mem-" + suffix
+	group := "braid-mem-" + suffix
+	inputs := []string{prefix + "-spans", prefix + "-logs", prefix + "-metrics"}
+	outputs := []string{prefix + "-fused", prefix + "-late", prefix + "-dlq", prefix + "-pollution", prefix + "-incidents"}
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(o.brokers...), kgo.RecordPartitioner(simulator.Partitioner()),
+		kgo.ProducerBatchMaxBytes(1_000_000), kgo.MaxBufferedBytes(256<<20))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopics(ctx, o.partitions, 1, nil, inputs...); err != nil {
+		return fmt.Errorf("create input topics: %w", err)
+	}
+	if !o.keepTopics {
+		defer deleteTopics(adm, prefix, group)
+	}
+
+	bin := o.braid
+	if bin == "" {
+		dir, err := os.MkdirTemp("", "braid-mem-bin")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		bin = filepath.Join(dir, "braid")
+		if out, err := exec.Command("go", "build", "-o", bin, "./cmd/braid").CombinedOutput(); err != nil {
+			return fmt.Errorf("build braid: %v\n%s", err, out)
+		}
+	}
+	stateDir, err := os.MkdirTemp("", "braid-mem-state")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(stateDir)
+	cfgPath := filepath.Join(stateDir, "braid.yaml")
+	cfg := fmt.Sprintf(`kafka:
+  brokers: [%s]
+group: %s
+instance_id: mem-0
+inputs:
+  spans: {topic: %s}
+  logs: {topic: %s}
+  metrics: {topic: %s}
+outputs: {fused: %s, late: %s, dlq: %s, pollution: %s, incidents: %s}
+state: {dir: %s, memory_budget: %d}
+log_interval: 10s
+admin: {addr: "127.0.0.1:0"}
+`, strings.Join(o.brokers, ","), group, inputs[0], inputs[1], inputs[2],
+		outputs[0], outputs[1], outputs[2], outputs[3], outputs[4], filepath.Join(stateDir, "data"), o.budget)
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		return err
+	}
+
+	rate := o.simRate
+	if o.steady {
+		rate = o.rate
+	}
+	sim, err := newSim(o, rate, inputs)
+	if err != nil {
+		return err
+	}
+	res.Workload = Workload{Hosts: o.hosts, RequestsPerSec: rate, KVEvents: true, Partitions: o.partitions}
+
+	if o.steady {
+		err = runSteady(ctx, o, &res, cl, sim, bin, cfgPath, group, inputs)
+	} else {
+		err = runBacklog(ctx, o, &res, cl, sim, bin, cfgPath, group, inputs)
+	}
+	res.Machine.LoadAvgEnd = loadavg()
+	if err != nil {
+		return err
+	}
+	report(o, &res)
+	if o.resultsDir != "" {
+		b, _ := json.MarshalIndent(res, "", "  ")
+		path := filepath.Join(o.resultsDir, "memory-"+res.Mode+".json")
+		if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+		fmt.Println("wrote", path)
+	}
+	return nil
+}
+
+// newSim is the realistic fleet at its heaviest: KV events on every GPU,
+// faults along the way (incidents), engine logs, scrapes.
+func newSim(o options, rate float64, inputs []string) (*simulator.Simulator, error) {
+	var faults []simulator.KVFault
+	for i, tr := range []simulator.KVTrigger{simulator.DoubleFree, simulator.PaddingSlotMinus1, simulator.RecycledNotZeroed,
+		simulator.WrongStride, simulator.CancelRetry, simulator.RadixStale} {
+		faults = append(faults, simulator.KVFault{Trigger: tr, At: simulator.DefaultStart.Add(time.Duration(i*30+5) * time.Second), GPU: -1})
+	}
+	return simulator.New(simulator.Config{Seed: o.seed, Realistic: true, KVEvents: true, Hosts: o.hosts, Rate: rate,
+		Topics: simulator.Topics{Spans: inputs[0], Logs: inputs[1], Metrics: inputs[2]},
+		KV:     simulator.KVConfig{Faults: faults}})
+}
+
+// produceBatch produces one Collector batch asynchronously, counting what
+// it wrote.
+func produceBatch(cl *kgo.Client, msgs []simulator.Message, w *Workload, errc chan<- error) {
+	for _, m := range msgs {
+		w.Messages++
+		w.Bytes += int64(len(m.Key) + len(m.Value))
+		cl.Produce(context.Background(), &kgo.Record{Topic: m.Topic, Key: m.Key, Value: m.Value}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				select {
+				case errc <- err:
+				default:
+				}
+			}
+		})
+	}
+	w.Batches++
+}
+
+func runBacklog(ctx context.Context, o options, res *Result, cl *kgo.Client, sim *simulator.Simulator, bin, cfgPath, group string, inputs []string) error {
+	w := &res.Workload
+	errc := make(chan error, 1)
+	start := time.Now()
+	lastLog := start
+	for w.Bytes < o.bytes {
+		produceBatch(cl, sim.Next(), w, errc)
+		select {
+		case err := <-errc:
+			return fmt.Errorf("produce the backlog: %w", err)
+		default:
+		}
+		if time.Since(lastLog) > 10*time.Second {
+			lastLog = time.Now()
+			fmt.Printf("produced %.0f MB in %.0fs\n", float64(w.Bytes)/1e6, time.Since(start).Seconds())
+		}
+	}
+	produceBatch(cl, sim.Flush(), w, errc)
+	if err := cl.Flush(ctx); err != nil {
+		return err
+	}
+	select {
+	case err := <-errc:
+		return fmt.Errorf("produce the backlog: %w", err)
+	default:
+	}
+	w.ProduceSec = time.Since(start).Seconds()
+	w.ProduceMBps = float64(w.Bytes) / 1e6 / w.ProduceSec
+	w.EventTimeSec = sim.EventTime().Sub(simulator.DefaultStart).Seconds()
+	fmt.Printf("backlog: %d messages, %.0f MB in %.1fs (%.1f MB/s), %.0fs of event time\n",
+		w.Messages, float64(w.Bytes)/1e6, w.ProduceSec, w.ProduceMBps, w.EventTimeSec)
+
+	adm := kadm.NewClient(cl)
+	ends, err := adm.ListEndOffsets(ctx, inputs...)
+	if err != nil {
+		return fmt.Errorf("end offsets: %w", err)
+	}
+
+	b, err := startBraid(o, bin, cfgPath)
+	if err != nil {
+		return err
+	}
+	defer b.kill()
+	res.SampleSec = o.sample.Seconds()
+	readStart := time.Now()
+	tick := time.NewTicker(o.sample)
+	defer tick.Stop()
+	deadline := time.Now().Add(o.timeout)
+	lastCheck := time.Time{}
+	for {
+		select {
+		case err := <-b.done:
+			res.BraidExit = fmt.Sprint(err)
+			return fmt.Errorf("braid exited while reading the backlog (%v); log:\n%s", err, b.tail())
+		case <-tick.C:
+		}
+		if st, err := procStatus(b.cmd.Process.Pid); err == nil {
+			res.RSS = append(res.RSS, st.rss)
+			res.PeakRSSBytes = max(res.PeakRSSBytes, st.hwm)
+		}
+		if time.Since(lastCheck) < 2*time.Second {
+			continue
+		}
+		lastCheck = time.Now()
+		done, behind, err := caughtUp(ctx, adm, group, ends)
+		if err != nil {
+			return err
+		}
+		if done && res.InputReadSec == 0 {
+			res.InputReadSec = time.Since(readStart).Seconds()
+		}
+		if done {
+			// The input is read; the end of the backlog is when the
+			// internal topics (trace groups, held logs, KV events
+			// forwarded between tasks) are read too.
+			var internalBehind int64
+			done, internalBehind, err = internalCaughtUp(ctx, adm, group)
+			if err != nil {
+				return err
+			}
+			behind += internalBehind
+		}
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("braid did not read the backlog within %v (%d records behind)", o.timeout, behind)
+		}
+		if o.verbose {
+			fmt.Printf("%.0fs: %d records behind, RSS %d MiB, peak %d MiB\n", time.Since(readStart).Seconds(), behind, res.RSS[len(res.RSS)-1]>>20, res.PeakRSSBytes>>20)
+		}
+	}
+	res.ReadSec = time.Since(readStart).Seconds()
+	res.ReadMBps = float64(w.Bytes) / 1e6 / res.ReadSec
+	if st, err := procStatus(b.cmd.Process.Pid); err == nil {
+		res.PeakRSSBytes = max(res.PeakRSSBytes, st.hwm)
+	}
+	res.PeakOverBudget = res.PeakRSSBytes - o.budget
+	res.WithinBudget = res.PeakRSSBytes <= o.budget+o.constant
+	res.BraidExit = b.stop()
+	return nil
+}
+
+func runSteady(ctx context.Context, o options, res *Result, cl *kgo.Client, sim *simulator.Simulator, bin, cfgPath, group string, inputs []string) error {
+	w := &res.Workload
+	b, err := startBraid(o, bin, cfgPath)
+	if err != nil {
+		return err
+	}
+	defer b.kill()
+	const sampleEvery = 10 * time.Second
+	res.SampleSec = sampleEvery.Seconds()
+	errc := make(chan error, 1)
+	start := time.Now()
+	batch := time.NewTicker(simulator.DefaultBatchInterval)
+	defer batch.Stop()
+	sample := time.NewTicker(sampleEvery)
+	defer sample.Stop()
+	for time.Since(start) < o.duration {
+		select {
+		case err := <-b.done:
+			res.BraidExit = fmt.Sprint(err)
+			return fmt.Errorf("braid exited during the steady run (%v); log:\n%s", err, b.tail())
+		case err := <-errc:
+			return fmt.Errorf("produce: %w", err)
+		case <-batch.C:
+			produceBatch(cl, sim.Next(), w, errc)
+		case <-sample.C:
+			if st, err := procStatus(b.cmd.Process.Pid); err == nil {
+				res.RSS = append(res.RSS, st.rss)
+				res.PeakRSSBytes = max(res.PeakRSSBytes, st.hwm)
+				if o.verbose {
+					fmt.Printf("%.0fs: RSS %d MiB, peak %d MiB, produced %.0f MB\n", time.Since(start).Seconds(), st.rss>>20, st.hwm>>20, float64(w.Bytes)/1e6)
+				}
+			}
+		}
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return err
+	}
+	w.ProduceSec = time.Since(start).Seconds()
+	w.ProduceMBps = float64(w.Bytes) / 1e6 / w.ProduceSec
+	w.EventTimeSec = sim.EventTime().Sub(simulator.DefaultStart).Seconds()
+	n := int(o.window / sampleEvery)
+	if len(res.RSS) < 2*n || n == 0 {
+		return fmt.Errorf("%d RSS samples, need %d", len(res.RSS), 2*n)
+	}
+	res.FirstWindowMeanRSS = mean(res.RSS[:n])
+	res.LastWindowMeanRSS = mean(res.RSS[len(res.RSS)-n:])
+	res.LastOverFirst = float64(res.LastWindowMeanRSS) / float64(res.FirstWindowMeanRSS)
+	res.Flat = res.LastOverFirst <= 1.10 && res.LastOverFirst >= 0.90
+	res.PeakOverBudget = res.PeakRSSBytes - o.budget
+	res.WithinBudget = res.PeakRSSBytes <= o.budget+o.constant
+	// Lag at the end, for the record: a braid that cannot keep up with
+	// -rate grows its backlog, not its memory.
+	if ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, inputs...); err == nil {
+		if _, behind, err := caughtUp(ctx, kadm.NewClient(cl), group, ends); err == nil {
+			fmt.Printf("at the end braid was %d records behind\n", behind)
+		}
+	}
+	res.BraidExit = b.stop()
+	return nil
+}
+
+func mean(xs []int64) int64 {
+	var s float64
+	for _, x := range xs {
+		s += float64(x)
+	}
+	return int64(s / float64(len(xs)))
+}
+
+// caughtUp reports whether group has committed every end offset, and how
+// many records it is behind.
+func caughtUp(ctx context.Context, adm *kadm.Client, group string, ends kadm.ListedOffsets) (bool, int64, error) {
+	return caughtUpSlack(ctx, adm, group, ends, 0)
+}
+
+// caughtUpSlack is caughtUp allowing the committed offset to be slack
+// short of the end: the commit marker after the last record of a
+// transactional topic, the markers in flight.
+func caughtUpSlack(ctx context.Context, adm *kadm.Client, group string, ends kadm.ListedOffsets, slack int64) (bool, int64, error) {
+	committed, err := adm.FetchOffsets(ctx, group)
+	if err != nil {
+		// The group does not exist before braid's first commit.
+		return false, -1, nil
+	}
+	var behind int64
+	done := true
+	ends.Each(func(e kadm.ListedOffset) {
+		if e.Err != nil {
+			done = false
+			return
+		}
+		c, ok := committed.Lookup(e.Topic, e.Partition)
+		at := int64(0)
+		if ok && c.Err == nil {
+			at = c.At
+		}
+		if at < e.Offset-slack {
+			done = false
+			behind += e.Offset - at
+		}
+	})
+	return done, behind, nil
+}
+
+// internalCaughtUp reports whether group has committed the end of every
+// internal topic braid created for it (not its changelog nor the resources
+// table, which are not read as input).
+func internalCaughtUp(ctx context.Context, adm *kadm.Client, group string) (bool, int64, error) {
+	td, err := adm.ListTopics(ctx)
+	if err != nil {
+		return false, 0, fmt.Errorf("list topics: %w", err)
+	}
+	var internal []string
+	for _, n := range td.Names() {
+		if strings.HasPrefix(n, group+".") && strings.HasSuffix(n, "-repartition") {
+			internal = append(internal, n)
+		}
+	}
+	if len(internal) == 0 {
+		return false, 0, fmt.Errorf("no internal topics of group %s", group)
+	}
+	ends, err := adm.ListEndOffsets(ctx, internal...)
+	if err != nil {
+		return false, 0, fmt.Errorf("end offsets: %w", err)
+	}
+	// Each checkpoint writes watermark markers to every partition of the
+	// internal topics (and a commit marker after them), read at the next
+	// one: a few records are always in flight.
+	return caughtUpSlack(ctx, adm, group, ends, internalSlack)
+}
+
+// internalSlack is how far short of an internal partition's end the group
+// may be at the end of the backlog: the markers of two checkpoints.
+const internalSlack = 32
+
+type braidProc struct {
+	cmd  *exec.Cmd
+	done chan error
+	log  *ring
+}
+
+func startBraid(o options, bin, cfgPath string) (*braidProc, error) {
+	b := &braidProc{cmd: exec.Command(bin, "run", "--config", cfgPath), done: make(chan error, 1), log: &ring{max: 64 << 10, echo: o.verbose}}
+	b.cmd.Stdout, b.cmd.Stderr = b.log, b.log
+	if err := b.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start braid: %w", err)
+	}
+	go func() { b.done <- b.cmd.Wait() }()
+	return b, nil
+}
+
+// stop sends SIGTERM and waits; "" for a clean exit.
+func (b *braidProc) stop() string {
+	b.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-b.done:
+		b.done <- err
+		if err != nil {
+			return err.Error()
+		}
+		return ""
+	case <-time.After(2 * time.Minute):
+		b.kill()
+		return "did not stop within 2m of SIGTERM"
+	}
+}
+
+func (b *braidProc) kill() {
+	if b.cmd.ProcessState == nil {
+		b.cmd.Process.Kill()
+	}
+}
+
+func (b *braidProc) tail() string { return b.log.String() }
+
+// ring keeps the last max bytes written.
+type ring struct {
+	buf  []byte
+	max  int
+	echo bool
+}
+
+func (r *ring) Write(p []byte) (int, error) {
+	if r.echo {
+		os.Stderr.Write(p)
+	}
+	r.buf = append(r.buf, p...)
+	if len(r.buf) > r.max {
+		r.buf = append([]byte(nil), r.buf[len(r.buf)-r.max:]...)
+	}
+	return len(p), nil
+}
+
+func (r *ring) String() string { return string(r.buf) }
+
+type status struct{ rss, hwm int64 }
+
+// procStatus reads VmRSS and VmHWM of pid.
+func procStatus(pid int) (status, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return status{}, err
+	}
+	defer f.Close()
+	var st status
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		fs := strings.Fields(v)
+		if len(fs) == 0 {
+			continue
+		}
+		kb, _ := strconv.ParseInt(fs[0], 10, 64)
+		switch k {
+		case "VmRSS":
+			st.rss = kb << 10
+		case "VmHWM":
+			st.hwm = kb << 10
+		}
+	}
+	return st, sc.Err()
+}
+
+// deleteTopics deletes the benchmark's topics and the ones braid created
+// for its group.
+func deleteTopics(adm *kadm.Client, prefix, group string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	td, err := adm.ListTopics(ctx)
+	if err != nil {
+		return
+	}
+	var names []string
+	for _, n := range td.Names() {
+		if strings.HasPrefix(n, prefix+"-") || strings.HasPrefix(n, group+".") {
+			names = append(names, n)
+		}
+	}
+	if len(names) > 0 {
+		adm.DeleteTopics(ctx, names...)
+	}
+}
+
+func report(o options, res *Result) {
+	mib := func(b int64) float64 { return float64(b) / (1 << 20) }
+	fmt.Printf("workload: %d hosts, %.0f requests/s, KV events; %d messages, %.0f MB, produced in %.1fs (%.1f MB/s)\n",
+		res.Workload.Hosts, res.Workload.RequestsPerSec, res.Workload.Messages, float64(res.Workload.Bytes)/1e6, res.Workload.ProduceSec, res.Workload.ProduceMBps)
+	if res.Mode == "backlog" {
+		fmt.Printf("read in %.1fs (%.1f MB/s; input topics committed to their end after %.1fs)\n", res.ReadSec, res.ReadMBps, res.InputReadSec)
+	} else {
+		fmt.Printf("steady: first %v mean RSS %.0f MiB, last %v mean RSS %.0f MiB: ×%.3f (flat within 10%%: %v)\n",
+			o.window, mib(res.FirstWindowMeanRSS), o.window, mib(res.LastWindowMeanRSS), res.LastOverFirst, res.Flat)
+	}
+	fmt.Printf("peak RSS %.0f MiB; memory_budget %.0f MiB + constant %.0f MiB = %.0f MiB: within: %v\n",
+		mib(res.PeakRSSBytes), mib(res.BudgetBytes), mib(res.ConstantBytes), mib(res.BudgetBytes+res.ConstantBytes), res.WithinBudget)
+	if res.BraidExit != "" {
+		fmt.Printf("braid exit after SIGTERM: %s\n", res.BraidExit)
+	}
+	fmt.Printf("load average at start %s, at end %s (%d CPUs)\n", res.Machine.LoadAvgStart, res.Machine.LoadAvgEnd, res.Machine.CPUs)
+}
+
+func randSuffix() string {
+	b := make([]byte, 5)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func machine() Machine {
+	m := Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+		f.Close()
+	}
+	m.LoadAvgStart = loadavg()
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) >= 2 && f[0] == "MemTotal:" {
+				kb, _ := strconv.ParseFloat(f[1], 64)
+				m.MemoryGiB = strconv.FormatFloat(kb/(1<<20), 'f', 1, 64)
+			}
+		}
+	}
+	return m
+}
