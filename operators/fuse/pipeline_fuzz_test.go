@@ -136,7 +136,10 @@ func runPipeline(t *testing.T, enc otlp.Encoding, recs []pipelineRecord) map[str
 			internal[in.Topic] = i
 		}
 	}
-	now := simulator.DefaultStart
+	// Processing time (and so the records' broker timestamps) after every
+	// seed's event time: the simulator's start and the real fixtures'
+	// capture (2026-11-29); a mutated time beyond it is "future".
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	hs := make([]*engine.Harness, partitions)
 	for p := range hs {
 		h, err := engine.NewHarness(engine.Config{Store: store, OutOfOrderness: time.Second, Idleness: time.Second}, topo, int32(p), now)
