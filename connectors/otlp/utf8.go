@@ -32,11 +32,11 @@ type strSchema struct {
 }
 
 func (s *strSchema) isStr(num protowire.Number) bool {
-	return num < 32 && s.strs&(1<<num) != 0
+	return num > 0 && num < 32 && s.strs&(1<<num) != 0
 }
 
 func (s *strSchema) sub(num protowire.Number) *strSchema {
-	if int(num) < len(s.subs) {
+	if num > 0 && int(num) < len(s.subs) {
 		return s.subs[num]
 	}
 	return nil
@@ -182,7 +182,7 @@ func (d *Decoder) checkMsg(s *strSchema, b []byte, depth int) *DecodeError {
 			return d.errAt(b, "malformed attribute: invalid field tag")
 		}
 		num, typ := protowire.Number(tag>>3), protowire.Type(tag&7)
-		if num == 0 {
+		if tag>>3 == 0 || tag>>3 > uint64(protowire.MaxValidNumber) {
 			return d.errAt(b, "malformed attribute: invalid field tag")
 		}
 		rest := b[n:]
