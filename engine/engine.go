@@ -451,6 +451,9 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 		if len(e.opened) > 0 {
 			cancel() // a task finished opening meanwhile: install it now
 		}
+		if e.pending.Load() > e.cfg.PendingStateBytes {
+			cancel() // the tasks' pending writes are full: checkpoint now
+		}
 		fetches := sess.PollRecords(pollCtx, e.cfg.MaxPollRecords)
 		e.wake.Store(nil)
 		cancel()
