@@ -4,7 +4,7 @@
 GO        ?= go
 KAFKA     := bash deploy/local/kafka.sh
 PKGS      ?= ./...
-GO_TEST_FLAGS ?= -race -count=1 -timeout 15m
+GO_TEST_FLAGS ?= -race -count=1 -timeout 40m
 
 .PHONY: all build run test test-unit fuzz bench bench-e2e bench-scale bench-restart bench-pause lint proto kafka-start kafka-stop clean
 
