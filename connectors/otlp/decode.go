@@ -239,30 +239,32 @@ func wireNames(mask uint8) string {
 
 // walkPlain checks the fields of a message the scanner does not otherwise
 // read (Resource, InstrumentationScope) and returns it, re-encoded if a
-// string in it is not valid UTF-8.
-func (d *Decoder) walkPlain(k *msgKind, s *strSchema, b []byte) ([]byte, *DecodeError) {
+// string in it is not valid UTF-8 (see fix).
+func (d *Decoder) walkPlain(k *msgKind, s *strSchema, b []byte) (out, orig []byte, err *DecodeError) {
 	d.bad = false
 	for rest := b; len(rest) > 0; {
 		f, n, err := d.next(k, rest)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := d.checkField(s, &f); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		rest = rest[n:]
 	}
-	return d.fix(s, b), nil
+	out, orig = d.fix(s, b)
+	return out, orig, nil
 }
 
-// fix returns the member b, re-encoded if the walk marked it (d.bad).
-func (d *Decoder) fix(s *strSchema, b []byte) []byte {
+// fix returns the member b, re-encoded if the walk marked it (d.bad); orig
+// is b as the message holds it when it was re-encoded, nil when not.
+func (d *Decoder) fix(s *strSchema, b []byte) (out, orig []byte) {
 	if !d.bad {
-		return clip(b)
+		return clip(b), nil
 	}
 	d.bad = false
 	d.repaired++
-	return repaired(s, b)
+	return repaired(s, b), clip(b)
 }
 
 // walkData walks a TracesData / LogsData / MetricsData.
@@ -291,7 +293,7 @@ func (d *Decoder) walkData(sig Signal, b []byte) *DecodeError {
 // walkResourceX walks a ResourceSpans / ResourceLogs / ResourceMetrics.
 func (d *Decoder) walkResourceX(sig Signal, b []byte) *DecodeError {
 	first := len(d.items)
-	var res []byte
+	var res, orig []byte
 	for len(b) > 0 {
 		f, n, err := d.next(&kResourceX, b)
 		if err != nil {
@@ -300,7 +302,7 @@ func (d *Decoder) walkResourceX(sig Signal, b []byte) *DecodeError {
 		switch f.num {
 		case 1:
 			var err *DecodeError
-			if res, err = d.walkPlain(&kResource, &sResource, f.val); err != nil {
+			if res, orig, err = d.walkPlain(&kResource, &sResource, f.val); err != nil {
 				return err
 			}
 		case 2:
@@ -313,7 +315,7 @@ func (d *Decoder) walkResourceX(sig Signal, b []byte) *DecodeError {
 	if res != nil {
 		items := d.items[first:]
 		for i := range items {
-			items[i].Resource = res
+			items[i].Resource, items[i].origResource = res, orig
 		}
 	}
 	return nil
@@ -331,7 +333,7 @@ func (d *Decoder) walkScopeX(sig Signal, b []byte) *DecodeError {
 		switch f.num {
 		case 1:
 			var err *DecodeError
-			if scope, err = d.walkPlain(&kScope, &sScope, f.val); err != nil {
+			if scope, _, err = d.walkPlain(&kScope, &sScope, f.val); err != nil {
 				return err
 			}
 		case 2:
@@ -425,20 +427,21 @@ func (d *Decoder) walkSpan(b []byte) *DecodeError {
 	if len(parentID) != 0 && len(parentID) != 8 {
 		return d.errAt(start, "span parent_span_id is "+strconv.Itoa(len(parentID))+" bytes, want 8 or none")
 	}
-	payload := clip(start)
+	payload, orig := clip(start), []byte(nil)
 	if d.bad {
-		payload = d.fix(&sSpan, start)
+		payload, orig = d.fix(&sSpan, start)
 		name = RepairUTF8(name)
 	}
 	d.items = append(d.items, Item{
-		Signal:     SignalSpans,
-		TraceID:    [16]byte(traceID),
-		SpanID:     [8]byte(spanID),
-		Time:       int64(endTime),
-		StartTime:  int64(startTime),
-		Payload:    payload,
-		Name:       clip(name),
-		StatusCode: code,
+		Signal:      SignalSpans,
+		TraceID:     [16]byte(traceID),
+		SpanID:      [8]byte(spanID),
+		Time:        int64(endTime),
+		StartTime:   int64(startTime),
+		Payload:     payload,
+		origPayload: orig,
+		Name:        clip(name),
+		StatusCode:  code,
 	})
 	if len(parentID) != 0 {
 		d.items[len(d.items)-1].ParentSpanID = [8]byte(parentID)
@@ -481,11 +484,13 @@ func (d *Decoder) walkLog(b []byte) *DecodeError {
 	if t == 0 {
 		t = observed
 	}
+	payload, orig := d.fix(&sLog, start)
 	d.items = append(d.items, Item{
-		Signal:    SignalLogs,
-		Time:      int64(t),
-		StartTime: int64(t),
-		Payload:   d.fix(&sLog, start),
+		Signal:      SignalLogs,
+		Time:        int64(t),
+		StartTime:   int64(t),
+		Payload:     payload,
+		origPayload: orig,
 	})
 	it := &d.items[len(d.items)-1]
 	if len(traceID) != 0 {
@@ -613,11 +618,13 @@ func (d *Decoder) walkPoint(pt PointType, b []byte) *DecodeError {
 		}
 		b = b[n:]
 	}
+	payload, orig := d.fix(s, start)
 	it := Item{
-		Signal:    SignalMetrics,
-		Time:      int64(t),
-		StartTime: int64(startTime),
-		Payload:   d.fix(s, start),
+		Signal:      SignalMetrics,
+		Time:        int64(t),
+		StartTime:   int64(startTime),
+		Payload:     payload,
+		origPayload: orig,
 	}
 	if len(d.ex) == 0 {
 		d.items = append(d.items, it)

@@ -64,6 +64,10 @@
 // re-encoded with each invalid sequence replaced by U+FFFD, into a fresh
 // buffer (the exception to the zero-copy rule; Decoder.Repaired counts
 // them), so that every Item's bytes unmarshal with proto.Unmarshal.
+// Item.Repaired reports a repair of an item's Resource or Payload, and
+// Item.Original returns them as the message held them (aliasing it, not
+// copied), for a consumer that must reject a string that was invalid
+// rather than take it repaired, and for dead-letter copies as read.
 //
 // # Error contract
 //

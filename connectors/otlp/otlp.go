@@ -133,6 +133,31 @@ type Item struct {
 	PointType         PointType
 	Temporality       int32 // aggregation_temporality of sum/histogram/exponential histogram
 	Monotonic         bool  // sum.is_monotonic
+
+	// Resource and Payload as the message held them, when the decoder
+	// repaired invalid UTF-8 in them (see Original); nil when it did not.
+	origResource, origPayload []byte
+}
+
+// Repaired reports whether the decoder re-encoded the item's Resource or
+// Payload because a string in it was not valid UTF-8.
+func (it *Item) Repaired() bool { return it.origResource != nil || it.origPayload != nil }
+
+// Original returns the item's Resource and Payload as the message held
+// them, before any repair: Resource and Payload themselves unless Repaired.
+// They alias the message like the other slices (nothing is copied) and may
+// hold invalid UTF-8: they are for a consumer that must not take a repaired
+// string as it came (an identity that repair could merge with another) and
+// for dead-letter copies of the input as it was read.
+func (it *Item) Original() (resource, payload []byte) {
+	resource, payload = it.Resource, it.Payload
+	if it.origResource != nil {
+		resource = it.origResource
+	}
+	if it.origPayload != nil {
+		payload = it.origPayload
+	}
+	return resource, payload
 }
 
 // DecodeError reports a message that cannot be decoded.

@@ -215,6 +215,68 @@ func TestValidUTF8IsNotCopied(t *testing.T) {
 			t.Fatal("valid item bytes were copied")
 		}
 	}
+	if res, payload := items[0].Original(); items[0].Repaired() || !sameSlice(res, items[0].Resource) || !sameSlice(payload, items[0].Payload) {
+		t.Fatal("a valid item is reported repaired, or its Original bytes are not its own")
+	}
+}
+
+func sameSlice(a, b []byte) bool {
+	return len(a) == len(b) && unsafe.SliceData(a) == unsafe.SliceData(b)
+}
+
+// TestOriginalIsTheMemberAsRead: a repaired item says so and hands out its
+// resource and payload as the message held them, invalid bytes and all,
+// without a copy; an item of the same resource with a valid payload is
+// repaired only in its resource.
+func TestOriginalIsTheMemberAsRead(t *testing.T) {
+	ld := &logspb.LogsData{ResourceLogs: []*logspb.ResourceLogs{{
+		Resource: &resourcepb.Resource{Attributes: []*commonpb.KeyValue{kv("host.name", strVal(bad))}},
+		ScopeLogs: []*logspb.ScopeLogs{{LogRecords: []*logspb.LogRecord{
+			{TimeUnixNano: 1, Attributes: []*commonpb.KeyValue{kv("gen_ai.request.id", strVal(bad))}},
+			{TimeUnixNano: 2, Attributes: []*commonpb.KeyValue{kv("gen_ai.request.id", strVal("r1"))}},
+		}}},
+	}, {
+		Resource:  &resourcepb.Resource{Attributes: []*commonpb.KeyValue{kv("host.name", strVal("node-a"))}},
+		ScopeLogs: []*logspb.ScopeLogs{{LogRecords: []*logspb.LogRecord{{TimeUnixNano: 3, Body: strVal("ok")}}}},
+	}}}
+	value := withInvalidUTF8(t, ld)
+	invalid := []byte("a\xff\xfeb\xc3")
+	d := NewDecoder()
+	items, err := d.Decode(SignalLogs, EncodingProto, value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(items) != 3 {
+		t.Fatalf("%d items, want 3", len(items))
+	}
+	inValue := func(b []byte) bool {
+		p, s := uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(unsafe.Pointer(unsafe.SliceData(value)))
+		return p >= s && p+uintptr(len(b)) <= s+uintptr(len(value))
+	}
+	for i, it := range items[:2] {
+		res, payload := it.Original()
+		if !it.Repaired() {
+			t.Fatalf("item %d: not reported repaired", i)
+		}
+		if !inValue(res) || !bytes.Contains(res, invalid) || bytes.Contains(it.Resource, invalid) {
+			t.Fatalf("item %d: Original resource %q, Resource %q", i, res, it.Resource)
+		}
+		if err := proto.Unmarshal(it.Resource, &resourcepb.Resource{}); err != nil {
+			t.Fatalf("item %d: repaired resource: %v", i, err)
+		}
+		if !inValue(payload) || cap(res) != len(res) || cap(payload) != len(payload) {
+			t.Fatalf("item %d: Original bytes copied or not clipped", i)
+		}
+		if i == 0 && (!bytes.Contains(payload, invalid) || bytes.Contains(it.Payload, invalid)) {
+			t.Fatalf("item 0: Original payload %q, Payload %q", payload, it.Payload)
+		}
+		if i == 1 && !sameSlice(payload, it.Payload) {
+			t.Fatal("item 1: a valid payload's Original is not the payload")
+		}
+	}
+	if res, payload := items[2].Original(); items[2].Repaired() || !sameSlice(res, items[2].Resource) || !sameSlice(payload, items[2].Payload) {
+		t.Fatal("item 2 (another resource, all valid) reported repaired")
+	}
 }
 
 func TestDeepNestingIsRejected(t *testing.T) {

@@ -44,10 +44,17 @@ func isKVLog(log []byte) bool {
 // record it came from (kvgraph.Processor.Reject); a large one is slimmed to
 // what the detector reads (kvgraph.Slim), so that the records forwarded and
 // the events held are bounded whatever else the input carried.
+//
+// The event is checked as the message held it (otlp.Item.Original): the
+// decoder has repaired invalid UTF-8 in the item's bytes, and an identity
+// that was invalid must be rejected, not taken repaired; its dead-letter
+// copy is the log record and resource as read. What is forwarded is the
+// repaired item: its identities are the ones checked, free text repaired.
 func (p *processor) routeKV(t *engine.Task, it *otlp.Item, rec *kgo.Record) error {
 	p.s.counters.KVLogs.Add(1)
-	if err := kvgraph.Check(it.Resource, it.Payload); err != nil {
-		return p.kv.Reject(t, it.Resource, it.Payload, kvgraph.Origin{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}, err)
+	res, lr := it.Original()
+	if err := kvgraph.Check(res, lr); err != nil {
+		return p.kv.Reject(t, res, lr, kvgraph.Origin{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}, err)
 	}
 	if len(it.Resource)+len(it.Payload)+len(it.Scope) > kvSlimBytes {
 		slim := *it

@@ -254,6 +254,10 @@ func TestKVRejectedEventGoesToTheDLQWithItsInputRecord(t *testing.T) {
 		hdr["braid.partition"] != "0" || hdr["braid.offset"] != "41" {
 		t.Fatalf("DLQ headers %v", hdr)
 	}
+	// The record as read: the request id's bytes as they came, not repaired.
+	if !bytes.Contains(dl[0].Value, []byte("r\xff\xfe\xc3(9")) {
+		t.Fatalf("DLQ value %q lacks the invalid request id", dl[0].Value)
+	}
 	if n := c.hs[0].stage.KVCounters().Rejected.Load(); n != 1 {
 		t.Fatalf("rejected %d", n)
 	}

@@ -154,6 +154,12 @@ func validStr(s string) string {
 // ignores). Callers that forward KV events to another task check them
 // first, so that a rejected one goes to the dead-letter topic with the
 // input record it came from.
+//
+// The bytes checked must be the record as read: connectors/otlp repairs
+// invalid UTF-8 in a decoded item (each invalid sequence → U+FFFD), which
+// would hide an invalid identity, so a caller holding an otlp.Item checks
+// (and rejects) its Item.Original bytes; they are the item's own bytes
+// unless it was repaired.
 func Check(resource, logRecord []byte) error {
 	ev, ok := ParseEvent(resource, logRecord, 0, Origin{})
 	if !ok {

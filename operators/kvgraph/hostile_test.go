@@ -246,6 +246,31 @@ func TestEvidenceTextIsRepaired(t *testing.T) {
 	}
 }
 
+// TestValidIDInARepairedRecordIsTaken: the decoder repairs a KV event
+// whose free text is invalid UTF-8; its request id, valid and holding
+// U+FFFD itself, is taken as it is, not mistaken for a repaired one.
+func TestValidIDInARepairedRecordIsTaken(t *testing.T) {
+	h := newHarness(t, nil)
+	const r2 = "r2\uFFFD"
+	ops := seq(alloc(0, "r1", 1), fill(1, "r1", 1, 0), free(3, "r1", 1), alloc(5, r2, 1), pool.Read(at(7), r2, 1, 2, 0, 1024))
+	ld := kvlog.LogsData(gpu0, ops...)
+	lrs := ld.ResourceLogs[0].ScopeLogs[0].LogRecords
+	last := lrs[len(lrs)-1]
+	last.Attributes = append(last.Attributes, &commonpb.KeyValue{Key: "x.note", Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: placeholder}}})
+	h.feedRaw(corrupt(mustMarshal(t, ld)))
+	if err := h.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	h.checkOutputs()
+	if dl := h.dlq(); len(dl) != 0 || h.cfg.Counters.Rejected.Load() != 0 {
+		t.Fatalf("DLQ %v, rejected %d", dl, h.cfg.Counters.Rejected.Load())
+	}
+	inc := h.only()
+	if inc.Root.RequestId != "r1" || len(inc.Polluted) != 1 || inc.Polluted[0].RequestId != r2 {
+		t.Fatalf("incident %v", inc)
+	}
+}
+
 func TestInvalidUTF8HostOfASupportingLine(t *testing.T) {
 	h := newHarness(t, nil)
 	h.feedRaw(corrupt(kvlog.Marshal(kvlog.Where{Host: placeholder, GPUIndex: -1}, kvlog.Op{Time: at(8), Body: "NVRM: Xid (PCI:0000:3b:00): 13, pid=1"})))

@@ -121,7 +121,8 @@ func (p *Processor) Counters() *Counters { return p.c }
 // ts is the record's event time. It may emit pollution edges; incidents are
 // emitted by OnWatermark. A KV event that fails Check goes by
 // Config.ErrorPolicy (see Reject). It returns an error only under the fail
-// policy.
+// policy. Add checks the bytes it is given: for a decoded otlp.Item that
+// the decoder repaired, check its Original bytes first (see Check).
 func (p *Processor) Add(t *engine.Task, resource, logRecord []byte, ts int64, origin Origin) error {
 	ev, ok := ParseEvent(resource, logRecord, ts, origin)
 	if !ok {

@@ -51,7 +51,20 @@ func (s *standalone) Process(t *engine.Task, rec *kgo.Record, input int) error {
 	for i := range items {
 		it := &items[i]
 		t.Observe(input, it.Time)
-		if err := s.p.Add(t, it.Resource, it.Payload, it.Time, Origin{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}); err != nil {
+		origin := Origin{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}
+		if it.Repaired() {
+			// The decoder repaired invalid UTF-8: check the event as the
+			// message held it, so that an identity that was invalid is
+			// rejected (with the record as read), not merged with another.
+			res, lr := it.Original()
+			if err := Check(res, lr); err != nil {
+				if err := s.p.Reject(t, res, lr, origin, err); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		if err := s.p.Add(t, it.Resource, it.Payload, it.Time, origin); err != nil {
 			return err
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -170,17 +171,33 @@ func (tj *testJob) outputs() *output {
 }
 
 // kvgraphDecodes fails on a pollution edge or incident that does not
-// decode.
+// decode, or that names a request by a repaired id (U+FFFD in it: the
+// input's ids are ASCII): an identity that was invalid UTF-8 is rejected,
+// never taken repaired.
 func (o *output) kvgraphDecodes(t *testing.T) {
 	t.Helper()
+	repaired := func(id string) bool { return strings.ContainsRune(id, utf8.RuneError) }
 	for _, r := range o.pollution.recs {
-		if err := proto.Unmarshal(r.Value, &braidpb.PollutionEdge{}); err != nil {
+		e := &braidpb.PollutionEdge{}
+		if err := proto.Unmarshal(r.Value, e); err != nil {
 			t.Fatalf("pollution edge %d/%d does not decode: %v", r.Partition, r.Offset, err)
+		}
+		if repaired(e.SourceRequest) || repaired(e.TargetRequest) {
+			t.Fatalf("pollution edge %d/%d names a repaired request id: %q -> %q", r.Partition, r.Offset, e.SourceRequest, e.TargetRequest)
 		}
 	}
 	for _, r := range o.incidents.recs {
-		if err := proto.Unmarshal(r.Value, &braidpb.Incident{}); err != nil {
+		inc := &braidpb.Incident{}
+		if err := proto.Unmarshal(r.Value, inc); err != nil {
 			t.Fatalf("incident %d/%d does not decode: %v", r.Partition, r.Offset, err)
+		}
+		if repaired(inc.GetRoot().GetRequestId()) {
+			t.Fatalf("incident %d/%d: root request id %q is repaired", r.Partition, r.Offset, inc.GetRoot().GetRequestId())
+		}
+		for _, p := range inc.Polluted {
+			if repaired(p.RequestId) {
+				t.Fatalf("incident %d/%d: polluted request id %q is repaired", r.Partition, r.Offset, p.RequestId)
+			}
 		}
 	}
 }
@@ -338,6 +355,15 @@ func dlqByValue(t *testing.T, recs []*kgo.Record) map[[32]byte]*kgo.Record {
 	return m
 }
 
+func hasReason(recs []*kgo.Record, reason string) bool {
+	for _, r := range recs {
+		if hdrValue(r, "braid.reason") == reason {
+			return true
+		}
+	}
+	return false
+}
+
 // accounted reports whether hostile record h is accounted for in the
 // output; why says what is missing.
 func accounted(h hostileMsg, fused map[string]*fusedTrace, late map[string]int, dlq map[[32]byte]*kgo.Record, truncated int) (bool, string) {
@@ -417,12 +443,14 @@ type hostileCase struct {
 	lull bool
 	// within bounds how long the case may take to settle.
 	within time.Duration
+	// dlqReasons: braid.reason values the DLQ must hold once settled.
+	dlqReasons []string
 }
 
 func TestIntegrationHostileInput(t *testing.T) {
 	cases := []hostileCase{
 		{name: "invalid-utf8-in-spans", bad: invalidUTF8("spans")},
-		{name: "invalid-utf8-in-kv-events", bad: invalidUTF8("kv")},
+		{name: "invalid-utf8-in-kv-events", bad: invalidUTF8("kv"), dlqReasons: []string{"kvgraph: invalid UTF-8 in gen_ai.request.id"}},
 		{name: "invalid-utf8-in-logs", bad: invalidUTF8("logs")},
 		{name: "future-event-time-then-lull", bad: futureInput, lull: true},
 		{name: "extreme-timestamps-then-lull", bad: extremeTimesInput, lull: true},
@@ -482,6 +510,11 @@ func runHostile(t *testing.T, c hostileCase, seed int64) {
 		late := lateMembers(t, out.late.recs)
 		dlq := dlqByValue(t, out.dlq.recs)
 		ok, why := goodExact(truth, fused)
+		for _, reason := range c.dlqReasons {
+			if ok && !hasReason(out.dlq.recs, reason) {
+				ok, why = false, "no DLQ record with reason "+strconv.Quote(reason)
+			}
+		}
 		if ok {
 			for _, b := range bad {
 				if ok, why = accounted(b, fused, late, dlq, int(tj.job.Counters().Truncated.Load())); !ok {
