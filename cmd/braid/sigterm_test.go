@@ -129,19 +129,21 @@ func TestSigtermUnderLoad(t *testing.T) {
 		var extra []string
 		hold := i%6 == 2
 		if hold {
-			extra = append(extra, "BRAID_FAILPOINT=after-poll:hold=2s")
+			extra = append(extra, "BRAID_FAILPOINT=after-poll:hold")
 			held++
 		}
 		what := fmt.Sprintf("run %d of %d (hold after poll: %v)", i+1, runs, hold)
 		started := time.Now()
 		c := startChild(t, bin, env.config, extra...)
-		// A restart succeeds when its tasks are restored and it commits.
-		c.waitLog(t, "first checkpoint committed", 100*time.Second)
 		if hold {
-			// Every poll is now followed by a 2 s hold: SIGTERM lands in
-			// one, after a poll that returned records.
-			time.Sleep(time.Duration(300+r.IntN(1000)) * time.Millisecond) // a random moment inside the hold
+			// The first poll that returns records is held before its
+			// records are dispatched: SIGTERM lands in that window for
+			// certain. The restart succeeds when its final checkpoint —
+			// its first — commits, which stopTerm and the next run check.
+			c.waitLog(t, "braid failpoint after-poll: holding", 100*time.Second)
 		} else {
+			// A restart succeeds when its tasks are restored and it commits.
+			c.waitLog(t, "first checkpoint committed", 100*time.Second)
 			time.Sleep(time.Duration(r.IntN(2500)) * time.Millisecond) // a random SIGTERM moment
 		}
 		c.stopTerm(t, what)
