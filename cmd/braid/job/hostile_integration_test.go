@@ -330,6 +330,22 @@ func lateMembers(t *testing.T, recs []*kgo.Record) map[string]int {
 	return m
 }
 
+// lateReasons counts late records by braid.reason, digits elided (a
+// lateness reason names the event time and the watermark).
+func lateReasons(recs []*kgo.Record) map[string]int {
+	m := map[string]int{}
+	for _, r := range recs {
+		reason := strings.Map(func(c rune) rune {
+			if c >= '0' && c <= '9' {
+				return -1
+			}
+			return c
+		}, hdrValue(r, "braid.reason"))
+		m[reason]++
+	}
+	return m
+}
+
 // dlqByValue indexes the DLQ records by a hash of their value, failing on
 // one without the headers.
 func dlqByValue(t *testing.T, recs []*kgo.Record) map[[32]byte]*kgo.Record {
@@ -395,19 +411,40 @@ func accounted(h hostileMsg, fused map[string]*fusedTrace, late map[string]int, 
 
 // goodInput is the known good workload: 40 batches (8 s of event time) of
 // 4 requests, keyed by trace id, some traces split, logs joined by request
-// id, exemplar points.
-func goodInput(t *testing.T, tj *testJob, seed int64, start time.Time) ([]simulator.Message, simulator.Truth) {
+// id, exemplar points; the records of each batch, the last with the
+// simulator's flush.
+func goodInput(t *testing.T, tj *testJob, seed int64, start time.Time) ([][]*kgo.Record, simulator.Truth) {
 	t.Helper()
 	sim, err := simulator.New(simulator.Config{Seed: seed, Topics: tj.simTopics(), RequestsPerBatch: 4, SplitRatio: 0.25, Start: start})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var msgs []simulator.Message
+	var batches [][]*kgo.Record
 	for range 40 {
-		msgs = append(msgs, sim.Next()...)
+		batches = append(batches, toRecords(sim.Next()))
 	}
-	msgs = append(msgs, sim.Flush()...)
-	return msgs, sim.Truth()
+	last := &batches[len(batches)-1]
+	*last = append(*last, toRecords(sim.Flush())...)
+	return batches, sim.Truth()
+}
+
+// producePaced produces one batch per simulator batch interval, as a
+// Collector exporting live does: event time advances no faster than the
+// record clock. (Many seconds of event time at once is a backlog after a
+// lull: an upstream task whose last marker said it was idle does not hold
+// a watermark back until its next one, and what it forwards of the burst
+// may be behind the watermark.)
+func (tj *testJob) producePaced(t *testing.T, batches [][]*kgo.Record) {
+	t.Helper()
+	next := time.Now()
+	for _, b := range batches {
+		for time.Now().Before(next) {
+			tj.alive(t)
+			time.Sleep(time.Until(next)) // the producer's pace, not synchronisation
+		}
+		tj.produceRecords(t, b)
+		next = next.Add(simulator.DefaultBatchInterval)
+	}
 }
 
 func toRecords(msgs []simulator.Message) []*kgo.Record {
@@ -482,7 +519,6 @@ func runHostile(t *testing.T, c hostileCase, seed int64) {
 	for _, b := range bad {
 		badRecs = append(badRecs, b.rec)
 	}
-	goodRecs := toRecords(good)
 	if c.lull {
 		tj.produceRecords(t, badRecs)
 		// The lull: every partition idle for several idleness periods,
@@ -492,12 +528,13 @@ func runHostile(t *testing.T, c hostileCase, seed int64) {
 			tj.alive(t)
 			time.Sleep(100 * time.Millisecond) // the scenario's idle time, polled for liveness
 		}
-		tj.produceRecords(t, goodRecs)
+		tj.producePaced(t, good)
 	} else {
 		// Hostile records in the middle of the good input.
-		half := len(goodRecs) / 2
-		recs := append(append(append([]*kgo.Record{}, goodRecs[:half]...), badRecs...), goodRecs[half:]...)
-		tj.produceRecords(t, recs)
+		half := len(good) / 2
+		tj.producePaced(t, good[:half])
+		tj.produceRecords(t, badRecs)
+		tj.producePaced(t, good[half:])
 	}
 
 	out := tj.outputs()
@@ -526,8 +563,8 @@ func runHostile(t *testing.T, c hostileCase, seed int64) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not settled within %v: %s (fused %d, late %d, dlq %d records)%s",
-				within, why, len(out.fused.recs), len(out.late.recs), len(out.dlq.recs), out.fused.describe())
+			t.Fatalf("not settled within %v: %s (fused %d, late %d, dlq %d records; late reasons %v)%s",
+				within, why, len(out.fused.recs), len(out.late.recs), len(out.dlq.recs), lateReasons(out.late.recs), out.fused.describe())
 		}
 	}
 
