@@ -196,18 +196,10 @@ func (e *crashEnv) produceSteady(t *testing.T, seed int64, batches int) <-chan s
 				return
 			}
 		}
-		if err := simulator.Produce(ctx, e.prod, sim.Flush()); err != nil {
+		if err := e.produceEnd(ctx, sim, seed); err != nil {
 			t.Error(err)
 			close(out)
 			return
-		}
-		sentinel, _ := simulator.New(simulator.Config{Seed: seed + 1, Topics: e.simTopics, RequestsPerBatch: 40, Start: sim.EventTime().Add(time.Minute)})
-		for range 3 {
-			if err := simulator.Produce(ctx, e.prod, sentinel.Next()); err != nil {
-				t.Error(err)
-				close(out)
-				return
-			}
 		}
 		out <- sim.Truth()
 	}()
@@ -447,4 +439,23 @@ func stoppedField(t *testing.T, log, field string) string {
 	}
 	t.Fatalf("no %q in a stop line of:\n%s", field, tail(log, 2000))
 	return ""
+}
+
+// produceEnd flushes sim's open requests, then writes three batches of a
+// sentinel fleet a minute later in event time, so that the watermark passes
+// every request of sim.
+func (e *crashEnv) produceEnd(ctx context.Context, sim *simulator.Simulator, seed int64) error {
+	if err := simulator.Produce(ctx, e.prod, sim.Flush()); err != nil {
+		return err
+	}
+	sentinel, err := simulator.New(simulator.Config{Seed: seed + 1, Topics: e.simTopics, RequestsPerBatch: 40, Start: sim.EventTime().Add(time.Minute)})
+	if err != nil {
+		return err
+	}
+	for range 3 {
+		if err := simulator.Produce(ctx, e.prod, sentinel.Next()); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -62,18 +62,10 @@ func (e *crashEnv) produceRealisticSteady(t *testing.T, seed int64, d time.Durat
 				return
 			}
 		}
-		if err := simulator.Produce(ctx, e.prod, sim.Flush()); err != nil {
+		if err := e.produceEnd(ctx, sim, seed); err != nil {
 			t.Error(err)
 			close(out)
 			return
-		}
-		sentinel, _ := simulator.New(simulator.Config{Seed: seed + 1, Topics: e.simTopics, RequestsPerBatch: 40, Start: sim.EventTime().Add(time.Minute)})
-		for range 3 {
-			if err := simulator.Produce(ctx, e.prod, sentinel.Next()); err != nil {
-				t.Error(err)
-				close(out)
-				return
-			}
 		}
 		out <- sim.Truth()
 	}()
