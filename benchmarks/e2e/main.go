@@ -27,7 +27,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -50,6 +49,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/braidlabs/braid/benchmarks/internal/machine"
 	"github.com/braidlabs/braid/cmd/braid/job"
 	"github.com/braidlabs/braid/connectors/simulator"
 )
@@ -158,17 +158,8 @@ type Result struct {
 	Profile          string  `json:"profile,omitempty"`
 }
 
-type Machine struct {
-	CPUs      int    `json:"cpus"`
-	CPUModel  string `json:"cpu_model"`
-	MemoryGiB string `json:"memory_gib"`
-	GoVersion string `json:"go_version"`
-	OS        string `json:"os"`
-	// LoadAvg is /proc/loadavg at the start and at the end of the run: the
-	// machine may be shared.
-	LoadAvgStart string `json:"loadavg_start"`
-	LoadAvgEnd   string `json:"loadavg_end"`
-}
+// Machine is the machine the benchmark ran on.
+type Machine = machine.Info
 
 type Settings struct {
 	Encoding           string `json:"encoding"`
@@ -247,7 +238,7 @@ func run(o options) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
-	res := &Result{Benchmark: "e2e", Time: time.Now().UTC(), Note: o.description, Machine: machine()}
+	res := &Result{Benchmark: "e2e", Time: time.Now().UTC(), Note: o.description, Machine: machine.Read()}
 	res.Settings = Settings{Encoding: o.encoding, Keying: o.keying, Partitions: o.partitions, Requests: o.requests,
 		RequestsPerBatch: simulator.DefaultRequestsPerBatch, Seed: o.seed, Rounds: o.rounds, CheckpointInterval: o.checkpoint.String(),
 		EventTime: o.eventTime, AtLeastOnce: o.alo}
@@ -349,7 +340,7 @@ func run(o options) error {
 	if o.cpuprofile != "" {
 		res.Profile = o.cpuprofile
 	}
-	res.Machine.LoadAvgEnd = loadavg()
+	res.Machine.LoadAvgEnd = machine.LoadAvg()
 	printTable(res)
 
 	if o.resultsDir != "" {
@@ -917,37 +908,4 @@ func printTable(res *Result) {
 	}
 	fmt.Printf("load average at start %s, at end %s (%d CPUs)\n", res.Machine.LoadAvgStart, res.Machine.LoadAvgEnd, res.Machine.CPUs)
 
-}
-
-func loadavg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return ""
-	}
-	return strings.Join(f[:3], " ")
-}
-
-func machine() Machine {
-	m := Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH}
-	if f, err := os.Open("/proc/cpuinfo"); err == nil {
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
-				m.CPUModel = strings.TrimSpace(v)
-				break
-			}
-		}
-		f.Close()
-	}
-	m.LoadAvgStart = loadavg()
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(l); len(f) >= 2 && f[0] == "MemTotal:" {
-				kb, _ := strconv.ParseFloat(f[1], 64)
-				m.MemoryGiB = strconv.FormatFloat(kb/(1<<20), 'f', 1, 64)
-			}
-		}
-	}
-	return m
 }

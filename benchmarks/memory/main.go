@@ -34,7 +34,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -43,6 +42,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/braidlabs/braid/benchmarks/internal/machine"
 	"github.com/braidlabs/braid/connectors/simulator"
 )
 
@@ -197,17 +197,11 @@ type Workload struct {
 	ProduceMBps    float64 `json:"produce_mb_per_s"`
 }
 
-type Machine struct {
-	CPUs         int    `json:"cpus"`
-	CPUModel     string `json:"cpu_model"`
-	MemoryGiB    string `json:"memory_gib"`
-	GoVersion    string `json:"go_version"`
-	LoadAvgStart string `json:"loadavg_start"`
-	LoadAvgEnd   string `json:"loadavg_end"`
-}
+// Machine is the machine the benchmark ran on.
+type Machine = machine.Info
 
 func run(o options) error {
-	res := Result{Benchmark: "memory", Mode: "backlog", Time: time.Now().UTC(), Note: o.note, Machine: machine(),
+	res := Result{Benchmark: "memory", Mode: "backlog", Time: time.Now().UTC(), Note: o.note, Machine: machine.Read(),
 		Command: "go run ./benchmarks/memory " + strings.Join(os.Args[1:], " "), BudgetBytes: o.budget, ConstantBytes: o.constant}
 	if o.steady {
 		res.Mode = "steady"
@@ -284,7 +278,7 @@ admin: {addr: "127.0.0.1:0"}
 	} else {
 		err = runBacklog(ctx, o, &res, cl, sim, bin, cfgPath, group, inputs)
 	}
-	res.Machine.LoadAvgEnd = loadavg()
+	res.Machine.LoadAvgEnd = machine.LoadAvg()
 	if err != nil {
 		return err
 	}
@@ -702,37 +696,4 @@ func randSuffix() string {
 	b := make([]byte, 5)
 	rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-func loadavg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return ""
-	}
-	return strings.Join(f[:3], " ")
-}
-
-func machine() Machine {
-	m := Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}
-	if f, err := os.Open("/proc/cpuinfo"); err == nil {
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
-				m.CPUModel = strings.TrimSpace(v)
-				break
-			}
-		}
-		f.Close()
-	}
-	m.LoadAvgStart = loadavg()
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(l); len(f) >= 2 && f[0] == "MemTotal:" {
-				kb, _ := strconv.ParseFloat(f[1], 64)
-				m.MemoryGiB = strconv.FormatFloat(kb/(1<<20), 'f', 1, 64)
-			}
-		}
-	}
-	return m
 }

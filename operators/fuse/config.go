@@ -140,33 +140,33 @@ const (
 	FutureRestamp FuturePolicy = "restamp"
 )
 
-// OnError is what a stage does with a record it cannot handle.
-type OnError string
+// OnError is what a stage does with a record it cannot handle: the
+// kvgraph stage's policy type, so that every stage takes the same values.
+type OnError = kvgraph.ErrorPolicy
 
 // Error actions (STYLE.md).
 const (
 	// DeadLetter sends the record unchanged to DLQTopic with braid.reason
 	// "<stage>: <cause>" and braid.topic/partition/offset, counts it in
 	// DLQ, and goes on.
-	DeadLetter OnError = "dead_letter"
+	DeadLetter = kvgraph.PolicyDeadLetter
 	// Skip drops the record, counts it in Skipped, and goes on.
-	Skip OnError = "skip"
+	Skip = kvgraph.PolicySkip
 	// Fail ends the job with the error.
-	Fail OnError = "fail"
+	Fail = kvgraph.PolicyFail
 )
 
-// ErrorPolicy is the error action of each stage (the job's
-// errors.<stage>); "" is DeadLetter.
+// ErrorPolicy is the error action of each stage fuse runs (the job's
+// errors.<stage>); "" is DeadLetter. The kvgraph stage's is
+// KVGraph.ErrorPolicy.
 type ErrorPolicy struct {
-	Ingest    OnError // undecodable input messages, members too large to write
-	Resolve   OnError // malformed resolve records
-	Fuse      OnError // malformed repartition records
-	KVGraph   OnError // KV events the kvgraph stage cannot handle
-	Resources OnError // resource samples the resources stage cannot handle
+	Ingest  OnError // undecodable input messages, members too large to write
+	Resolve OnError // malformed resolve records
+	Fuse    OnError // malformed repartition records
 }
 
 func (e *ErrorPolicy) ensureDefaults() {
-	for _, p := range []*OnError{&e.Ingest, &e.Resolve, &e.Fuse, &e.KVGraph, &e.Resources} {
+	for _, p := range []*OnError{&e.Ingest, &e.Resolve, &e.Fuse} {
 		if *p == "" {
 			*p = DeadLetter
 		}
@@ -178,7 +178,7 @@ func (e *ErrorPolicy) validate() error {
 	for _, s := range []struct {
 		name string
 		p    OnError
-	}{{"ingest", e.Ingest}, {"resolve", e.Resolve}, {"fuse", e.Fuse}, {"kvgraph", e.KVGraph}, {"resources", e.Resources}} {
+	}{{"ingest", e.Ingest}, {"resolve", e.Resolve}, {"fuse", e.Fuse}} {
 		switch s.p {
 		case DeadLetter, Skip, Fail:
 		default:

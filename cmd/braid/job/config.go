@@ -377,11 +377,10 @@ func (c *Config) FuseConfig(partitions int32) fuse.Config {
 	perTask := func(share int64) int64 { return max(share/int64(max(partitions, 1)), 1<<20) }
 	policy := func(stage string) fuse.OnError { return fuse.OnError(c.ErrorPolicy(stage)) }
 	return fuse.Config{
-		MaxRecordBytes: c.Limits.MaxMessageBytes,
-		MaxClockSkew:   c.EventTime.MaxClockSkew,
-		FuturePolicy:   fuse.FuturePolicy(c.EventTime.Future),
-		ErrorPolicy: fuse.ErrorPolicy{Ingest: policy("ingest"), Resolve: policy("resolve"), Fuse: policy("fuse"),
-			KVGraph: policy("kvgraph")},
+		MaxRecordBytes:     c.Limits.MaxMessageBytes,
+		MaxClockSkew:       c.EventTime.MaxClockSkew,
+		FuturePolicy:       fuse.FuturePolicy(c.EventTime.Future),
+		ErrorPolicy:        fuse.ErrorPolicy{Ingest: policy("ingest"), Resolve: policy("resolve"), Fuse: policy("fuse")},
 		MaxOpenTraceBytes:  perTask(budget.OpenTraces),
 		MaxWaitingLogBytes: perTask(budget.WaitingLogs),
 		ResourceLimits:     resources.Limits{MaxTableBytes: budget.Resources},
@@ -405,7 +404,7 @@ func (c *Config) FuseConfig(partitions int32) fuse.Config {
 			BlockTTL:       c.Pollution.BlockTTL,
 			IncidentWindow: c.Pollution.IncidentWindow,
 			JSON:           c.Outputs.Format == "json",
-			ErrorPolicy:    kvgraph.ErrorPolicy(c.ErrorPolicy("kvgraph")),
+			ErrorPolicy:    policy("kvgraph"),
 			MaxRecordBytes: c.Limits.MaxMessageBytes,
 			// The KV buffer and the detector state are per task.
 			MaxKVBufferBytes: perTask(budget.KVBuffer),
