@@ -31,6 +31,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,6 +50,7 @@ import (
 
 type options struct {
 	brokers    []string
+	admin      string // braid's admin.addr: a free loopback port
 	bytes      int64
 	budget     int64
 	constant   int64
@@ -100,6 +103,9 @@ func main() {
 	}
 	var errs []error
 	var err error
+	if o.admin, err = freeAddr(); err != nil {
+		errs = append(errs, err)
+	}
 	if o.bytes, err = parseBytes(bytesFlag); err != nil {
 		errs = append(errs, fmt.Errorf("-bytes: %w", err))
 	}
@@ -180,6 +186,11 @@ type Result struct {
 	// Samples of VmRSS (bytes) at SampleSec intervals from braid's start.
 	SampleSec float64 `json:"sample_s"`
 	RSS       []int64 `json:"rss_bytes"`
+	// Steady mode: at the same instants, what braid's admin endpoint says
+	// holds the memory — braid_memory_bytes by share, the Go heap in use
+	// and the Go runtime's total (go_memstats_sys_bytes) — so growth can
+	// be traced to a share.
+	Shares map[string][]int64 `json:"shares,omitempty"`
 	// BraidExit is how braid ended ("" for a clean stop after SIGTERM).
 	BraidExit string `json:"braid_exit,omitempty"`
 }
@@ -256,9 +267,9 @@ inputs:
 outputs: {fused: %s, late: %s, dlq: %s, pollution: %s, incidents: %s}
 state: {dir: %s, memory_budget: %d}
 log_interval: 10s
-admin: {addr: "127.0.0.1:0"}
+admin: {addr: %q}
 `, strings.Join(o.brokers, ","), group, inputs[0], inputs[1], inputs[2],
-		outputs[0], outputs[1], outputs[2], outputs[3], outputs[4], filepath.Join(stateDir, "data"), o.budget)
+		outputs[0], outputs[1], outputs[2], outputs[3], outputs[4], filepath.Join(stateDir, "data"), o.budget, o.admin)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return err
 	}
@@ -454,6 +465,7 @@ func runSteady(ctx context.Context, o options, res *Result, cl *kgo.Client, sim 
 			produceBatch(cl, sim.Next(), w, errc)
 		case <-sample.C:
 			if st, err := procStatus(b.cmd.Process.Pid); err == nil {
+				sampleShares(o.admin, res, len(res.RSS))
 				res.RSS = append(res.RSS, st.rss)
 				res.PeakRSSBytes = max(res.PeakRSSBytes, st.hwm)
 				if o.verbose {
@@ -696,4 +708,69 @@ func randSuffix() string {
 	b := make([]byte, 5)
 	rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// freeAddr is a loopback address nothing listens on.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// sampleShares appends sample i of what braid's /metrics says holds its
+// memory to res.Shares: braid_memory_bytes by share (summed over tasks),
+// go_memstats_heap_inuse_bytes as "go_heap_inuse", go_memstats_sys_bytes
+// as "go_sys". A failed scrape leaves the sample out (-1).
+func sampleShares(addr string, res *Result, i int) {
+	vals := map[string]float64{}
+	c := http.Client{Timeout: 5 * time.Second}
+	if resp, err := c.Get("http://" + addr + "/metrics"); err == nil {
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			name, share := "", ""
+			switch {
+			case strings.HasPrefix(line, "braid_memory_bytes{"):
+				if j := strings.Index(line, `share="`); j >= 0 {
+					share = line[j+7:]
+					share = share[:strings.IndexByte(share, '"')]
+				}
+				name = share
+			case strings.HasPrefix(line, "go_memstats_heap_inuse_bytes "):
+				name = "go_heap_inuse"
+			case strings.HasPrefix(line, "go_memstats_sys_bytes "):
+				name = "go_sys"
+			}
+			if name == "" {
+				continue
+			}
+			f := strings.Fields(line)
+			if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+				vals[name] += v
+			}
+		}
+		resp.Body.Close()
+	}
+	if res.Shares == nil {
+		res.Shares = map[string][]int64{}
+	}
+	for k := range vals {
+		if _, ok := res.Shares[k]; !ok {
+			res.Shares[k] = make([]int64, i)
+			for j := range res.Shares[k] {
+				res.Shares[k][j] = -1
+			}
+		}
+	}
+	for k := range res.Shares {
+		v, ok := vals[k]
+		if !ok {
+			v = -1
+		}
+		res.Shares[k] = append(res.Shares[k], int64(v))
+	}
 }

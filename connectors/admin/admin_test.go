@@ -387,3 +387,21 @@ func TestCollectorExportsBudgetShares(t *testing.T) {
 		}
 	}
 }
+
+// TestPprof: the runtime's profiles are served under /debug/pprof/ (a heap
+// profile in the pprof format, the index in text).
+func TestPprof(t *testing.T) {
+	f := newFixture(t)
+	code, body := f.get(t, "/debug/pprof/")
+	if code != http.StatusOK || !strings.Contains(body, "heap") {
+		t.Errorf("/debug/pprof/ = %d, body without a heap profile link:\n%.300s", code, body)
+	}
+	code, body = f.get(t, "/debug/pprof/heap?debug=1")
+	if code != http.StatusOK || !strings.Contains(body, "heap profile:") {
+		t.Errorf("/debug/pprof/heap?debug=1 = %d %.200q, want a heap profile", code, body)
+	}
+	code, body = f.get(t, "/debug/pprof/goroutine?debug=1")
+	if code != http.StatusOK || !strings.Contains(body, "goroutine profile:") {
+		t.Errorf("/debug/pprof/goroutine?debug=1 = %d %.200q, want a goroutine profile", code, body)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"sync"
 	"time"
@@ -84,6 +85,8 @@ func CheckAddr(addr string) error {
 //	/metrics  Prometheus text format (OpenMetrics on request) of the Gatherer
 //	/healthz  200 while the process serves (liveness)
 //	/readyz   200 when Config.Ready returns nil, else 503 with the reason
+//	/debug/pprof/  the Go runtime's profiles (net/http/pprof), as Prometheus
+//	          serves them: heap, goroutine, CPU profile, execution trace
 //
 // New binds the address; Run serves until its context is done or Close is
 // called. Close is idempotent and safe for concurrent use.
@@ -122,6 +125,11 @@ func New(cfg Config) (*Server, error) {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	s.srv = &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,
