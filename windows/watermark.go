@@ -21,9 +21,9 @@ const (
 // that has shown no activity for longer than the idleness timeout stops
 // holding the watermark back, and so does one that is caught up (SetCaughtUp:
 // it has nothing more to read) once it has shown no activity for the
-// caught-up idleness (SetCaughtUpIdleness); an upstream input does only while its markers
-// say the upstream task is idle, or while it has never reported (a task that
-// does not exist, as in a test harness). When every input is idle the
+// caught-up idleness (SetCaughtUpIdleness). An upstream input does only
+// while its markers say the upstream task is idle, or while it has never
+// reported (a task that does not exist, as in a test harness). When every input is idle the
 // watermark moves to the largest watermark among the inputs, but never past
 // the ceiling (SetCeiling). Freeze disables idleness for deterministic
 // replay.
