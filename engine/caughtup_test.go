@@ -175,7 +175,7 @@ func TestWatermarkFollowsDensePartitionWhenCaughtUp(t *testing.T) {
 	if !ok {
 		t.Fatal("the task with two empty partitions is not caught up within 60s")
 	}
-	t.Logf("caught up %v after the task opened or earlier", took)
+	t.Logf("caught up %v after Run started (group join and task opening included)", took)
 
 	cl := kafkatest.Client(t, b)
 	stop := stream(t, cl, dense)
