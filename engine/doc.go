@@ -39,7 +39,10 @@
 // A task's watermark is the minimum over its source partitions (largest event
 // time minus the out-of-orderness bound) and over the upstream tasks whose
 // markers it reads on internal topics; idle inputs do not hold it back (see
-// windows.Watermarks). Markers are records with a null key, an empty value
+// windows.Watermarks). A source partition the task has read to its end (the
+// last stable offset the brokers report) is idle after
+// Config.CaughtUpIdleness without a record, any other after Config.Idleness
+// (Task.CaughtUp). Markers are records with a null key, an empty value
 // and the header braid.wm. Event time is held to the record clock: no
 // watermark moves past the largest Kafka record timestamp seen plus
 // Config.MaxClockSkew (see Task.Observe).

@@ -81,6 +81,15 @@ type Config struct {
 	// Idleness: an input silent for longer stops holding the watermark
 	// back. Default 30s.
 	Idleness time.Duration
+	// CaughtUpIdleness: a source partition that is caught up (the task
+	// has read up to the partition's end as the broker last reported it,
+	// the last stable offset) and received no record for this long of
+	// processing time stops holding the watermark back, so that a sparse
+	// or empty partition does not hold a live task for Idleness. A
+	// partition with a backlog still waits for Idleness. Default 200ms;
+	// negative: off (every partition waits for Idleness). At most
+	// Idleness.
+	CaughtUpIdleness time.Duration
 	// TickInterval is how often an idle task re-evaluates its watermark.
 	// Default 200ms.
 	TickInterval time.Duration
@@ -174,6 +183,9 @@ func (c *Config) EnsureDefaults() {
 	if c.Idleness == 0 {
 		c.Idleness = 30 * time.Second
 	}
+	if c.CaughtUpIdleness == 0 {
+		c.CaughtUpIdleness = DefaultCaughtUpIdleness
+	}
 	if c.TickInterval == 0 {
 		c.TickInterval = 200 * time.Millisecond
 	}
@@ -212,6 +224,9 @@ func (c *Config) EnsureDefaults() {
 // DefaultMaxClockSkew is the default of Config.MaxClockSkew.
 const DefaultMaxClockSkew = 10 * time.Minute
 
+// DefaultCaughtUpIdleness is the default of Config.CaughtUpIdleness.
+const DefaultCaughtUpIdleness = 200 * time.Millisecond
+
 // Validate reports every problem at once.
 func (c *Config) Validate() error {
 	var errs []error
@@ -244,6 +259,9 @@ func (c *Config) Validate() error {
 	}
 	if c.OutOfOrderness < 0 || c.Idleness < 0 {
 		errs = append(errs, errors.New("engine: Config.OutOfOrderness and Config.Idleness must not be negative"))
+	}
+	if c.CaughtUpIdleness > c.Idleness {
+		errs = append(errs, fmt.Errorf("engine: Config.CaughtUpIdleness %v exceeds Idleness %v", c.CaughtUpIdleness, c.Idleness))
 	}
 	return errors.Join(errs...)
 }
@@ -287,8 +305,9 @@ type Engine struct {
 	wake    atomic.Pointer[context.CancelFunc]
 
 	inputIndex map[string]int
-	srcIndex   []int // input index → source index (-1 for internal)
-	sources    int   // inputs that are not internal
+	srcIndex   []int    // input index → source index (-1 for internal)
+	sources    int      // inputs that are not internal
+	srcTopics  []string // source index → topic
 	internal   []string
 	// internalFrom[k] lists the internal inputs (indexes into internal)
 	// whose records may be forwarded to internal topic k.
@@ -363,6 +382,7 @@ func New(cfg Config, topo Topology) (*Engine, error) {
 				return nil, fmt.Errorf("engine: input %s: From is for internal inputs", in.Topic)
 			}
 			e.srcIndex = append(e.srcIndex, e.sources)
+			e.srcTopics = append(e.srcTopics, in.Topic)
 			e.sources++
 		}
 	}
@@ -393,6 +413,11 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.Balancers(CoPartitionedBalancer()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// Transaction markers come to the poll loop (and are never
+		// processed): a task's position then moves past the marker that
+		// ends a transactional producer's partition, as the consumer's
+		// does, so that it can be seen to reach the partition's end.
+		kgo.KeepControlRecords(),
 		kgo.OnPartitionsAssigned(e.onAssigned),
 		kgo.OnPartitionsRevoked(e.onRevoked),
 		kgo.OnPartitionsLost(e.onRevoked),
@@ -430,7 +455,15 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 			e.log.Error("global tables stopped", "err", err)
 		}
 	}()
+	ectx, stopEnds := context.WithCancel(context.Background())
+	endsDone := make(chan struct{})
+	go func() {
+		defer close(endsDone)
+		e.watchEnds(ectx, sess.Client())
+	}()
 	defer func() {
+		stopEnds()
+		<-endsDone
 		stopGlobals()
 		<-globalsDone
 		e.stopOpening()
@@ -485,14 +518,23 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 			if t == nil {
 				return // revoked meanwhile; the transaction aborts
 			}
-			e.stats.RecordsIn.Add(int64(len(ftp.Records)))
-			e.polled += len(ftp.Records)
-			n := int64(0)
+			e.polled += len(ftp.Records) // markers too: they move the committed offsets
+			n, data := int64(0), 0
 			for _, r := range ftp.Records {
 				n += int64(RecordBytes(r))
+				if !r.Attrs.IsControl() {
+					data++
+				}
 			}
+			e.stats.RecordsIn.Add(int64(data))
 			e.queued.Add(n)
-			t.in <- taskMsg{kind: msgRecords, input: e.inputIndex[ftp.Topic], recs: ftp.Records, bytes: n}
+			// The partition's end when it was fetched: read_committed
+			// reads up to the last stable offset.
+			end := ftp.LastStableOffset
+			if end < 0 {
+				end = ftp.HighWatermark
+			}
+			t.in <- taskMsg{kind: msgRecords, input: e.inputIndex[ftp.Topic], recs: ftp.Records, bytes: n, end: end}
 		})
 		if err := e.taskErr(); err != nil {
 			return err
@@ -883,6 +925,13 @@ type published struct {
 	// pending is the memory of the state writes since the last
 	// checkpoint (state.Keyspace.PendingBytes).
 	pending atomic.Int64
+	// caughtUp is Task.CaughtUp; needStart: the position of some source
+	// partition is not known to the task (nothing read or committed), so
+	// the end checker also asks for the log start offset.
+	caughtUp  atomic.Bool
+	needStart atomic.Bool
+	// ends is where the end checker leaves what the brokers said.
+	ends endReport
 }
 
 // setPending publishes the memory of t's state writes since the last
@@ -909,6 +958,8 @@ type TaskStat struct {
 	StateBytes int64
 	// Records read by the task since it opened.
 	Records int64
+	// CaughtUp is Task.CaughtUp.
+	CaughtUp bool
 }
 
 // Tasks returns a snapshot of every open task, by partition. Safe for
@@ -918,7 +969,7 @@ func (e *Engine) Tasks() []TaskStat {
 	defer e.mu.Unlock()
 	out := make([]TaskStat, 0, len(e.mu.tasks))
 	for p, t := range e.mu.tasks {
-		out = append(out, TaskStat{Partition: p, Watermark: t.watermark.Load(), StateBytes: t.stateBytes.Load(), Records: t.records.Load()})
+		out = append(out, TaskStat{Partition: p, Watermark: t.watermark.Load(), StateBytes: t.stateBytes.Load(), Records: t.records.Load(), CaughtUp: t.caughtUp.Load()})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Partition < out[j].Partition })
 	return out

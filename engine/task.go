@@ -29,6 +29,9 @@ type taskMsg struct {
 	input int
 	recs  []*kgo.Record
 	bytes int64 // RecordBytes of recs, counted in Engine.queued
+	// end is the partition's end (last stable offset) in the fetch recs
+	// came from; 0 or less: unknown (the Harness).
+	end   int64
 	reply chan error
 }
 
@@ -76,6 +79,8 @@ type Task struct {
 	recMax []int64
 	recAll int64
 	curTS  int64
+	// caught[i]: source i is caught up (CaughtUp).
+	caught []bool
 
 	offsets   map[string]int64 // input topic → next offset
 	lastWM    int64
@@ -104,6 +109,7 @@ func (e *Engine) newUpstream(k int, now time.Time) upstream {
 	u := upstream{from: e.internalFrom[k]}
 	n := e.sources + len(u.from)*int(e.topo.Partitions)
 	u.w = windows.NewWatermarks(n, e.cfg.OutOfOrderness, e.cfg.Idleness, now)
+	u.w.SetCaughtUpIdleness(e.cfg.CaughtUpIdleness)
 	for i := e.sources; i < n; i++ {
 		u.w.MarkUpstream(i)
 	}
@@ -147,6 +153,7 @@ func at(m []int64, i int) int64 {
 func (e *Engine) newWatermarks(n int, now time.Time) *windows.Watermarks {
 	ups := n * int(e.topo.Partitions)
 	w := windows.NewWatermarks(e.sources+ups, e.cfg.OutOfOrderness, e.cfg.Idleness, now)
+	w.SetCaughtUpIdleness(e.cfg.CaughtUpIdleness)
 	for i := e.sources; i < e.sources+ups; i++ {
 		w.MarkUpstream(i)
 	}
@@ -179,6 +186,8 @@ func (e *Engine) openTaskNoRun(ctx context.Context, p int32) (*Task, error) {
 		t.recMax[i] = windows.MinTime
 	}
 	t.recAll, t.curTS = windows.MinTime, windows.MinTime
+	t.caught = make([]bool, e.sources)
+	t.pub.ends.init(e.sources)
 	t.all = e.newWatermarks(len(e.internal), now)
 	t.srcOnly = e.newWatermarks(0, now)
 	t.fed = []*windows.Watermarks{t.all, t.srcOnly}
@@ -337,6 +346,12 @@ func (t *Task) loadCommitted() error {
 			t.offsets[topic] = o
 		}
 	}
+	// Consumption starts again from these offsets: whether the sources
+	// are caught up is known again only from the next report.
+	for i := range t.caught {
+		t.setCaught(i, false)
+	}
+	t.publishCaughtUp()
 	return t.State.loadChunked()
 }
 
@@ -352,6 +367,8 @@ func (t *Task) run() {
 				if t.handle(m) {
 					return
 				}
+			case <-t.pub.ends.signal:
+				t.takeEnds()
 			default:
 				t.fail(t.advance())
 			}
@@ -362,6 +379,8 @@ func (t *Task) run() {
 			if t.handle(m) {
 				return
 			}
+		case <-t.pub.ends.signal:
+			t.takeEnds()
 		case <-tick.C:
 			if !t.failed {
 				t.fail(t.advance())
@@ -381,13 +400,27 @@ func (t *Task) handle(m taskMsg) bool {
 			return false
 		}
 		t.now = t.e.cfg.Now()
-		t.pub.records.Add(int64(len(m.recs)))
+		src := t.e.srcIndex[m.input]
+		data := 0
+		for _, r := range m.recs {
+			if !r.Attrs.IsControl() {
+				data++
+			}
+		}
+		t.pub.records.Add(int64(data))
+		if src >= 0 && data > 0 {
+			t.setCaught(src, false) // active again until the next report
+		}
 		for _, r := range m.recs {
 			if err := t.processRecord(r, m.input); err != nil {
 				t.fail(err)
 				return false
 			}
 		}
+		if src >= 0 && m.end > 0 {
+			t.judge(src, m.end, -1)
+		}
+		t.publishCaughtUp()
 		t.fail(t.advance())
 		t.setPending()
 	case msgBarrier:
@@ -424,6 +457,11 @@ func (t *Task) fail(err error) {
 
 func (t *Task) processRecord(r *kgo.Record, input int) error {
 	t.offsets[r.Topic] = r.Offset + 1
+	if r.Attrs.IsControl() {
+		// A transaction marker: no data, but the position moves past it
+		// (as the consumer's and the committed offsets do).
+		return nil
+	}
 	ts := recordTime(r)
 	if t.e.sink == nil {
 		// A producer's clock far ahead must not carry the bounds along:

@@ -19,21 +19,26 @@ const (
 //
 // The task's watermark is the minimum over its active inputs. A source input
 // that has shown no activity for longer than the idleness timeout stops
-// holding the watermark back; an upstream input does only while its markers
-// say the upstream task is idle, or while it has never reported (a task that
-// does not exist, as in a test harness). When every input is idle the
+// holding the watermark back, and so does one that is caught up (SetCaughtUp:
+// it has nothing more to read) once it has shown no activity for the
+// caught-up idleness (SetCaughtUpIdleness). An upstream input does only
+// while its markers say the upstream task is idle, or while it has never
+// reported (a task that does not exist, as in a test harness). When every input is idle the
 // watermark moves to the largest watermark among the inputs, but never past
 // the ceiling (SetCeiling). Freeze disables idleness for deterministic
 // replay.
 //
 // The watermark never goes back. Watermarks is not safe for concurrent use.
 type Watermarks struct {
-	bound   int64 // out-of-orderness, ns
-	idle    int64 // idleness timeout, ns; 0 disables idleness
-	frozen  bool
-	inputs  []input
-	current int64
-	ceiling int64 // the all-idle rule never passes it; MaxTime: none
+	bound int64 // out-of-orderness, ns
+	idle  int64 // idleness timeout, ns; 0 disables idleness
+	// caughtIdle is the idleness timeout of a caught-up source input, ns;
+	// 0: caught-up inputs wait for the regular one.
+	caughtIdle int64
+	frozen     bool
+	inputs     []input
+	current    int64
+	ceiling    int64 // the all-idle rule never passes it; MaxTime: none
 }
 
 type input struct {
@@ -41,6 +46,7 @@ type input struct {
 	seen     bool
 	upstream bool
 	idleFlag bool  // upstream says it is idle
+	caughtUp bool  // source confirmed caught up, no activity since
 	activity int64 // processing time of the last activity, ns
 }
 
@@ -63,8 +69,30 @@ func NewWatermarks(inputs int, outOfOrderness, idleness time.Duration, now time.
 }
 
 // Freeze stops processing time from moving the watermark: inputs never go
-// idle and an idle task never advances. Replay uses it.
+// idle (caught up or not) and an idle task never advances. Replay uses it.
 func (w *Watermarks) Freeze() { w.frozen = true }
+
+// Frozen reports whether Freeze was called.
+func (w *Watermarks) Frozen() bool { return w.frozen }
+
+// SetCaughtUpIdleness sets how long a caught-up source input (SetCaughtUp)
+// may show no activity before it stops holding the watermark back. 0 (the
+// default) or less: a caught-up input waits for the regular idleness
+// timeout like any other.
+func (w *Watermarks) SetCaughtUpIdleness(d time.Duration) { w.caughtIdle = max(int64(d), 0) }
+
+// SetCaughtUp records whether source input i is caught up: everything its
+// partition held when last asked has been read, so its silence is the
+// absence of data, not a consumer behind. Activity (Observe, Touch) clears
+// it: a new record makes the input active again until the next
+// confirmation. An input that is not caught up (a backlog, or nothing known
+// yet) holds the watermark back until the regular idleness timeout. Upstream
+// inputs ignore it (their markers say whether they are idle).
+func (w *Watermarks) SetCaughtUp(i int, caughtUp bool) { w.inputs[i].caughtUp = caughtUp }
+
+// CaughtUp reports whether input i is caught up (SetCaughtUp) with no
+// activity since.
+func (w *Watermarks) CaughtUp(i int) bool { return w.inputs[i].caughtUp }
 
 // MarkUpstream declares input i an upstream task whose watermark is reported
 // through Report instead of being derived from event times.
@@ -77,12 +105,16 @@ func (w *Watermarks) Observe(i int, ts int64, now time.Time) {
 		in.max = ts
 	}
 	in.seen = true
+	in.caughtUp = false
 	in.activity = now.UnixNano()
 }
 
 // Touch records activity on input i without an event time (a record that
 // could not be decoded still proves the input is alive).
-func (w *Watermarks) Touch(i int, now time.Time) { w.inputs[i].activity = now.UnixNano() }
+func (w *Watermarks) Touch(i int, now time.Time) {
+	w.inputs[i].activity = now.UnixNano()
+	w.inputs[i].caughtUp = false
+}
 
 // Report records an upstream task's watermark wm on input i; idle reports
 // that the upstream task itself had no active input.
@@ -218,6 +250,8 @@ func (w *Watermarks) isIdle(in *input, n int64) bool {
 			// silence. Only its own idle flag excludes it.
 			return false
 		}
+	} else if in.caughtUp && w.caughtIdle > 0 && n-in.activity > w.caughtIdle {
+		return true
 	}
 	return w.idle > 0 && n-in.activity > w.idle
 }

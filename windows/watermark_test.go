@@ -10,7 +10,7 @@ func TestWatermarks(t *testing.T) {
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
 	const s = int64(time.Second)
 	type step struct {
-		op    string // observe, report, idle-report, ceiling, clamp, current
+		op    string // observe, touch, report, idle-report, caught-up, lagging, ceiling, clamp, current, idle
 		input int
 		ts    int64
 		now   time.Duration
@@ -84,6 +84,61 @@ func TestWatermarks(t *testing.T) {
 			{op: "observe", input: 1, ts: 70 * s, now: time.Second},
 			{op: "current", now: time.Second, want: 58 * s},
 		}},
+		{"a caught-up input stops holding back after the caught-up idleness", 2, nil, []step{
+			{op: "observe", input: 0, ts: 10 * s, now: 0},
+			{op: "observe", input: 1, ts: 50 * s, now: 0},
+			{op: "caught-up", input: 0, now: 100 * time.Millisecond},
+			{op: "current", now: 150 * time.Millisecond, want: 8 * s}, // quiet for 150ms only
+			{op: "current", now: 250 * time.Millisecond, want: 48 * s},
+			{op: "idle", now: 250 * time.Millisecond, want: 0}, // input 1 is active
+		}},
+		{"a caught-up input that never had a record", 2, nil, []step{
+			{op: "observe", input: 0, ts: 10 * s, now: 0},
+			{op: "caught-up", input: 1, now: 0},
+			{op: "current", now: 0, want: MinTime},
+			{op: "current", now: 250 * time.Millisecond, want: 8 * s},
+		}},
+		{"a new record makes a caught-up input active until confirmed again", 2, nil, []step{
+			{op: "observe", input: 0, ts: 10 * s, now: 0},
+			{op: "observe", input: 1, ts: 50 * s, now: 0},
+			{op: "caught-up", input: 0, now: 0},
+			{op: "current", now: 300 * time.Millisecond, want: 48 * s},
+			{op: "observe", input: 0, ts: 11 * s, now: time.Second},
+			{op: "observe", input: 1, ts: 60 * s, now: time.Second},
+			// Input 0 holds the watermark again (it never goes back).
+			{op: "current", now: 1500 * time.Millisecond, want: 48 * s},
+			{op: "caught-up", input: 0, now: 1500 * time.Millisecond},
+			{op: "current", now: 1500 * time.Millisecond, want: 58 * s},
+			{op: "touch", input: 0, now: 2 * time.Second},
+			{op: "observe", input: 1, ts: 70 * s, now: 2 * time.Second},
+			{op: "current", now: 2500 * time.Millisecond, want: 58 * s}, // touched: active again
+		}},
+		{"a lagging input still holds until the regular idleness", 2, nil, []step{
+			{op: "observe", input: 0, ts: 10 * s, now: 0},
+			{op: "observe", input: 1, ts: 50 * s, now: 0},
+			{op: "caught-up", input: 0, now: 0},
+			{op: "lagging", input: 0, now: 100 * time.Millisecond}, // a backlog showed up
+			{op: "caught-up", input: 1, now: 100 * time.Millisecond},
+			{op: "current", now: 4 * time.Second, want: 8 * s},
+			{op: "current", now: 6 * time.Second, want: 48 * s}, // both idle: the largest
+		}},
+		{"every input caught up: the largest input watermark", 2, nil, []step{
+			{op: "ceiling", ts: 45 * s},
+			{op: "observe", input: 0, ts: 10 * s, now: 0},
+			{op: "observe", input: 1, ts: 50 * s, now: 0},
+			{op: "caught-up", input: 0, now: 0},
+			{op: "caught-up", input: 1, now: 0},
+			{op: "idle", now: 100 * time.Millisecond, want: 0},
+			{op: "current", now: 100 * time.Millisecond, want: 8 * s},
+			{op: "idle", now: 300 * time.Millisecond, want: 1},
+			{op: "current", now: 300 * time.Millisecond, want: 45 * s}, // bounded by the ceiling
+		}},
+		{"upstream inputs ignore caught-up", 2, []int{1}, []step{
+			{op: "observe", input: 0, ts: 100 * s},
+			{op: "report", input: 1, ts: 40 * s},
+			{op: "caught-up", input: 1},
+			{op: "current", now: time.Minute, want: 40 * s},
+		}},
 		{"upstream reports are watermarks, idle upstreams excluded", 2, []int{1}, []step{
 			{op: "observe", input: 0, ts: 100 * s},
 			{op: "report", input: 1, ts: 40 * s},
@@ -95,6 +150,7 @@ func TestWatermarks(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			w := NewWatermarks(tc.inputs, 2*time.Second, 5*time.Second, t0)
+			w.SetCaughtUpIdleness(200 * time.Millisecond)
 			for _, u := range tc.upstream {
 				w.MarkUpstream(u)
 			}
@@ -102,6 +158,14 @@ func TestWatermarks(t *testing.T) {
 				switch st.op {
 				case "observe":
 					w.Observe(st.input, st.ts, at(st.now))
+				case "touch":
+					w.Touch(st.input, at(st.now))
+				case "caught-up", "lagging":
+					w.SetCaughtUp(st.input, st.op == "caught-up")
+				case "idle":
+					if got := w.Idle(at(st.now)); got != (st.want == 1) {
+						t.Fatalf("step %d: idle %v", i, got)
+					}
 				case "report":
 					w.Report(st.input, st.ts, false, at(st.now))
 				case "idle-report":
@@ -129,6 +193,14 @@ func TestFreezeIgnoresIdleness(t *testing.T) {
 	w.Observe(0, 100, t0)
 	if got := w.Current(t0.Add(time.Hour)); got != MinTime {
 		t.Fatalf("frozen watermark %d, want MinTime while input 1 is unseen", got)
+	}
+	w.SetCaughtUpIdleness(time.Millisecond)
+	w.SetCaughtUp(1, true)
+	if got := w.Current(t0.Add(time.Hour)); got != MinTime || w.Idle(t0.Add(time.Hour)) {
+		t.Fatalf("frozen watermark %d (idle %v) with input 1 caught up, want MinTime and not idle", got, w.Idle(t0.Add(time.Hour)))
+	}
+	if !w.Frozen() {
+		t.Fatal("Frozen() is false after Freeze")
 	}
 	w.Advance(MaxTime)
 	if w.Last() != MaxTime {

@@ -106,6 +106,13 @@ type Config struct {
 		// checkpoint_interval (upstream watermarks arrive once per
 		// checkpoint).
 		Idleness time.Duration `yaml:"idleness"`
+		// CaughtUpIdleness: a partition braid has read to its end (the
+		// broker's last stable offset) that receives nothing for this
+		// long stops holding the watermark back, so that a sparse or
+		// empty partition does not hold a live job for idleness; a
+		// partition with a backlog still waits for idleness. Default
+		// 200ms; at most idleness; negative: off.
+		CaughtUpIdleness time.Duration `yaml:"caught_up_idleness"`
 		// IdleGap: a trace closes when the watermark passes its last event
 		// plus this gap. Default 5s.
 		IdleGap time.Duration `yaml:"idle_gap"`
@@ -311,6 +318,13 @@ func (c *Config) Validate() error {
 		// idle between two markers and runs the watermark ahead of data
 		// still on its way, which then lands in the late topic.
 		errs = append(errs, fmt.Errorf("config: event_time.idleness %v must be at least twice checkpoint_interval %v", idle, c.CheckpointInterval))
+	}
+	idle := c.EventTime.Idleness
+	if idle == 0 {
+		idle = 30 * time.Second // the engine's default
+	}
+	if cu := c.EventTime.CaughtUpIdleness; cu > idle {
+		errs = append(errs, fmt.Errorf("config: event_time.caught_up_idleness %v exceeds event_time.idleness %v", cu, idle))
 	}
 	if c.State.MemoryBudget < MinMemoryBudget {
 		errs = append(errs, fmt.Errorf("config: state.memory_budget %d is below the minimum of %d (64 MiB)", c.State.MemoryBudget, MinMemoryBudget))

@@ -94,6 +94,7 @@ func Prepare(ctx context.Context, cfg *Config, log *slog.Logger) (*Job, error) {
 		CheckpointInterval: cfg.CheckpointInterval,
 		OutOfOrderness:     cfg.EventTime.OutOfOrderness,
 		Idleness:           cfg.EventTime.Idleness,
+		CaughtUpIdleness:   cfg.EventTime.CaughtUpIdleness,
 		Store:              store,
 		Logger:             log,
 		OnCheckpoint:       obs.checkpoints.Observe,

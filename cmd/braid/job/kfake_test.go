@@ -149,3 +149,20 @@ func TestConfigRefusesIdlenessBelowTwoCheckpoints(t *testing.T) {
 		t.Fatalf("idleness of twice the interval refused: %v", err)
 	}
 }
+
+func TestConfigRefusesCaughtUpIdlenessAboveIdleness(t *testing.T) {
+	cfg := &Config{}
+	cfg.Kafka.Brokers = []string{"127.0.0.1:9092"}
+	cfg.InstanceID = "x"
+	cfg.EnsureDefaults()
+	cfg.EventTime.CaughtUpIdleness = time.Minute // above the default idleness, 30s
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "event_time.caught_up_idleness") {
+		t.Fatalf("Validate() = %v, want an error naming event_time.caught_up_idleness", err)
+	}
+	for _, ok := range []time.Duration{0, -1, 500 * time.Millisecond, 30 * time.Second} {
+		cfg.EventTime.CaughtUpIdleness = ok
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("caught_up_idleness %v refused: %v", ok, err)
+		}
+	}
+}
