@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -96,12 +97,16 @@ func (p *processor) processKV(t *engine.Task, rec *kgo.Record) error {
 // come from several input partitions. The task holds KV events in event
 // time order (in state, so a restart loses none) and hands them over once
 // the watermark has passed them; one that arrives behind the watermark goes
-// at once (counted in KVLateEvents).
+// at once (counted in KVLateEvents). Live (the task caught up with its
+// inputs) the earliest held event also goes once it has waited
+// KVGraph.LiveHold of processing time: the watermark trails the freshest
+// data by the out-of-orderness bound, detection need not.
 type kvEvent struct {
-	time   int64
-	seq    uint64
-	member []byte // one member: the log record, its resource and origin
-	stored bool   // has a key in the keyspace
+	time    int64
+	seq     uint64
+	arrived int64  // processing time it was buffered (or restored), ns
+	member  []byte // one member: the log record, its resource and origin
+	stored  bool   // has a key in the keyspace
 }
 
 const prefixKV = byte('v')
@@ -116,7 +121,7 @@ func (p *processor) bufferKV(t *engine.Task, rec []byte, ts int64) error {
 		p.s.counters.KVLateEvents.Add(1)
 		return p.handKV(t, rec)
 	}
-	ev := &kvEvent{time: ts, seq: p.kvSeq, member: rec}
+	ev := &kvEvent{time: ts, seq: p.kvSeq, arrived: t.Now().UnixNano(), member: rec}
 	p.kvSeq++
 	p.kvBuf.push(ev)
 	p.kvNew = append(p.kvNew, ev)
@@ -151,10 +156,15 @@ func (p *processor) handKV(t *engine.Task, rec []byte) error {
 }
 
 // releaseKV hands the buffered events up to wm to the kvgraph processor, in
-// event-time order, at most budget of them.
+// event-time order, at most budget of them; live, also the earliest events
+// held for KVGraph.LiveHold.
 func (p *processor) releaseKV(t *engine.Task, wm int64, budget int) error {
 	p.kvBacklog = false
-	for n := 0; len(p.kvBuf) > 0 && p.kvBuf[0].time <= wm; n++ {
+	heldSince := int64(math.MinInt64) // events buffered before it may go early
+	if hold := p.cfg.KVGraph.LiveHold; hold > 0 && t.CaughtUp() {
+		heldSince = t.Now().UnixNano() - int64(hold)
+	}
+	for n := 0; len(p.kvBuf) > 0 && (p.kvBuf[0].time <= wm || p.kvBuf[0].arrived <= heldSince); n++ {
 		if n == budget {
 			p.kvBacklog = true
 			return nil
@@ -212,12 +222,13 @@ func (p *processor) restoreKV(t *engine.Task) error {
 		p.kvBuf.init()
 		p.s.counters.KVBuffered.Add(int64(len(p.kvBuf)))
 	}()
+	now := t.Now().UnixNano()
 	return eachKey(t, prefixKV, func(k, v []byte) error {
 		if len(k) != 17 {
 			return nil
 		}
 		ev := &kvEvent{time: int64(binary.BigEndian.Uint64(k[1:]) ^ (1 << 63)), seq: binary.BigEndian.Uint64(k[9:]),
-			member: append([]byte(nil), v...), stored: true}
+			arrived: now, member: append([]byte(nil), v...), stored: true}
 		p.kvBuf = append(p.kvBuf, ev)
 		p.addKVBytes(kvEventBytes(ev))
 		p.kvSeq = max(p.kvSeq, ev.seq+1)

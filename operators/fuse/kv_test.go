@@ -350,3 +350,61 @@ func TestKVBufferIsBounded(t *testing.T) {
 	}
 	t.Logf("%d of %d events released early", early, len(ops))
 }
+
+// TestKVLiveHold: caught up with its inputs, a task hands a held KV event
+// to the detector once it has waited KVGraph.LiveHold of processing time,
+// long before the watermark (which trails the freshest data by the
+// out-of-orderness bound) passes it; behind its inputs, or with LiveHold
+// negative, only the watermark releases events.
+func TestKVLiveHold(t *testing.T) {
+	pool := kvlog.Pool{Layers: 2, Blocks: 8, BlockBytes: 1024}
+	ms := func(n int64) int64 { return base.UnixNano() + n*int64(time.Millisecond) }
+	where := kvlog.Where{Host: "node-a", GPUUUID: "GPU-0", GPUIndex: 0}
+	for _, tc := range []struct {
+		name     string
+		hold     time.Duration
+		caughtUp bool
+		want     bool // an incident before the watermark passes the events
+	}{
+		{"live", 0, true, true},
+		{"backlog", 0, false, false},
+		{"hold off", -1, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, 1, func(cfg *Config) { cfg.KVGraph.LiveHold = tc.hold })
+			h := c.hs[0]
+			c.feed(0, inLogs, nil, kvlog.Marshal(where, residueOps(pool, ms)...))
+			if tc.caughtUp {
+				h.MarkCaughtUp()
+			}
+			step := func(d time.Duration) {
+				h.now = h.now.Add(d)
+				h.SetNow(h.now)
+				if err := h.Advance(); err != nil {
+					t.Fatal(err)
+				}
+				c.drain()
+			}
+			// Within the hold nothing goes: a later event may still come
+			// with an earlier time.
+			step(500 * time.Millisecond)
+			if n := h.stage.Counters().KVBuffered.Load(); n != int64(len(residueOps(pool, ms))) {
+				t.Fatalf("after 0.5s %d events held, want all %d", n, len(residueOps(pool, ms)))
+			}
+			step(700 * time.Millisecond)
+			if wm := h.Watermark(); wm >= ms(0) {
+				t.Fatalf("watermark %d passed the events (%d): the test shows nothing", wm, ms(0))
+			}
+			got := len(c.incidents()) > 0
+			held := h.stage.Counters().KVBuffered.Load()
+			if got != tc.want || (held == 0) != tc.want {
+				t.Fatalf("after 1.2s: incident %v, %d events held; want incident %v", got, held, tc.want)
+			}
+			if tc.want {
+				if inc := c.incidents()[0]; inc.Root.GetRequestId() != "r1" {
+					t.Errorf("incident root %v, want r1", inc.Root)
+				}
+			}
+		})
+	}
+}

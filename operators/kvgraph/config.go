@@ -64,6 +64,14 @@ type Config struct {
 	// themselves but possibly before later-arriving earlier events. Default
 	// 64 MiB.
 	MaxKVBufferBytes int64
+	// LiveHold: while the task is caught up with its inputs
+	// (engine.Task.CaughtUp), a held KV event goes to the detector once
+	// it has waited this long of processing time, even before the
+	// watermark passes it: live detection does not wait on the
+	// out-of-orderness bound, only on the disorder of the last LiveHold.
+	// Behind its inputs (a backlog, a replay) the watermark alone releases
+	// events. Default 1s; negative: the watermark only.
+	LiveHold time.Duration
 	// MaxStateBytes bounds the detector's in-memory state of a task
 	// (blocks, requests, open incidents), bytes, estimated; when over it the
 	// least recently used blocks and requests are forgotten
@@ -109,6 +117,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.IncidentWindow == 0 {
 		c.IncidentWindow = 2 * time.Minute
+	}
+	if c.LiveHold == 0 {
+		c.LiveHold = time.Second
 	}
 	if c.MaxIncidentEdges == 0 {
 		c.MaxIncidentEdges = 1000

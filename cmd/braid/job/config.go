@@ -168,6 +168,13 @@ type Config struct {
 		// closes; sanitizer and Xid lines attach to an incident on the same
 		// GPU at most this far from it. Default 2m.
 		IncidentWindow time.Duration `yaml:"incident_window"`
+		// LiveHold: while a task is caught up with its inputs (live), a KV
+		// event is held at most this long of processing time for events
+		// that arrive later with an earlier event time, instead of until
+		// the watermark passes it; detection then does not wait on
+		// out_of_orderness. Reading a backlog or replaying, the watermark
+		// alone releases them. Default 1s; negative: the watermark only.
+		LiveHold time.Duration `yaml:"live_hold"`
 	} `yaml:"pollution"`
 
 	// requestIDs is Correlation.RequestIDs compiled by Validate.
@@ -417,6 +424,7 @@ func (c *Config) FuseConfig(partitions int32) fuse.Config {
 			Partitions:     out,
 			BlockTTL:       c.Pollution.BlockTTL,
 			IncidentWindow: c.Pollution.IncidentWindow,
+			LiveHold:       c.Pollution.LiveHold,
 			JSON:           c.Outputs.Format == "json",
 			ErrorPolicy:    policy("kvgraph"),
 			MaxRecordBytes: c.Limits.MaxMessageBytes,
