@@ -319,7 +319,7 @@ func runOne(o options, bin string, rate float64, mode string, ck time.Duration) 
 		hosts = min(max(4, int(math.Ceil(rate/25))), simulator.MaxHosts)
 	}
 	res := &Result{Benchmark: "latency", Run: mode, Time: time.Now().UTC(), Note: o.note, Machine: machine.Read(),
-		Command: "go run ./benchmarks/latency " + strings.Join(os.Args[1:], " ")}
+		Command: commandLine()}
 	res.Workload = Workload{RequestsPerSec: rate, Hosts: hosts, GPUs: 2 * hosts, Partitions: o.partitions, KVEvents: true,
 		WarmupS: o.warmup.Seconds(), DurationS: o.duration.Seconds()}
 	deadline := time.Now().Add(o.warmup + o.duration + o.drain + 5*time.Minute)
@@ -340,8 +340,8 @@ func runOne(o options, bin string, rate float64, mode string, ck time.Duration) 
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	if _, err := adm.CreateTopics(ctx, o.partitions, 1, nil, inputs...); err != nil {
-		return nil, fmt.Errorf("create input topics: %w", err)
+	if resp, err := adm.CreateTopics(ctx, o.partitions, 1, nil, inputs...); err != nil || resp.Error() != nil {
+		return nil, fmt.Errorf("create input topics: %w", errors.Join(err, resp.Error()))
 	}
 	if !o.keepTopics {
 		defer func() {
@@ -383,6 +383,9 @@ admin: {addr: "127.0.0.1:0"}
 	}
 	res.Config = bounds
 
+	if err := waitTopics(ctx, adm, o.partitions, inputs...); err != nil {
+		return nil, err
+	}
 	b, err := braidproc.Start(bin, cfgPath, o.verbose)
 	if err != nil {
 		return nil, err
@@ -593,6 +596,34 @@ func readBounds(cfgPath string, partitions int32) (Bounds, error) {
 		IdlenessS: ec.Idleness.Seconds(), FlushAfterS: fc.FlushAfter.Seconds(), IncidentBoundS: incidentBound.Seconds()}
 	b.FusedBoundS = (fc.IdleGap + ec.OutOfOrderness + ec.CheckpointInterval + time.Second).Seconds()
 	return b, nil
+}
+
+// waitTopics waits until the broker's metadata shows topics with their
+// partitions (a topic just created may not be listed yet).
+func waitTopics(ctx context.Context, adm *kadm.Client, partitions int32, topics ...string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		td, err := adm.ListTopics(ctx, topics...)
+		if err == nil && td.Error() == nil {
+			n := 0
+			for _, t := range td {
+				if len(t.Partitions) == int(partitions) {
+					n++
+				}
+			}
+			if n == len(topics) {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("topics %v not listed within 1m: %w", topics, errors.Join(err, ctx.Err()))
+		case <-tick.C:
+		}
+	}
 }
 
 // waitReady waits until braid created its output topics and its consumer
@@ -941,6 +972,18 @@ func report(res *Result) {
 		fmt.Printf("braid exit after SIGTERM: %s\n", res.BraidExit)
 	}
 	fmt.Printf("load average at start %s, at end %s (%d CPUs)\n", res.Machine.LoadAvgStart, res.Machine.LoadAvgEnd, res.Machine.CPUs)
+}
+
+// commandLine is how the program was run, arguments with spaces quoted.
+func commandLine() string {
+	args := []string{"go run ./benchmarks/latency"}
+	for _, a := range os.Args[1:] {
+		if strings.ContainsAny(a, " \t\"'") {
+			a = strconv.Quote(a)
+		}
+		args = append(args, a)
+	}
+	return strings.Join(args, " ")
 }
 
 func randSuffix() string {
