@@ -345,7 +345,7 @@ func runOne(o options, bin string, rate float64, mode string, ck time.Duration) 
 	}
 	if !o.keepTopics {
 		defer func() {
-			if err := braidproc.DeleteTopics(adm, prefix, group); err != nil {
+			if err := braidproc.DeleteTopics(adm, prefix, group, inputs...); err != nil {
 				fmt.Fprintln(os.Stderr, "latency: delete topics:", err)
 			}
 		}()

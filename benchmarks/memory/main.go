@@ -223,7 +223,7 @@ func run(o options) error {
 		return fmt.Errorf("create input topics: %w", err)
 	}
 	if !o.keepTopics {
-		defer braidproc.DeleteTopics(adm, prefix, group)
+		defer braidproc.DeleteTopics(adm, prefix, group, inputs...)
 	}
 
 	bin := o.braid

@@ -6,15 +6,18 @@ package braidproc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // Build compiles ./cmd/braid (run from the repository root) into dir and
@@ -96,18 +99,19 @@ func (r *ring) Write(b []byte) (int, error) {
 
 func (r *ring) String() string { return string(r.buf) }
 
-// DeleteTopics deletes the topics named prefix-… and the ones braid created
-// for its group (group.…), within a minute.
-func DeleteTopics(adm *kadm.Client, prefix, group string) error {
+// DeleteTopics deletes the topics named prefix-…, the ones braid created
+// for its group (group.…) and names (topics the caller created, which the
+// broker may not list yet), within a minute.
+func DeleteTopics(adm *kadm.Client, prefix, group string, names ...string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	td, err := adm.ListTopics(ctx)
 	if err != nil {
 		return fmt.Errorf("list topics: %w", err)
 	}
-	var names []string
+	names = slices.Clone(names)
 	for _, n := range td.Names() {
-		if strings.HasPrefix(n, prefix+"-") || strings.HasPrefix(n, group+".") {
+		if (strings.HasPrefix(n, prefix+"-") || strings.HasPrefix(n, group+".")) && !slices.Contains(names, n) {
 			names = append(names, n)
 		}
 	}
@@ -118,5 +122,11 @@ func DeleteTopics(adm *kadm.Client, prefix, group string) error {
 	if err != nil {
 		return fmt.Errorf("delete topics: %w", err)
 	}
-	return resp.Error()
+	var errs []error
+	for _, r := range resp {
+		if r.Err != nil && !errors.Is(r.Err, kerr.UnknownTopicOrPartition) {
+			errs = append(errs, fmt.Errorf("delete topic %s: %w", r.Topic, r.Err))
+		}
+	}
+	return errors.Join(errs...)
 }
