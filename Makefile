@@ -6,7 +6,7 @@ KAFKA     := bash deploy/local/kafka.sh
 PKGS      ?= ./...
 GO_TEST_FLAGS ?= -race -count=1 -timeout 40m
 
-.PHONY: all build run test test-unit fuzz bench bench-e2e bench-scale bench-restart bench-pause lint proto kafka-start kafka-stop clean
+.PHONY: all build run test test-unit fuzz bench bench-e2e bench-scale bench-restart bench-pause bench-latency lint proto kafka-start kafka-stop clean
 
 all: build
 
@@ -61,6 +61,12 @@ bench-pause:
 	@trap '$(KAFKA) stop' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
 	  $(KAFKA) start >/dev/null && eval "$$($(KAFKA) env)" && \
 	  $(GO) run ./benchmarks/pause $(BENCH_FLAGS)
+
+## bench-latency: fused-record and incident latency of a live stream (BENCH_FLAGS="-rates 1,50 -duration 1m").
+bench-latency:
+	@trap '$(KAFKA) stop' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
+	  $(KAFKA) start >/dev/null && eval "$$($(KAFKA) env)" && \
+	  $(GO) run ./benchmarks/latency $(BENCH_FLAGS)
 
 ## bench-restart: restart time from 1 GiB of local state.
 bench-restart:

@@ -34,16 +34,15 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/braidlabs/braid/benchmarks/internal/braidproc"
 	"github.com/braidlabs/braid/benchmarks/internal/machine"
 	"github.com/braidlabs/braid/connectors/simulator"
 )
@@ -235,7 +234,7 @@ func run(o options) error {
 		return fmt.Errorf("create input topics: %w", err)
 	}
 	if !o.keepTopics {
-		defer deleteTopics(adm, prefix, group)
+		defer braidproc.DeleteTopics(adm, prefix, group, inputs...)
 	}
 
 	bin := o.braid
@@ -245,9 +244,8 @@ func run(o options) error {
 			return err
 		}
 		defer os.RemoveAll(dir)
-		bin = filepath.Join(dir, "braid")
-		if out, err := exec.Command("go", "build", "-o", bin, "./cmd/braid").CombinedOutput(); err != nil {
-			return fmt.Errorf("build braid: %v\n%s", err, out)
+		if bin, err = braidproc.Build(dir); err != nil {
+			return err
 		}
 	}
 	stateDir, err := os.MkdirTemp("", "braid-mem-state")
@@ -378,7 +376,7 @@ func runBacklog(ctx context.Context, o options, res *Result, cl *kgo.Client, sim
 	if err != nil {
 		return err
 	}
-	defer b.kill()
+	defer b.Kill()
 	res.SampleSec = o.sample.Seconds()
 	readStart := time.Now()
 	tick := time.NewTicker(o.sample)
@@ -387,12 +385,12 @@ func runBacklog(ctx context.Context, o options, res *Result, cl *kgo.Client, sim
 	lastCheck := time.Time{}
 	for {
 		select {
-		case err := <-b.done:
+		case err := <-b.Done:
 			res.BraidExit = fmt.Sprint(err)
-			return fmt.Errorf("braid exited while reading the backlog (%v); log:\n%s", err, b.tail())
+			return fmt.Errorf("braid exited while reading the backlog (%v); log:\n%s", err, b.Tail())
 		case <-tick.C:
 		}
-		if st, err := procStatus(b.cmd.Process.Pid); err == nil {
+		if st, err := procStatus(b.Pid()); err == nil {
 			res.RSS = append(res.RSS, st.rss)
 			res.PeakRSSBytes = max(res.PeakRSSBytes, st.hwm)
 		}
@@ -430,12 +428,12 @@ func runBacklog(ctx context.Context, o options, res *Result, cl *kgo.Client, sim
 	}
 	res.ReadSec = time.Since(readStart).Seconds()
 	res.ReadMBps = float64(w.Bytes) / 1e6 / res.ReadSec
-	if st, err := procStatus(b.cmd.Process.Pid); err == nil {
+	if st, err := procStatus(b.Pid()); err == nil {
 		res.PeakRSSBytes = max(res.PeakRSSBytes, st.hwm)
 	}
 	res.PeakOverBudget = res.PeakRSSBytes - o.budget
 	res.WithinBudget = res.PeakRSSBytes <= o.budget+o.constant
-	res.BraidExit = b.stop()
+	res.BraidExit = b.Stop()
 	return nil
 }
 
@@ -445,7 +443,7 @@ func runSteady(ctx context.Context, o options, res *Result, cl *kgo.Client, sim 
 	if err != nil {
 		return err
 	}
-	defer b.kill()
+	defer b.Kill()
 	const sampleEvery = 10 * time.Second
 	res.SampleSec = sampleEvery.Seconds()
 	errc := make(chan error, 1)
@@ -456,15 +454,15 @@ func runSteady(ctx context.Context, o options, res *Result, cl *kgo.Client, sim 
 	defer sample.Stop()
 	for time.Since(start) < o.duration {
 		select {
-		case err := <-b.done:
+		case err := <-b.Done:
 			res.BraidExit = fmt.Sprint(err)
-			return fmt.Errorf("braid exited during the steady run (%v); log:\n%s", err, b.tail())
+			return fmt.Errorf("braid exited during the steady run (%v); log:\n%s", err, b.Tail())
 		case err := <-errc:
 			return fmt.Errorf("produce: %w", err)
 		case <-batch.C:
 			produceBatch(cl, sim.Next(), w, errc)
 		case <-sample.C:
-			if st, err := procStatus(b.cmd.Process.Pid); err == nil {
+			if st, err := procStatus(b.Pid()); err == nil {
 				sampleShares(o.admin, res, len(res.RSS))
 				res.RSS = append(res.RSS, st.rss)
 				res.PeakRSSBytes = max(res.PeakRSSBytes, st.hwm)
@@ -497,7 +495,7 @@ func runSteady(ctx context.Context, o options, res *Result, cl *kgo.Client, sim 
 			fmt.Printf("at the end braid was %d records behind\n", behind)
 		}
 	}
-	res.BraidExit = b.stop()
+	res.BraidExit = b.Stop()
 	return nil
 }
 
@@ -575,65 +573,9 @@ func internalCaughtUp(ctx context.Context, adm *kadm.Client, group string) (bool
 // may be at the end of the backlog: the markers of two checkpoints.
 const internalSlack = 32
 
-type braidProc struct {
-	cmd  *exec.Cmd
-	done chan error
-	log  *ring
+func startBraid(o options, bin, cfgPath string) (*braidproc.Proc, error) {
+	return braidproc.Start(bin, cfgPath, o.verbose)
 }
-
-func startBraid(o options, bin, cfgPath string) (*braidProc, error) {
-	b := &braidProc{cmd: exec.Command(bin, "run", "--config", cfgPath), done: make(chan error, 1), log: &ring{max: 64 << 10, echo: o.verbose}}
-	b.cmd.Stdout, b.cmd.Stderr = b.log, b.log
-	if err := b.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start braid: %w", err)
-	}
-	go func() { b.done <- b.cmd.Wait() }()
-	return b, nil
-}
-
-// stop sends SIGTERM and waits; "" for a clean exit.
-func (b *braidProc) stop() string {
-	b.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-b.done:
-		b.done <- err
-		if err != nil {
-			return err.Error()
-		}
-		return ""
-	case <-time.After(2 * time.Minute):
-		b.kill()
-		return "did not stop within 2m of SIGTERM"
-	}
-}
-
-func (b *braidProc) kill() {
-	if b.cmd.ProcessState == nil {
-		b.cmd.Process.Kill()
-	}
-}
-
-func (b *braidProc) tail() string { return b.log.String() }
-
-// ring keeps the last max bytes written.
-type ring struct {
-	buf  []byte
-	max  int
-	echo bool
-}
-
-func (r *ring) Write(p []byte) (int, error) {
-	if r.echo {
-		os.Stderr.Write(p)
-	}
-	r.buf = append(r.buf, p...)
-	if len(r.buf) > r.max {
-		r.buf = append([]byte(nil), r.buf[len(r.buf)-r.max:]...)
-	}
-	return len(p), nil
-}
-
-func (r *ring) String() string { return string(r.buf) }
 
 type status struct{ rss, hwm int64 }
 
@@ -664,26 +606,6 @@ func procStatus(pid int) (status, error) {
 		}
 	}
 	return st, sc.Err()
-}
-
-// deleteTopics deletes the benchmark's topics and the ones braid created
-// for its group.
-func deleteTopics(adm *kadm.Client, prefix, group string) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	td, err := adm.ListTopics(ctx)
-	if err != nil {
-		return
-	}
-	var names []string
-	for _, n := range td.Names() {
-		if strings.HasPrefix(n, prefix+"-") || strings.HasPrefix(n, group+".") {
-			names = append(names, n)
-		}
-	}
-	if len(names) > 0 {
-		adm.DeleteTopics(ctx, names...)
-	}
 }
 
 func report(o options, res *Result) {
