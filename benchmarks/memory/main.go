@@ -48,22 +48,24 @@ import (
 )
 
 type options struct {
-	brokers    []string
-	admin      string // braid's admin.addr: a free loopback port
-	bytes      int64
-	budget     int64
-	constant   int64
-	partitions int32
-	hosts      int
-	simRate    float64
-	seed       int64
-	braid      string
-	sample     time.Duration
-	timeout    time.Duration
-	resultsDir string
-	keepTopics bool
-	verbose    bool
-	note       string
+	brokers []string
+	admin   string // braid's admin.addr: a free loopback port
+
+	warmupBacklog, warmup time.Duration
+	bytes                 int64
+	budget                int64
+	constant              int64
+	partitions            int32
+	hosts                 int
+	simRate               float64
+	seed                  int64
+	braid                 string
+	sample                time.Duration
+	timeout               time.Duration
+	resultsDir            string
+	keepTopics            bool
+	verbose               bool
+	note                  string
 
 	steady   bool
 	duration time.Duration
@@ -91,6 +93,8 @@ func main() {
 	flag.BoolVar(&o.steady, "steady", false, "steady mode: produce at -rate in real time for -duration while braid runs")
 	flag.DurationVar(&o.duration, "duration", time.Hour, "steady mode: how long to produce")
 	flag.Float64Var(&o.rate, "rate", 100, "steady mode: requests a second")
+	flag.DurationVar(&o.warmupBacklog, "warmup-backlog", 35*time.Minute, "steady mode: event time produced as a backlog before braid starts, so that the state kept for a time-to-live (block_ttl 30m) is full when the measured run begins; 0: start empty")
+	flag.DurationVar(&o.warmup, "warmup", 5*time.Minute, "steady mode: time at the steady rate before the measured -duration (braid reads the backlog and catches up)")
 	flag.DurationVar(&o.window, "window", 10*time.Minute, "steady mode: the first and last windows compared")
 	brokers := flag.String("brokers", os.Getenv("BRAID_KAFKA_BROKERS"), "bootstrap brokers, comma separated (default $BRAID_KAFKA_BROKERS)")
 	flag.Parse()
@@ -182,7 +186,14 @@ type Result struct {
 	LastOverFirst      float64 `json:"last_over_first,omitempty"`
 	Flat               bool    `json:"flat_within_10pct"`
 
-	// Samples of VmRSS (bytes) at SampleSec intervals from braid's start.
+	// Steady mode's warm-up: event time produced as a backlog before braid
+	// started (and its bytes), then WarmupRSS, VmRSS samples at SampleSec
+	// intervals from braid's start until the measured run began.
+	WarmupBacklogSec float64 `json:"warmup_backlog_s,omitempty"`
+	WarmupBytes      int64   `json:"warmup_bytes,omitempty"`
+	WarmupRSS        []int64 `json:"warmup_rss_bytes,omitempty"`
+	// Samples of VmRSS (bytes) at SampleSec intervals: from braid's start
+	// (backlog mode), over the measured run (steady mode).
 	SampleSec float64 `json:"sample_s"`
 	RSS       []int64 `json:"rss_bytes"`
 	// Steady mode: at the same instants, what braid's admin endpoint says
@@ -439,6 +450,24 @@ func runBacklog(ctx context.Context, o options, res *Result, cl *kgo.Client, sim
 
 func runSteady(ctx context.Context, o options, res *Result, cl *kgo.Client, sim *simulator.Simulator, bin, cfgPath, group string, inputs []string) error {
 	w := &res.Workload
+	errc := make(chan error, 1)
+	// A fleet that has run for a while: -warmup-backlog of its event time
+	// is in the topics before braid starts, so that what braid keeps for
+	// a time-to-live (pollution.block_ttl 30m, resource_retain 10m) is at
+	// its steady size when the measured hour begins, not filling during it.
+	for sim.EventTime().Sub(simulator.DefaultStart) < o.warmupBacklog {
+		produceBatch(cl, sim.Next(), w, errc)
+		select {
+		case err := <-errc:
+			return fmt.Errorf("produce the warm-up backlog: %w", err)
+		default:
+		}
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return err
+	}
+	res.WarmupBacklogSec = o.warmupBacklog.Seconds()
+	res.WarmupBytes = w.Bytes
 	b, err := startBraid(o, bin, cfgPath)
 	if err != nil {
 		return err
@@ -446,13 +475,15 @@ func runSteady(ctx context.Context, o options, res *Result, cl *kgo.Client, sim 
 	defer b.Kill()
 	const sampleEvery = 10 * time.Second
 	res.SampleSec = sampleEvery.Seconds()
-	errc := make(chan error, 1)
 	start := time.Now()
 	batch := time.NewTicker(simulator.DefaultBatchInterval)
 	defer batch.Stop()
 	sample := time.NewTicker(sampleEvery)
 	defer sample.Stop()
-	for time.Since(start) < o.duration {
+	// Then -warmup at the steady rate (braid reads the backlog and catches
+	// up), sampled but not measured; then -duration, measured.
+	measureFrom := start.Add(o.warmup)
+	for time.Since(start) < o.warmup+o.duration {
 		select {
 		case err := <-b.Done:
 			res.BraidExit = fmt.Sprint(err)
@@ -462,13 +493,19 @@ func runSteady(ctx context.Context, o options, res *Result, cl *kgo.Client, sim 
 		case <-batch.C:
 			produceBatch(cl, sim.Next(), w, errc)
 		case <-sample.C:
-			if st, err := procStatus(b.Pid()); err == nil {
-				sampleShares(o.admin, res, len(res.RSS))
-				res.RSS = append(res.RSS, st.rss)
-				res.PeakRSSBytes = max(res.PeakRSSBytes, st.hwm)
-				if o.verbose {
-					fmt.Printf("%.0fs: RSS %d MiB, peak %d MiB, produced %.0f MB\n", time.Since(start).Seconds(), st.rss>>20, st.hwm>>20, float64(w.Bytes)/1e6)
-				}
+			st, err := procStatus(b.Pid())
+			if err != nil {
+				continue
+			}
+			res.PeakRSSBytes = max(res.PeakRSSBytes, st.hwm)
+			if time.Now().Before(measureFrom) {
+				res.WarmupRSS = append(res.WarmupRSS, st.rss)
+				continue
+			}
+			sampleShares(o.admin, res, len(res.RSS))
+			res.RSS = append(res.RSS, st.rss)
+			if o.verbose {
+				fmt.Printf("%.0fs: RSS %d MiB, peak %d MiB, produced %.0f MB\n", time.Since(start).Seconds(), st.rss>>20, st.hwm>>20, float64(w.Bytes)/1e6)
 			}
 		}
 	}
@@ -476,7 +513,7 @@ func runSteady(ctx context.Context, o options, res *Result, cl *kgo.Client, sim 
 		return err
 	}
 	w.ProduceSec = time.Since(start).Seconds()
-	w.ProduceMBps = float64(w.Bytes) / 1e6 / w.ProduceSec
+	w.ProduceMBps = float64(w.Bytes-res.WarmupBytes) / 1e6 / w.ProduceSec // the steady rate, the backlog left out
 	w.EventTimeSec = sim.EventTime().Sub(simulator.DefaultStart).Seconds()
 	n := int(o.window / sampleEvery)
 	if len(res.RSS) < 2*n || n == 0 {
