@@ -68,7 +68,9 @@ type Config struct {
 	// (engine.Task.CaughtUp), a held KV event goes to the detector once
 	// it has waited this long of processing time, even before the
 	// watermark passes it: live detection does not wait on the
-	// out-of-orderness bound, only on the disorder of the last LiveHold.
+	// out-of-orderness bound, only on the disorder of the last LiveHold,
+	// which must cover the delay of events forwarded by other tasks (an
+	// internal topic is readable one checkpoint interval after the write).
 	// Behind its inputs (a backlog, a replay) the watermark alone releases
 	// events. Default 1s; negative: the watermark only.
 	LiveHold time.Duration
