@@ -20,9 +20,11 @@ import (
 // task, which holds it until its watermark passes the event time and then
 // writes it to out. The downstream watermark includes the upstream task's
 // markers on mid, so the record comes out only after a checkpoint has
-// committed them.
+// committed them. With mid2 (an internal topic with From mid) the record
+// goes on from mid to mid2 and is held there: its release waits for the
+// markers on mid2, which carry those on mid a checkpoint later (two hops).
 type timed struct {
-	mid, out string
+	mid, mid2, out string
 	parts    int32
 	held     []*kgo.Record
 	// throttle, if set, is received from before each source record (a
@@ -43,6 +45,12 @@ func (p *timed) Process(t *Task, r *kgo.Record, input int) error {
 		}
 		t.Observe(0, r.Timestamp.UnixNano())
 		t.Emit(&kgo.Record{Topic: p.mid, Partition: (t.Partition + 1) % p.parts, Key: r.Key, Timestamp: r.Timestamp})
+	case 1:
+		if p.mid2 != "" {
+			t.Emit(&kgo.Record{Topic: p.mid2, Partition: (t.Partition + 1) % p.parts, Key: r.Key, Timestamp: r.Timestamp})
+			break
+		}
+		fallthrough
 	default:
 		p.held = append(p.held, &kgo.Record{Topic: p.out, Partition: t.Partition, Key: r.Key, Timestamp: r.Timestamp})
 	}
@@ -63,15 +71,25 @@ func (p *timed) OnWatermark(t *Task, wm int64) error {
 }
 
 type timedTopics struct {
-	brokers       []string
-	src, mid, out string
+	brokers             []string
+	src, mid, mid2, out string
 }
 
-func newTimedTopics(t *testing.T, prefix string) timedTopics {
+// newTimedTopics makes the topics of the timed topology, mid2 only with
+// twoHops.
+func newTimedTopics(t *testing.T, prefix string, twoHops bool) timedTopics {
 	t.Helper()
 	b := kafkatest.Brokers(t)
-	topics := kafkatest.NewTopics(t, b, 2, prefix+"-src", prefix+"-mid", prefix+"-out")
-	return timedTopics{brokers: b, src: topics[0], mid: topics[1], out: topics[2]}
+	names := []string{prefix + "-src", prefix + "-mid", prefix + "-out"}
+	if twoHops {
+		names = append(names, prefix+"-mid2")
+	}
+	topics := kafkatest.NewTopics(t, b, 2, names...)
+	tt := timedTopics{brokers: b, src: topics[0], mid: topics[1], out: topics[2]}
+	if twoHops {
+		tt.mid2 = topics[3]
+	}
+	return tt
 }
 
 // timedEngine runs the timed topology on two partitions until the test
@@ -79,6 +97,10 @@ func newTimedTopics(t *testing.T, prefix string) timedTopics {
 func timedEngine(t *testing.T, tt timedTopics, mod func(*Config), proc func(*timed)) *Engine {
 	t.Helper()
 	brokers, src, mid, out := tt.brokers, tt.src, tt.mid, tt.out
+	inputs := []Input{{Topic: src}, {Topic: mid, Internal: true}}
+	if tt.mid2 != "" {
+		inputs = append(inputs, Input{Topic: tt.mid2, Internal: true, From: []string{mid}})
+	}
 	store, err := state.Open(state.Options{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -94,9 +116,9 @@ func timedEngine(t *testing.T, tt timedTopics, mod func(*Config), proc func(*tim
 	if mod != nil {
 		mod(&cfg)
 	}
-	e, err := New(cfg, Topology{Name: "fu", Inputs: []Input{{Topic: src}, {Topic: mid, Internal: true}}, Partitions: 2,
+	e, err := New(cfg, Topology{Name: "fu", Inputs: inputs, Partitions: 2,
 		NewProcessor: func(*Task) (Processor, error) {
-			p := &timed{mid: mid, out: out, parts: 2}
+			p := &timed{mid: mid, mid2: tt.mid2, out: out, parts: 2}
 			if proc != nil {
 				proc(p)
 			}
@@ -210,23 +232,25 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 // TestFollowUpCheckpointCommitsReleasedOutput: a record whose release
 // depends on the upstream task's markers is readable (read_committed)
 // within one checkpoint interval and a margin after the upstream watermark
-// passed it when follow-up checkpoints are on; without them it takes one
-// to two intervals (the markers come with a checkpoint, the output with the
-// next).
+// passed it when follow-up checkpoints are on, also when the markers take
+// two hops; without them it takes one to two intervals (the markers come
+// with a checkpoint, the output with the next), one more per further hop.
 func TestFollowUpCheckpointCommitsReleasedOutput(t *testing.T) {
 	const margin = time.Second
 	for _, c := range []struct {
 		interval, stream time.Duration
-		followUp         bool
+		followUp, twoHops bool
 	}{
-		{time.Second, 8 * time.Second, true},
-		{time.Second, 8 * time.Second, false},
-		{5 * time.Second, 16 * time.Second, true},
-		{5 * time.Second, 16 * time.Second, false},
+		{time.Second, 8 * time.Second, true, false},
+		{time.Second, 8 * time.Second, false, false},
+		{5 * time.Second, 16 * time.Second, true, false},
+		{5 * time.Second, 16 * time.Second, false, false},
+		{time.Second, 8 * time.Second, true, true},
+		{time.Second, 8 * time.Second, false, true},
 	} {
-		name := fmt.Sprintf("interval=%v/followup=%v", c.interval, c.followUp)
+		name := fmt.Sprintf("interval=%v/followup=%v/twohops=%v", c.interval, c.followUp, c.twoHops)
 		t.Run(name, func(t *testing.T) {
-			tt := newTimedTopics(t, "fu")
+			tt := newTimedTopics(t, "fu", c.twoHops)
 			e := timedEngine(t, tt, func(cfg *Config) {
 				cfg.CheckpointInterval = c.interval
 				if !c.followUp {
@@ -250,7 +274,8 @@ func TestFollowUpCheckpointCommitsReleasedOutput(t *testing.T) {
 				t.Errorf("%d follow-ups with FollowUpWait < 0", n)
 			}
 			// Output waits for the checkpoint after the one with the
-			// markers: at least one interval.
+			// markers (and one more per further hop): at least one
+			// interval.
 			if m := quantile(lat, 0.5); m < c.interval {
 				t.Errorf("median latency %v without follow-ups, want at least the interval %v", m, c.interval)
 			}
@@ -264,7 +289,7 @@ func TestFollowUpCheckpointCommitsReleasedOutput(t *testing.T) {
 // the backlog, they come back.
 func TestNoFollowUpWhileReadingBacklog(t *testing.T) {
 	const n = 2000
-	tt := newTimedTopics(t, "fu-backlog")
+	tt := newTimedTopics(t, "fu-backlog", false)
 	// One record per batch, and the engine fetches one batch per
 	// partition at a time, the task reads at most 500 records/s: the
 	// backlog takes several checkpoints, and the poll loop never waits
