@@ -154,9 +154,10 @@ type Config struct {
 	// next regular one) by up to as many follow-up checkpoints as the
 	// internal topics have hops (Input.From): each runs as soon as every
 	// task has read past the markers the previous one committed, or after
-	// FollowUpWait, and only if a task's watermark moved or it emitted
-	// something since. So output that the markers release is committed
-	// about a commit later instead of at the next regular checkpoint.
+	// FollowUpWait, and only if meanwhile a task's watermark moved, it
+	// emitted, or a marker it would send changed. So output that the
+	// markers release is committed about a commit later instead of at the
+	// next regular checkpoint. Not while a task reads a backlog.
 	// Default min(CheckpointInterval/2, 500ms); negative: off. At most
 	// CheckpointInterval/2.
 	FollowUpWait time.Duration

@@ -25,8 +25,8 @@ import (
 // markers on mid2, which carry those on mid a checkpoint later (two hops).
 type timed struct {
 	mid, mid2, out string
-	parts    int32
-	held     []*kgo.Record
+	parts          int32
+	held           []*kgo.Record
 	// throttle, if set, is received from before each source record (a
 	// rate limit for reading a backlog).
 	throttle <-chan time.Time
@@ -238,7 +238,7 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 func TestFollowUpCheckpointCommitsReleasedOutput(t *testing.T) {
 	const margin = time.Second
 	for _, c := range []struct {
-		interval, stream time.Duration
+		interval, stream  time.Duration
 		followUp, twoHops bool
 	}{
 		{time.Second, 8 * time.Second, true, false},
