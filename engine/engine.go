@@ -147,6 +147,20 @@ type Config struct {
 	// read through): when the tasks' pending writes pass it, the
 	// checkpoint is brought forward. Default 64 MiB.
 	PendingStateBytes int64
+	// FollowUpWait bounds how long a follow-up checkpoint waits for this
+	// instance's tasks to read the watermark markers that the checkpoint
+	// before it committed on the internal topics. While every task is
+	// caught up with its sources, a checkpoint is followed (before the
+	// next regular one) by up to as many follow-up checkpoints as the
+	// internal topics have hops (Input.From): each runs as soon as every
+	// task has read past the markers the previous one committed, or after
+	// FollowUpWait, and only if meanwhile a task's watermark moved, it
+	// emitted, or a marker it would send changed. So output that the
+	// markers release is committed about a commit later instead of at the
+	// next regular checkpoint. Not while a task reads a backlog.
+	// Default min(CheckpointInterval/2, 500ms); negative: off. At most
+	// CheckpointInterval/2.
+	FollowUpWait time.Duration
 }
 
 // Defaults of Config's buffer bounds.
@@ -170,6 +184,8 @@ type CheckpointInfo struct {
 	Committed bool
 	// Tasks is the number of tasks that took part.
 	Tasks int
+	// FollowUp: a follow-up checkpoint (Config.FollowUpWait).
+	FollowUp bool
 }
 
 // EnsureDefaults fills unset fields with their defaults.
@@ -219,7 +235,14 @@ func (c *Config) EnsureDefaults() {
 	if c.PendingStateBytes == 0 {
 		c.PendingStateBytes = DefaultPendingStateBytes
 	}
+	if c.FollowUpWait == 0 {
+		c.FollowUpWait = min(c.CheckpointInterval/2, DefaultFollowUpWait)
+	}
 }
+
+// DefaultFollowUpWait is the default of Config.FollowUpWait (when
+// CheckpointInterval is at least 1s).
+const DefaultFollowUpWait = 500 * time.Millisecond
 
 // DefaultMaxClockSkew is the default of Config.MaxClockSkew.
 const DefaultMaxClockSkew = 10 * time.Minute
@@ -259,6 +282,9 @@ func (c *Config) Validate() error {
 	}
 	if c.OutOfOrderness < 0 || c.Idleness < 0 {
 		errs = append(errs, errors.New("engine: Config.OutOfOrderness and Config.Idleness must not be negative"))
+	}
+	if c.FollowUpWait > c.CheckpointInterval/2 {
+		errs = append(errs, fmt.Errorf("engine: Config.FollowUpWait %v exceeds half of CheckpointInterval %v", c.FollowUpWait, c.CheckpointInterval))
 	}
 	if c.CaughtUpIdleness > c.Idleness {
 		errs = append(errs, fmt.Errorf("engine: Config.CaughtUpIdleness %v exceeds Idleness %v", c.CaughtUpIdleness, c.Idleness))
@@ -312,6 +338,21 @@ type Engine struct {
 	// internalFrom[k] lists the internal inputs (indexes into internal)
 	// whose records may be forwarded to internal topic k.
 	internalFrom [][]int
+	// hops is the number of marker hops on the longest path through the
+	// internal topics (1 without From, 0 without internal topics): the
+	// most follow-up checkpoints after a regular one.
+	hops int
+
+	// marks holds the offsets of the markers produced in the current
+	// transaction (markerPromise).
+	marks markerOffsets
+	// follow is the follow-up checkpoint in waiting (Run goroutine only);
+	// followWait counts the tasks that have not read past their markers
+	// yet, followUseful says that one of them moved its watermark or
+	// emitted since the checkpoint.
+	follow       followUp
+	followWait   atomic.Int64
+	followUseful atomic.Bool
 
 	// sink replaces the transactional producer in a Harness.
 	sink func(*kgo.Record)
@@ -342,6 +383,10 @@ type Stats struct {
 	// EarlyCheckpoints counts checkpoints brought forward because the
 	// tasks' pending state writes passed Config.PendingStateBytes.
 	EarlyCheckpoints atomic.Int64
+	// FollowUpCheckpoints counts follow-up checkpoints
+	// (Config.FollowUpWait), committed or not; Checkpoints and Aborts
+	// count them too.
+	FollowUpCheckpoints atomic.Int64
 }
 
 // New validates cfg and topo.
@@ -360,6 +405,7 @@ func New(cfg Config, topo Topology) (*Engine, error) {
 	e.opened = make(chan openResult, topo.Partitions)
 	e.drained = make(chan struct{}, 1)
 	e.mu.tasks = map[int32]*published{}
+	var hops []int // per internal input
 	for i, in := range topo.Inputs {
 		if _, dup := e.inputIndex[in.Topic]; dup {
 			return nil, fmt.Errorf("engine: input topic %s listed twice", in.Topic)
@@ -376,6 +422,12 @@ func New(cfg Config, topo Topology) (*Engine, error) {
 			}
 			e.internal = append(e.internal, in.Topic)
 			e.internalFrom = append(e.internalFrom, from)
+			h := 1 // hops of the markers on this topic: one more than any in From
+			for _, j := range from {
+				h = max(h, hops[j]+1)
+			}
+			hops = append(hops, h)
+			e.hops = max(e.hops, h)
 			e.srcIndex = append(e.srcIndex, -1)
 		} else {
 			if len(in.From) > 0 {
@@ -478,11 +530,15 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 	}
 	next := e.cfg.Now().Add(e.cfg.CheckpointInterval)
 	for {
-		e.waitQueued(ctx, next)
-		pollCtx, cancel := context.WithDeadline(ctx, next)
+		due := e.follow.due(next)
+		e.waitQueued(ctx, due)
+		pollCtx, cancel := context.WithDeadline(ctx, due)
 		e.wake.Store(&cancel)
 		if len(e.opened) > 0 {
 			cancel() // a task finished opening meanwhile: install it now
+		}
+		if e.follow.armed && e.followWait.Load() <= 0 {
+			cancel() // the tasks have read the markers: follow up now
 		}
 		if e.pending.Load() > e.cfg.PendingStateBytes {
 			cancel() // the tasks' pending writes are full: checkpoint now
@@ -545,7 +601,7 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 			// the records must be in it.
 			fctx, fcancel := context.WithTimeout(context.Background(), e.cfg.TransactionTimeout)
 			defer fcancel()
-			if err := e.checkpoint(fctx, false); err != nil {
+			if err := e.checkpoint(fctx, false, 0); err != nil {
 				return fmt.Errorf("engine: final checkpoint: %w", err)
 			}
 			return nil
@@ -557,11 +613,26 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 			e.stats.EarlyCheckpoints.Add(1)
 			next = now
 		}
+		if now.Before(next) && e.followUpDue(now) {
+			// Commit what the markers of the last checkpoint released;
+			// the regular schedule stays.
+			step := e.follow.step + 1
+			e.follow = followUp{}
+			if e.followUseful.Load() {
+				e.stats.FollowUpCheckpoints.Add(1)
+				cctx, ccancel := context.WithTimeout(context.Background(), e.cfg.TransactionTimeout)
+				err := e.checkpoint(cctx, true, step)
+				ccancel()
+				if err != nil {
+					return err
+				}
+			}
+		}
 		if !now.Before(next) {
 			// A checkpoint runs to its end even when ctx is cancelled
 			// meanwhile: the final checkpoint follows it.
 			cctx, ccancel := context.WithTimeout(context.Background(), e.cfg.TransactionTimeout)
-			err := e.checkpoint(cctx, true)
+			err := e.checkpoint(cctx, true, 0)
 			ccancel()
 			if err != nil {
 				return err
@@ -608,8 +679,9 @@ func (e *Engine) taskErr() error {
 }
 
 // checkpoint runs one checkpoint: barrier, prepare, end the transaction,
-// apply the outcome in every task, and begin the next transaction.
-func (e *Engine) checkpoint(ctx context.Context, begin bool) error {
+// apply the outcome in every task, and begin the next transaction. step is
+// 0 for a regular checkpoint, n for the n-th follow-up after one.
+func (e *Engine) checkpoint(ctx context.Context, begin bool, step int) error {
 	start := time.Now()
 	if err := e.applyAssignment(); err != nil {
 		return err
@@ -624,6 +696,9 @@ func (e *Engine) checkpoint(ctx context.Context, begin bool) error {
 			prepErr = err
 		}
 	}
+	// The tasks are held until the outcome: what they published is what
+	// they prepared with.
+	live := e.live()
 	try := kgo.TryCommit
 	if prepErr != nil || e.produceErr.Load() != nil {
 		try = kgo.TryAbort
@@ -641,6 +716,8 @@ func (e *Engine) checkpoint(ctx context.Context, begin bool) error {
 	if committed {
 		failpoint("after-end-txn")
 	}
+	// End flushed: every marker's promise has run.
+	marks := e.marks.take()
 	e.stats.LastCommitNanos.Store(int64(time.Since(start)))
 	if perr := e.produceErr.Swap(nil); perr != nil {
 		e.log.Error("produce failed; transaction aborted", "err", *perr)
@@ -657,16 +734,21 @@ func (e *Engine) checkpoint(ctx context.Context, begin bool) error {
 		}
 	}
 	outcome := msgCommit
+	var follow map[int32][]int64
 	if !committed {
 		outcome = msgAbort
 		e.stats.Aborts.Add(1)
+		e.follow = followUp{}
 	} else {
 		if e.stats.Checkpoints.Add(1) == 1 {
 			e.log.Info("first checkpoint committed", "tasks", len(e.tasks))
 		}
+		if begin {
+			follow = e.armFollowUp(marks, live, step)
+		}
 	}
 	for _, t := range e.tasks {
-		t.in <- taskMsg{kind: outcome, reply: replies}
+		t.in <- taskMsg{kind: outcome, reply: replies, follow: follow[t.Partition]}
 	}
 	var applyErr error
 	for range e.tasks {
@@ -677,7 +759,7 @@ func (e *Engine) checkpoint(ctx context.Context, begin bool) error {
 	pause := time.Since(start)
 	e.stats.LastPauseNanos.Store(int64(pause))
 	if e.cfg.OnCheckpoint != nil {
-		e.cfg.OnCheckpoint(CheckpointInfo{Pause: pause, Commit: time.Duration(e.stats.LastCommitNanos.Load()), Committed: committed, Tasks: len(e.tasks)})
+		e.cfg.OnCheckpoint(CheckpointInfo{Pause: pause, Commit: time.Duration(e.stats.LastCommitNanos.Load()), Committed: committed, Tasks: len(e.tasks), FollowUp: step > 0})
 	}
 	if applyErr != nil {
 		return fmt.Errorf("engine: apply checkpoint: %w", applyErr)
@@ -985,7 +1067,9 @@ func (e *Engine) Watermarks() map[int32]int64 {
 	return m
 }
 
-func (e *Engine) produce(r *kgo.Record) {
+func (e *Engine) produce(r *kgo.Record) { e.produceWith(r, e.promise) }
+
+func (e *Engine) produceWith(r *kgo.Record, promise func(*kgo.Record, error)) {
 	if n := RecordBytes(r); n > e.cfg.MaxRecordBytes {
 		err := fmt.Errorf("%w: %d bytes to %s[%d] exceed MaxRecordBytes %d", ErrRecordTooLarge, n, r.Topic, r.Partition, e.cfg.MaxRecordBytes)
 		e.produceErr.CompareAndSwap(nil, &err)
@@ -996,7 +1080,7 @@ func (e *Engine) produce(r *kgo.Record) {
 		e.sink(r)
 		return
 	}
-	e.sess.Produce(context.Background(), r, e.promise)
+	e.sess.Produce(context.Background(), r, promise)
 }
 
 func (e *Engine) promise(r *kgo.Record, err error) {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/braidlabs/braid/state"
 )
 
 func TestMarkerRoundTrip(t *testing.T) {
@@ -63,6 +65,47 @@ func TestConfigValidate(t *testing.T) {
 	for _, want := range []string{"MaxRecordBytes", "MaxClockSkew", "ProducerBufferBytes", "FetchBufferBytes"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not name %s", err, want)
+		}
+	}
+}
+
+func TestFollowUpWaitDefaults(t *testing.T) {
+	for _, c := range []struct{ interval, want time.Duration }{{time.Second, 500 * time.Millisecond}, {5 * time.Second, 500 * time.Millisecond}} {
+		cfg := Config{CheckpointInterval: c.interval}
+		cfg.EnsureDefaults()
+		if cfg.FollowUpWait != c.want {
+			t.Errorf("interval %v: FollowUpWait %v, want %v", c.interval, cfg.FollowUpWait, c.want)
+		}
+	}
+	cfg := Config{Group: "g", TransactionalID: "x", CheckpointInterval: 2 * time.Second, FollowUpWait: 1500 * time.Millisecond}
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "FollowUpWait") {
+		t.Errorf("FollowUpWait over half the interval: error %v", err)
+	}
+}
+
+// TestFollowUpHops: a regular checkpoint gets as many follow-ups as the
+// markers take hops through the internal topics — two for fuse's shape,
+// where the repartition topic's markers carry what came in on the others.
+func TestFollowUpHops(t *testing.T) {
+	proc := func(*Task) (Processor, error) { return nil, nil }
+	for _, c := range []struct {
+		inputs []Input
+		want   int
+	}{
+		{[]Input{{Topic: "src"}}, 0},
+		{[]Input{{Topic: "src"}, {Topic: "mid", Internal: true}}, 1},
+		{[]Input{{Topic: "spans"}, {Topic: "resolve", Internal: true}, {Topic: "kv", Internal: true},
+			{Topic: "repartition", Internal: true, From: []string{"resolve", "kv"}}}, 2},
+		{[]Input{{Topic: "a", Internal: true}, {Topic: "b", Internal: true, From: []string{"a"}},
+			{Topic: "c", Internal: true, From: []string{"b"}}, {Topic: "d", Internal: true, From: []string{"a"}}}, 3},
+	} {
+		e, err := New(Config{Group: "g", TransactionalID: "x", Store: &state.Store{}}, Topology{Name: "t", Inputs: c.inputs, Partitions: 1, NewProcessor: proc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.hops != c.want {
+			t.Errorf("inputs %v: %d hops, want %d", c.inputs, e.hops, c.want)
 		}
 	}
 }

@@ -33,6 +33,9 @@ type taskMsg struct {
 	// came from; 0 or less: unknown (the Harness).
 	end   int64
 	reply chan error
+	// follow (msgCommit): what the task must read before the follow-up
+	// checkpoint, per internal input (followTarget.next); nil: none.
+	follow []int64
 }
 
 // Task is one partition of the topology: its state, watermarks and
@@ -93,6 +96,14 @@ type Task struct {
 	seek map[string]int64
 	// closeErr is what closing the processor and keyspace returned.
 	closeErr error
+
+	// follow: what to read before the follow-up checkpoint the engine
+	// waits for; nil when it waits for none. emitted counts Emit and
+	// EmitChunks calls; sent[k] is the last marker sent on internal
+	// input k.
+	follow  *followTarget
+	emitted int64
+	sent    []sentMarker
 }
 
 var wmKey = []byte("\x00\x01watermark")
@@ -423,6 +434,9 @@ func (t *Task) handle(m taskMsg) bool {
 		t.publishCaughtUp()
 		t.fail(t.advance())
 		t.setPending()
+		if src < 0 && !t.failed {
+			t.checkFollow()
+		}
 	case msgBarrier:
 		m.reply <- t.prepare()
 		// Nothing may be produced until the transaction has ended: wait
@@ -431,10 +445,12 @@ func (t *Task) handle(m taskMsg) bool {
 	case msgCommit:
 		err := t.commit()
 		t.setPending()
+		t.setFollow(m.follow)
 		m.reply <- err
 	case msgAbort:
 		err := t.rollback()
 		t.setPending()
+		t.setFollow(nil)
 		m.reply <- err
 	case msgClose:
 		t.e.pending.Add(-t.pub.pending.Swap(0))
@@ -550,11 +566,13 @@ func (t *Task) prepare() error {
 			}
 		}
 	}
+	t.sent = t.sent[:0]
 	for k, topic := range t.e.internal {
 		wm, idle := t.up[k].w.Current(t.now), t.up[k].w.Idle(t.now)
+		t.sent = append(t.sent, sentMarker{wm: wm, idle: idle})
 		marker := encodeMarker(t.Partition, wm, idle)
 		for q := int32(0); q < t.e.topo.Partitions; q++ {
-			t.e.produce(&kgo.Record{Topic: topic, Partition: q, Headers: []kgo.RecordHeader{{Key: markerHeader, Value: marker}}})
+			t.e.produceMarker(&kgo.Record{Topic: topic, Partition: q, Headers: []kgo.RecordHeader{{Key: markerHeader, Value: marker}}})
 		}
 	}
 	return nil
@@ -612,7 +630,10 @@ func (t *Task) close() error {
 // record over MaxRecordBytes fails the checkpoint (the broker would reject
 // it); the Harness returns that error. Use EmitChunks for a record that may
 // be larger.
-func (t *Task) Emit(r *kgo.Record) { t.e.produce(r) }
+func (t *Task) Emit(r *kgo.Record) {
+	t.emitted++
+	t.e.produce(r)
+}
 
 // EmitChunks produces r, cut into chunks by Chunks if it exceeds
 // MaxRecordBytes, one after another in its partition (no other task's
@@ -623,6 +644,7 @@ func (t *Task) EmitChunks(r *kgo.Record) error {
 	if err != nil {
 		return err
 	}
+	t.emitted++
 	if len(cs) == 1 {
 		t.e.produce(cs[0])
 		return nil

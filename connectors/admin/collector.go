@@ -138,6 +138,9 @@ var (
 		"Polls held back because the records fetched and not yet processed filled their share of the memory budget.")
 	descEarlyCheckpoints = desc("braid_early_checkpoints_total",
 		"Checkpoints brought forward because the state writes waiting for the checkpoint filled their share of the memory budget.")
+	descFollowUpCheckpoints = desc("braid_followup_checkpoints_total",
+		"Follow-up checkpoints: run, while live, as soon as the tasks had read the watermark markers the previous checkpoint committed, "+
+			"to commit what those markers released (counted in braid_checkpoints_total too).")
 	descClamped = desc("braid_clamped_event_times_total",
 		"Event times the engine lowered to the record timestamp plus event_time.max_clock_skew before they reached a watermark.")
 	descTimers = desc("braid_timers_pending",
@@ -153,7 +156,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		descUnjoined, descTruncated, descOpenTraces, descTimers,
 		descDeclared, descResolved, descUnresolved, descOpenRequests, descResourcePoints, descResourceSamples, descResourceSeries,
 		descKVEvents, descPollutionEdges, descIncidents, descPolluted,
-		descMemory, descEvictions, descDropped, descFuture, descRepaired, descBackpressure, descEarlyCheckpoints, descClamped,
+		descMemory, descEvictions, descDropped, descFuture, descRepaired, descBackpressure, descEarlyCheckpoints, descFollowUpCheckpoints, descClamped,
 	} {
 		ch <- d
 	}
@@ -175,6 +178,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descCheckpoints, st.Aborts.Load(), "aborted")
 	counter(descBackpressure, st.Backpressure.Load())
 	counter(descEarlyCheckpoints, st.EarlyCheckpoints.Load())
+	counter(descFollowUpCheckpoints, st.FollowUpCheckpoints.Load())
 	counter(descClamped, st.ClampedEvents.Load())
 	if m, ok := c.cfg.Engine.(interface {
 		Memory() (fetched, pendingState int64)

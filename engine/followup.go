@@ -1,0 +1,197 @@
+package engine
+
+import (
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Follow-up checkpoints. A task's timers fire on a watermark that includes
+// the other tasks' markers on the internal topics; markers are written in a
+// checkpoint's transaction and readable only once it commits. What a task
+// emits when they arrive would wait for the next regular checkpoint, a full
+// CheckpointInterval later. While live, the engine instead follows such a
+// checkpoint up as soon as every task of this instance has read past the
+// markers it committed (or after Config.FollowUpWait), if any task's
+// watermark moved or it emitted meanwhile. The markers of a follow-up feed
+// the next hop (a topic with From), so a regular checkpoint has up to
+// Engine.hops follow-ups; then the regular schedule goes on.
+
+// followUp is the follow-up checkpoint in waiting.
+type followUp struct {
+	armed bool
+	// at: the follow-up runs by then even if not every task has read its
+	// markers (Config.FollowUpWait after the commit).
+	at time.Time
+	// step: follow-ups already run since the last regular checkpoint.
+	step int
+}
+
+// due is when the poll loop must next stop: the regular checkpoint at
+// next, or the follow-up's deadline if earlier.
+func (f followUp) due(next time.Time) time.Time {
+	if f.armed && f.at.Before(next) {
+		return f.at
+	}
+	return next
+}
+
+// markerOffsets collects, per internal topic and partition, the offset
+// after the last marker this instance produced in the current transaction.
+type markerOffsets struct {
+	mu   sync.Mutex
+	next map[string]map[int32]int64
+}
+
+func (m *markerOffsets) note(topic string, p int32, next int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.next == nil {
+		m.next = map[string]map[int32]int64{}
+	}
+	if m.next[topic] == nil {
+		m.next[topic] = map[int32]int64{}
+	}
+	m.next[topic][p] = max(m.next[topic][p], next)
+}
+
+// take returns what was collected and starts over.
+func (m *markerOffsets) take() map[string]map[int32]int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := m.next
+	m.next = nil
+	return n
+}
+
+// produceMarker produces a watermark marker to an internal topic and notes
+// its offset once the broker has it.
+func (e *Engine) produceMarker(r *kgo.Record) {
+	if e.sink != nil {
+		e.produce(r)
+		return
+	}
+	e.produceWith(r, e.markerPromise)
+}
+
+func (e *Engine) markerPromise(r *kgo.Record, err error) {
+	e.promise(r, err)
+	if err == nil {
+		e.marks.note(r.Topic, r.Partition, r.Offset+1)
+	}
+}
+
+// live reports whether every task of the instance is caught up with its
+// sources (Task.CaughtUp, as published). Called while the tasks are held in
+// a checkpoint.
+func (e *Engine) live() bool {
+	if len(e.tasks) == 0 {
+		return false
+	}
+	for _, t := range e.tasks {
+		if !t.pub.caughtUp.Load() {
+			return false
+		}
+	}
+	return true
+}
+
+// armFollowUp decides, after a committed checkpoint that was the step-th
+// follow-up (0: a regular one), whether a follow-up comes, and returns
+// what each task must read first: per partition, per internal input, the
+// offset after the last marker the checkpoint wrote to that partition (0:
+// none). Called while the tasks are held in the checkpoint, before they get
+// its outcome.
+func (e *Engine) armFollowUp(marks map[string]map[int32]int64, live bool, step int) map[int32][]int64 {
+	e.follow = followUp{}
+	if !live || step >= e.hops || e.cfg.FollowUpWait <= 0 {
+		return nil
+	}
+	targets := map[int32][]int64{}
+	for p := range e.tasks {
+		next := make([]int64, len(e.internal))
+		found := false
+		for k, topic := range e.internal {
+			if o, ok := marks[topic][p]; ok {
+				next[k], found = o, true
+			}
+		}
+		if found {
+			targets[p] = next
+		}
+	}
+	if len(targets) == 0 {
+		return nil
+	}
+	e.followWait.Store(int64(len(targets)))
+	e.followUseful.Store(false)
+	e.follow = followUp{armed: true, at: e.cfg.Now().Add(e.cfg.FollowUpWait), step: step}
+	return targets
+}
+
+// followUpDue reports whether the armed follow-up should run now: every
+// task has read its markers, or the wait is over.
+func (e *Engine) followUpDue(now time.Time) bool {
+	return e.follow.armed && (e.followWait.Load() <= 0 || !now.Before(e.follow.at))
+}
+
+// followTarget is what a task must read before the follow-up checkpoint,
+// and what it was when the checkpoint committed.
+type followTarget struct {
+	next    []int64 // per internal input: offset to reach (0: none)
+	wm      int64   // Task.lastWM at the commit
+	emitted int64   // Task.emitted at the commit
+}
+
+// sentMarker is what the task's last marker on an internal topic said.
+type sentMarker struct {
+	wm   int64
+	idle bool
+}
+
+// setFollow takes the targets of a committed checkpoint (nil: no
+// follow-up). Task goroutine.
+func (t *Task) setFollow(next []int64) {
+	t.follow = nil
+	if next != nil {
+		t.follow = &followTarget{next: next, wm: t.lastWM, emitted: t.emitted}
+	}
+}
+
+// checkFollow tells the engine, once the task has read past the markers of
+// the last checkpoint (and fired the timers they made due), whether a
+// follow-up is worth it for this task: its watermark moved, it emitted, or
+// a marker it would send now differs from the last. The last task to
+// report wakes the poll loop. Task goroutine.
+func (t *Task) checkFollow() {
+	f := t.follow
+	if f == nil {
+		return
+	}
+	for k, o := range f.next {
+		if o > 0 && t.offsets[t.e.internal[k]] < o {
+			return
+		}
+	}
+	t.follow = nil
+	if t.lastWM > f.wm || t.emitted > f.emitted || t.markersMoved() {
+		t.e.followUseful.Store(true)
+	}
+	if t.e.followWait.Add(-1) == 0 {
+		if wake := t.e.wake.Load(); wake != nil {
+			(*wake)()
+		}
+	}
+}
+
+// markersMoved reports whether a marker the task would send now on some
+// internal topic differs from the one it sent last.
+func (t *Task) markersMoved() bool {
+	for k, s := range t.sent {
+		if wm, idle := t.up[k].w.Current(t.now), t.up[k].w.Idle(t.now); wm != s.wm || idle != s.idle {
+			return true
+		}
+	}
+	return false
+}
