@@ -87,7 +87,8 @@ var (
 	descRevisions = desc("braid_fused_revisions_total",
 		"Fused records emitted again with revision > 0 because late members arrived.")
 	descLate = desc("braid_late_members_total",
-		"Members sent to the late topic: further behind the watermark than allowed_lateness.")
+		"Members sent to the late topic: further behind the watermark than allowed_lateness, for a trace already emitted and purged "+
+			"(within closed_retention), without a declared request id, or too far in the future.")
 	descDLQ = desc("braid_dlq_messages_total",
 		"Input messages sent unchanged to the dead-letter topic because they could not be decoded.")
 	descUnjoined = desc("braid_unjoined_members_total",
