@@ -166,7 +166,8 @@ func TestRestartEmitsOpenTraces(t *testing.T) {
 }
 
 // TestLateLogsAfterPurge writes, after every trace was emitted and
-// purged, log records for some of them: stamped at the current watermark
+// purged and braid restarted without its local state, log records for
+// some of them: stamped at the current watermark
 // (within allowed lateness, but after their trace closed) and stamped at
 // their trace's time (beyond allowed lateness). Each goes to braid.late
 // once — the first kind with reason "trace already closed" and
@@ -194,10 +195,19 @@ func TestLateLogsAfterPurge(t *testing.T) {
 	truth := sim.Truth()
 	sentinel := sim.EventTime().Add(time.Minute)
 
+	first := startChild(t, bin, env.config)
+	env.watch = first
+	env.verifyExactlyOnce(t, truth, 2*time.Minute, false, func() string { return tail(first.log.String(), 3000) })
+	// The tombstones survive a stop, and the loss of the local state: the
+	// restart rebuilds them from the changelog.
+	first.stopTerm(t, "SIGTERM after the purge")
+	if err := os.RemoveAll(env.stateDir); err != nil {
+		t.Fatal(err)
+	}
 	c := startChild(t, bin, env.config)
 	defer c.kill(t)
-	env.watch = c
-	env.verifyExactlyOnce(t, truth, 2*time.Minute, false, func() string { return tail(c.log.String(), 3000) })
+	c.waitLog(t, "restored state from changelog", 90*time.Second)
+	c.waitLog(t, "first checkpoint committed", 60*time.Second)
 
 	// Some traces get a log stamped at the sentinel's time (~1 minute
 	// after their spans: past idle_gap + allowed_lateness of them, within

@@ -207,6 +207,9 @@ func TestClosedRetentionExpires(t *testing.T) {
 	if n := c.ClosedTraces.Load(); n != 1 {
 		t.Fatalf("%d tombstones at watermark 28s, want 1", n)
 	}
+	if err := h.Checkpoint(); err != nil { // g's bucket goes to state
+		t.Fatal(err)
+	}
 	h.closeTrace(trace(88, 40), at(50)) // wm 48: the 30s filler closed
 	if n := c.ClosedTraces.Load(); n != 2 {
 		t.Fatalf("%d tombstones at watermark 48s, want 2", n)
@@ -233,6 +236,16 @@ func TestClosedRetentionExpires(t *testing.T) {
 	}
 	if revs := h.revisionsByKey()[string(key)]; revs[0] != 2 {
 		t.Fatalf("trace revisions %v: after retention a member starts the trace again", revs)
+	}
+	if err := h.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	keys := 0
+	if err := eachKey(h.Task(), prefixClosed, func(k, v []byte) error { keys++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if keys != 0 || c.ClosedTraces.Load() != 0 {
+		t.Errorf("at the end of input %d tombstones and %d state values remain, want none", c.ClosedTraces.Load(), keys)
 	}
 	if n := c.ClosedEvicted.Load(); n != 0 {
 		t.Errorf("ClosedEvicted %d, want 0 (expiry is not eviction)", n)

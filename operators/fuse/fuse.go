@@ -196,7 +196,10 @@ type processor struct {
 	closed         map[[16]byte]uint32 // trace id → its next revision
 	closedQ        []closedEntry       // in expiry order; head at closedHead
 	closedHead     int
-	reportedClosed int64 // tombstones the gauges hold of this task
+	closedBuckets  []closedBucket // the state values of closedQ, in its order; head at bucketHead
+	bucketHead     int
+	closedSeq      uint32 // number of the next bucket
+	reportedClosed int64  // tombstones the gauges hold of this task
 
 	// kvgraph stage
 	kv        *kvgraph.Processor
@@ -663,9 +666,6 @@ func (p *processor) fireTimers(t *engine.Task, wm int64) error {
 	if fired, err = p.fireEvicted(t, wm, fired); err != nil || p.backlog {
 		return err
 	}
-	if fired, err = p.expireClosed(t, wm, fired); err != nil || p.backlog {
-		return err
-	}
 	for ; len(p.timers) > 0 && p.timers[0].at <= wm; fired++ {
 		if fired == timerSlice {
 			p.backlog = true
@@ -695,7 +695,8 @@ func (p *processor) fireTimers(t *engine.Task, wm int64) error {
 			return err
 		}
 	}
-	return nil
+	_, err = p.expireClosed(t, wm, fired)
+	return err
 }
 
 var (
@@ -749,6 +750,9 @@ func (p *processor) PrepareCheckpoint(t *engine.Task) error {
 		return err
 	}
 	if err := p.kv.PrepareCheckpoint(t); err != nil {
+		return err
+	}
+	if err := p.checkpointClosed(t); err != nil {
 		return err
 	}
 	for _, tr := range p.changed {
