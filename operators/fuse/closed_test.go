@@ -342,3 +342,65 @@ func TestClosedOverheadCoversTheHeap(t *testing.T) {
 	}
 	runtime.KeepAlive(p)
 }
+
+// TestClosedTracesManyBucketsSurviveRestart: the tombstones of one
+// checkpoint beyond what one state value holds are cut into several; all
+// come back after a restart, and their values are gone once they expire.
+func TestClosedTracesManyBucketsSurviveRestart(t *testing.T) {
+	h := newHarness(t, 1, func(c *Config) { c.FlushAfter = -1; c.MaxRecordBytes = minRecordBytes })
+	ts := genTraces(rand.New(rand.NewPCG(97, 98)), 1200, base) // over 120s of event time
+	for _, g := range ts {
+		h.feed(inSpans, otlp.AppendTraceIDHex(nil, g.id), spansMsg(g.spans...))
+	}
+	// A trace far later: every trace is purged in one watermark step.
+	o := genTraces(rand.New(rand.NewPCG(99, 100)), 1, base.Add(200*time.Second))[0]
+	h.feed(inSpans, otlp.AppendTraceIDHex(nil, o.id), spansMsg(o.spans...))
+	if err := h.Advance(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(h.out("braid.late")); n != 0 {
+		t.Fatalf("%d late records before the test's own", n)
+	}
+	if err := h.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	values := func() int {
+		n := 0
+		if err := eachKey(h.Task(), prefixClosed, func(k, v []byte) error {
+			if len(v) > h.stage.cfg.MaxRecordBytes/4 {
+				t.Errorf("a closed-traces value of %d bytes, over a chunk", len(v))
+			}
+			n++
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	per := (minRecordBytes / 4) / closedEntryBytes
+	if n, want := values(), (1200+per-1)/per; n != want {
+		t.Fatalf("%d closed-traces values for 1200 tombstones, want %d", n, want)
+	}
+	if err := h.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.stage.counters.ClosedTraces.Load(); n != 1200 {
+		t.Fatalf("%d tombstones restored, want 1200", n)
+	}
+	g := ts[600]
+	h.feed(inLogs, otlp.AppendTraceIDHex(nil, g.id), logsMsg(lateLog(g, time.Unix(0, h.Watermark()), "after restart")))
+	if late := h.out("braid.late"); len(late) != 1 {
+		t.Fatalf("%d late records, want 1", len(late))
+	} else if reason, _ := header(late[0], "braid.reason"); reason != reasonClosed {
+		t.Fatalf("late reason %q", reason)
+	}
+	if err := h.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if n := values(); n != 0 {
+		t.Fatalf("%d closed-traces values after every tombstone expired", n)
+	}
+}
