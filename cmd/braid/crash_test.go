@@ -108,6 +108,7 @@ type crashEnv struct {
 	brokers        []string
 	in             []string
 	fused          string
+	late           string
 	config         string
 	stateDir       string
 	prod           *kgo.Client
@@ -136,7 +137,7 @@ func newCrashEnv(t *testing.T) *crashEnv {
 	in := kafkatest.NewTopics(t, brokers, 4, "otlp_spans", "otlp_logs", "otlp_metrics")
 	out := kafkatest.NewTopics(t, brokers, 4, "braid.fused", "braid.late", "braid.dlq", "group")
 	dir := t.TempDir()
-	e := &crashEnv{brokers: brokers, in: in, fused: out[0], stateDir: filepath.Join(dir, "state"),
+	e := &crashEnv{brokers: brokers, in: in, fused: out[0], late: out[1], stateDir: filepath.Join(dir, "state"),
 		simTopics: simulator.Topics{Spans: in[0], Logs: in[1], Metrics: in[2]}}
 	e.template = fmt.Sprintf(`kafka:
   brokers: [%s]

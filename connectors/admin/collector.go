@@ -87,7 +87,8 @@ var (
 	descRevisions = desc("braid_fused_revisions_total",
 		"Fused records emitted again with revision > 0 because late members arrived.")
 	descLate = desc("braid_late_members_total",
-		"Members sent to the late topic: further behind the watermark than allowed_lateness.")
+		"Members sent to the late topic: further behind the watermark than allowed_lateness, for a trace already emitted and purged "+
+			"(within closed_retention), without a declared request id, or too far in the future.")
 	descDLQ = desc("braid_dlq_messages_total",
 		"Input messages sent unchanged to the dead-letter topic because they could not be decoded.")
 	descUnjoined = desc("braid_unjoined_members_total",
@@ -120,11 +121,11 @@ var (
 	descPolluted = desc("braid_polluted_requests_total",
 		"Requests found polluted by a KV-cache incident, directly or through the prefix cache.")
 	descMemory = desc("braid_memory_bytes",
-		"Estimated bytes held by each share of state.memory_budget: the stages' shares (open_traces, waiting_logs, kv_buffer, kv_state, resources) "+
+		"Estimated bytes held by each share of state.memory_budget: the stages' shares (open_traces, closed_traces, waiting_logs, kv_buffer, kv_state, resources) "+
 			"and the engine's (fetched: polled records not yet processed; pending_state: state writes waiting for the checkpoint).",
 		"share")
 	descEvictions = desc("braid_evictions_total",
-		"What a full share of state.memory_budget pushed out: open traces emitted early, waiting logs sent to the late topic, "+
+		"What a full share of state.memory_budget pushed out: open traces emitted early, closed-trace tombstones forgotten early, waiting logs sent to the late topic, "+
 			"KV events released early, detector blocks/requests/incidents forgotten, resource series removed.",
 		"share")
 	descDropped = desc("braid_dropped_total",

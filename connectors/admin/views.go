@@ -49,8 +49,8 @@ type Counters struct {
 
 	// Bounds (README, "Memory model" and "Bad input").
 	// MemoryBytes is the estimated memory of each budget share the stages
-	// hold, by share name (open_traces, waiting_logs, kv_buffer, kv_state,
-	// resources).
+	// hold, by share name (open_traces, closed_traces, waiting_logs,
+	// kv_buffer, kv_state, resources).
 	MemoryBytes map[string]int64
 	// Evictions counts what a full share pushed out, by share name.
 	Evictions map[string]int64

@@ -103,9 +103,22 @@ func (Flag) EnumDescriptor() ([]byte, []int) {
 
 // FusedTrace is one request: every span, log record and exemplar metric
 // point of one trace, joined in event time. Topic braid.fused, key = the
-// trace id as 32 lower-case hex characters. When late data changes a trace
-// that was already emitted, the whole trace is emitted again with
-// revision + 1; consumers keep the highest revision per key.
+// trace id as 32 lower-case hex characters, header braid.revision. When
+// late data changes a trace that was already emitted, the whole trace is
+// emitted again with revision + 1.
+//
+// The contract: one key, one revision sequence. A key's records carry
+// revisions 0, 1, ..., n, each once, in that order (one task writes all
+// of a key's records, in one partition); the record with the highest
+// revision is the trace, and holds every member of the lower ones.
+// Consumers keep the highest revision per key; a compacted topic
+// (cleanup.policy=compact) keeps the last record per key, which is that
+// one. Members that cannot revise a trace go to braid.late instead: more
+// than allowed_lateness behind the watermark, or for a trace already
+// emitted and purged (braid.reason "trace already closed", braid.revision
+// the trace's last revision; the job remembers a purged trace for
+// event_time.closed_retention of event time, default 10m — a member for
+// the trace id after that starts a new revision 0).
 //
 // A trace whose record would exceed the job's limits.max_message_bytes is
 // written as parts: consecutive records with the same key, each a
@@ -121,7 +134,8 @@ type FusedTrace struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// 16 bytes, as in OTLP.
 	TraceId []byte `protobuf:"bytes,1,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
-	// 0 for the first emission, +1 for every re-emission caused by late data.
+	// 0 for the first emission, +1 for every re-emission caused by late data;
+	// the highest revision of a key is the trace.
 	Revision uint32 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
 	// Earliest span start or member event time, and latest member event time
 	// (span end, log time, point time), unix nanoseconds.
@@ -134,7 +148,10 @@ type FusedTrace struct {
 	Points    []*FusedPoint  `protobuf:"bytes,8,rep,name=points,proto3" json:"points,omitempty"`
 	Summary   *Summary       `protobuf:"bytes,9,opt,name=summary,proto3" json:"summary,omitempty"`
 	Flags     []Flag         `protobuf:"varint,10,rep,packed,name=flags,proto3,enum=braid.v1.Flag" json:"flags,omitempty"`
-	// The task's event-time watermark when the record was emitted.
+	// The task's event-time watermark when the record was emitted, unix
+	// nanoseconds; unset (0) when the task had no watermark yet (a trace
+	// emitted by flush_after before every input reported) and at the end of
+	// a replay's input.
 	WatermarkUnixNano uint64 `protobuf:"fixed64,11,opt,name=watermark_unix_nano,json=watermarkUnixNano,proto3" json:"watermark_unix_nano,omitempty"`
 	// LLM-serving figures derived from the members (operators/semconv).
 	Derived *Derived `protobuf:"bytes,12,opt,name=derived,proto3" json:"derived,omitempty"`

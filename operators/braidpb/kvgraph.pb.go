@@ -710,7 +710,9 @@ type Incident struct {
 	Evidence      []*Evidence      `protobuf:"bytes,12,rep,name=evidence,proto3" json:"evidence,omitempty"`
 	FirstUnixNano uint64           `protobuf:"fixed64,13,opt,name=first_unix_nano,json=firstUnixNano,proto3" json:"first_unix_nano,omitempty"`
 	LastUnixNano  uint64           `protobuf:"fixed64,14,opt,name=last_unix_nano,json=lastUnixNano,proto3" json:"last_unix_nano,omitempty"`
-	// Watermark of the task when the revision was emitted.
+	// Watermark of the task when the revision was emitted, unix nanoseconds;
+	// unset (0) when the task had no watermark yet and at the end of a
+	// replay's input.
 	WatermarkUnixNano uint64 `protobuf:"fixed64,15,opt,name=watermark_unix_nano,json=watermarkUnixNano,proto3" json:"watermark_unix_nano,omitempty"`
 	// Context from the resources stage: the series of the incident's GPU and
 	// of its server (KV-cache usage, preemptions, queue, GPU memory, Xid…)

@@ -115,7 +115,7 @@ func (p *processor) fireEvicted(t *engine.Task, wm int64, fired int) (int, error
 		p.traces[tr.id] = tr
 		p.openBytes += traceOverhead
 		p.evicted--
-		if err := p.purge(t, tr); err != nil {
+		if err := p.purge(t, tr, wm); err != nil {
 			return fired, err
 		}
 	}

@@ -78,6 +78,13 @@ type Config struct {
 	// Later members still revise them. Default 10s; negative disables (replay, where only event
 	// time may decide output).
 	FlushAfter time.Duration
+	// ClosedRetention: how long, in event time, a task remembers a trace
+	// after purging it (its id and next revision, a tombstone): a member
+	// that arrives for it meanwhile goes to LateTopic with braid.reason
+	// "trace already closed" and braid.revision its last revision, instead
+	// of starting the trace again at revision 0. Default 10m; negative
+	// keeps no tombstones.
+	ClosedRetention time.Duration
 	// Caps per trace; what is cut is counted and the trace flagged.
 	// Defaults 10000 spans, 10000 logs, 10000 points, 900 KiB of members
 	// (a fused record must fit Kafka's default message.max.bytes of 1 MiB;
@@ -128,6 +135,11 @@ type Config struct {
 	// logs go to LateTopic with braid.reason "memory budget" (counted in
 	// WaitingEvicted). Default 64 MiB per task.
 	MaxWaitingLogBytes int64
+	// MaxClosedTraceBytes bounds the task's tombstones of closed traces
+	// (ClosedRetention; about 80 bytes each). When it is reached, the
+	// oldest are forgotten before their retention ends (counted in
+	// ClosedEvicted). Default 16 MiB per task.
+	MaxClosedTraceBytes int64
 }
 
 // FuturePolicy says what happens to a member whose event time is more than
@@ -230,6 +242,9 @@ func (c *Config) EnsureDefaults() {
 	if c.FlushAfter == 0 {
 		c.FlushAfter = 10 * time.Second
 	}
+	if c.ClosedRetention == 0 {
+		c.ClosedRetention = 10 * time.Minute
+	}
 	for _, p := range []*int{&c.MaxSpans, &c.MaxLogs, &c.MaxPoints} {
 		if *p == 0 {
 			*p = 10000
@@ -253,6 +268,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.MaxWaitingLogBytes == 0 {
 		c.MaxWaitingLogBytes = 64 << 20
+	}
+	if c.MaxClosedTraceBytes == 0 {
+		c.MaxClosedTraceBytes = 16 << 20
 	}
 }
 
@@ -308,8 +326,8 @@ func (c *Config) Validate() error {
 	if err := c.ErrorPolicy.validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if c.MaxOpenTraceBytes < 0 || c.MaxWaitingLogBytes < 0 {
-		errs = append(errs, errors.New("fuse: MaxOpenTraceBytes and MaxWaitingLogBytes must not be negative"))
+	if c.MaxOpenTraceBytes < 0 || c.MaxWaitingLogBytes < 0 || c.MaxClosedTraceBytes < 0 {
+		errs = append(errs, errors.New("fuse: MaxOpenTraceBytes, MaxWaitingLogBytes and MaxClosedTraceBytes must not be negative"))
 	}
 	return errors.Join(errs...)
 }

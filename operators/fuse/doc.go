@@ -19,7 +19,11 @@
 // whose event time is more than allowed lateness behind the watermark goes to
 // braid.late, re-encoded as a one-item OTLP message. When the watermark
 // passes last event time + idle gap + allowed lateness, the trace's keys are
-// deleted.
+// deleted and a tombstone (trace id, next revision) is kept for
+// ClosedRetention of event time: a member that arrives for the trace
+// meanwhile goes to braid.late with reason "trace already closed", so that
+// a key's records are one revision sequence 0..n (see closed.go). A restart
+// rebuilds the timers and the FlushAfter queue of every restored trace.
 //
 // Members without a trace id (logs that carry only a request id, metric
 // points without exemplars) are counted as unjoined: they belong to the

@@ -217,8 +217,10 @@ func (p *processor) emit(t *engine.Task, tr *trace, wm int64) error {
 			b = protowire.AppendVarint(b, f)
 		}
 	}
-	b = protowire.AppendTag(b, fWatermark, protowire.Fixed64Type)
-	b = protowire.AppendFixed64(b, uint64(wm))
+	if knownTime(wm) {
+		b = protowire.AppendTag(b, fWatermark, protowire.Fixed64Type)
+		b = protowire.AppendFixed64(b, uint64(wm))
+	}
 	slices.Sort(e.incidents)
 	for _, id := range e.incidents {
 		b = protowire.AppendTag(b, fIncidents, protowire.BytesType)
@@ -558,8 +560,9 @@ func (p *processor) late(t *engine.Task, id [16]byte, m *member) {
 	p.sendLate(t, key, m, "event time "+strconv.FormatInt(m.time, 10)+" is beyond allowed lateness at watermark "+strconv.FormatInt(t.Watermark(), 10))
 }
 
-// sendLate writes m to the late topic under key with reason.
-func (p *processor) sendLate(t *engine.Task, key []byte, m *member, reason string) {
+// sendLate writes m to the late topic under key with reason, and extra
+// headers if any.
+func (p *processor) sendLate(t *engine.Task, key []byte, m *member, reason string, extra ...kgo.RecordHeader) {
 	_, _, origin := memberParts(m.body)
 	topic, part, off := parseOrigin(origin)
 	signal := "spans"
@@ -574,13 +577,13 @@ func (p *processor) sendLate(t *engine.Task, key []byte, m *member, reason strin
 		Partition: otlp.HashPartition(key, p.cfg.LatePartitions),
 		Key:       key,
 		Value:     oneItemMessage(m),
-		Headers: []kgo.RecordHeader{
+		Headers: append([]kgo.RecordHeader{
 			{Key: "braid.reason", Value: []byte(reason)},
 			{Key: "braid.signal", Value: []byte(signal)},
 			{Key: "braid.topic", Value: []byte(topic)},
 			{Key: "braid.partition", Value: strconv.AppendInt(nil, int64(part), 10)},
 			{Key: "braid.offset", Value: strconv.AppendInt(nil, off, 10)},
-		},
+		}, extra...),
 	})
 }
 

@@ -21,31 +21,35 @@ import (
 // Truncated or TooLarge; every record a stage cannot handle in DLQ or
 // Skipped (ErrorPolicy).
 type Counters struct {
-	Messages        atomic.Int64 // input messages read from sources
-	Members         atomic.Int64 // members cut from decoded messages
-	Local           atomic.Int64 // trace groups fused in place (fast path)
-	Repartitioned   atomic.Int64 // trace groups sent to the repartition topic
-	Fused           atomic.Int64 // FusedTrace records emitted (all revisions)
-	Revisions       atomic.Int64 // of which revision > 0
-	Late            atomic.Int64 // members sent to the late topic
-	DLQ             atomic.Int64 // records a stage could not handle sent to the dead-letter topic (ErrorPolicy dead_letter)
-	Skipped         atomic.Int64 // records a stage could not handle dropped (ErrorPolicy skip)
-	Future          atomic.Int64 // members more than MaxClockSkew ahead of their record's timestamp (sent to the late topic, or re-stamped)
-	TooLarge        atomic.Int64 // members larger than MaxRecordBytes allows (handled by ErrorPolicy.Ingest)
-	RepairedUTF8    atomic.Int64 // members, resources and scopes re-encoded because a string held invalid UTF-8
-	Split           atomic.Int64 // repartition and resolve records cut into several to fit MaxRecordBytes
-	Chunked         atomic.Int64 // late and dead-letter copies cut into braid.chunk records
-	Parts           atomic.Int64 // fused traces split into parts to fit MaxRecordBytes
-	DerivedDropped  atomic.Int64 // Derived or ResourceContext fields left out of a fused trace: they did not marshal, or did not fit a part
-	UnjoinedLogs    atomic.Int64 // log records without a trace id
-	UnjoinedPoint   atomic.Int64 // metric points without an exemplar trace id, not kept as resource samples
-	ResourcePoint   atomic.Int64 // metric points without an exemplar written to the resources table
-	Truncated       atomic.Int64 // members cut by a per-trace cap
-	Evicted         atomic.Int64 // open traces emitted early and dropped from memory because MaxOpenTraceBytes was reached (a later member revises them)
-	Spills          atomic.Int64 // times pending members were written to state before a checkpoint because MaxOpenTraceBytes was reached
-	OpenTraces      atomic.Int64 // traces in state
-	OpenTraceBytes  atomic.Int64 // gauge: memory of open traces (MaxOpenTraceBytes share), bytes
-	WaitingLogBytes atomic.Int64 // gauge: memory of logs waiting for a request id (MaxWaitingLogBytes share), bytes
+	Messages         atomic.Int64 // input messages read from sources
+	Members          atomic.Int64 // members cut from decoded messages
+	Local            atomic.Int64 // trace groups fused in place (fast path)
+	Repartitioned    atomic.Int64 // trace groups sent to the repartition topic
+	Fused            atomic.Int64 // FusedTrace records emitted (all revisions)
+	Revisions        atomic.Int64 // of which revision > 0
+	Late             atomic.Int64 // members sent to the late topic
+	DLQ              atomic.Int64 // records a stage could not handle sent to the dead-letter topic (ErrorPolicy dead_letter)
+	Skipped          atomic.Int64 // records a stage could not handle dropped (ErrorPolicy skip)
+	Future           atomic.Int64 // members more than MaxClockSkew ahead of their record's timestamp (sent to the late topic, or re-stamped)
+	TooLarge         atomic.Int64 // members larger than MaxRecordBytes allows (handled by ErrorPolicy.Ingest)
+	RepairedUTF8     atomic.Int64 // members, resources and scopes re-encoded because a string held invalid UTF-8
+	Split            atomic.Int64 // repartition and resolve records cut into several to fit MaxRecordBytes
+	Chunked          atomic.Int64 // late and dead-letter copies cut into braid.chunk records
+	Parts            atomic.Int64 // fused traces split into parts to fit MaxRecordBytes
+	DerivedDropped   atomic.Int64 // Derived or ResourceContext fields left out of a fused trace: they did not marshal, or did not fit a part
+	UnjoinedLogs     atomic.Int64 // log records without a trace id
+	UnjoinedPoint    atomic.Int64 // metric points without an exemplar trace id, not kept as resource samples
+	ResourcePoint    atomic.Int64 // metric points without an exemplar written to the resources table
+	Truncated        atomic.Int64 // members cut by a per-trace cap
+	Evicted          atomic.Int64 // open traces emitted early and dropped from memory because MaxOpenTraceBytes was reached (a later member revises them)
+	Spills           atomic.Int64 // times pending members were written to state before a checkpoint because MaxOpenTraceBytes was reached
+	OpenTraces       atomic.Int64 // traces in state
+	OpenTraceBytes   atomic.Int64 // gauge: memory of open traces (MaxOpenTraceBytes share), bytes
+	WaitingLogBytes  atomic.Int64 // gauge: memory of logs waiting for a request id (MaxWaitingLogBytes share), bytes
+	ClosedLate       atomic.Int64 // of Late: members of a trace already emitted and purged (reason "trace already closed")
+	ClosedTraces     atomic.Int64 // gauge: tombstones of closed traces held (ClosedRetention)
+	ClosedTraceBytes atomic.Int64 // gauge: memory of those tombstones (MaxClosedTraceBytes share), bytes
+	ClosedEvicted    atomic.Int64 // tombstones forgotten before ClosedRetention because MaxClosedTraceBytes was reached
 
 	// Resolve stage (request-id joins).
 	Declared           atomic.Int64 // request ids declared by spans
@@ -188,6 +192,15 @@ type processor struct {
 	evicted                       int                 // traces emitted early and dropped from memory, still in state
 	evictTimers                   minHeap[evictTimer] // when each evicted trace is purged
 
+	// tombstones of closed traces (closed.go), bounded by MaxClosedTraceBytes
+	closed         map[[16]byte]uint32 // trace id → its next revision
+	closedQ        []closedEntry       // in expiry order; head at closedHead
+	closedHead     int
+	closedBuckets  []closedBucket // the state values of closedQ, in its order; head at bucketHead
+	bucketHead     int
+	closedSeq      uint32 // number of the next bucket
+	reportedClosed int64  // tombstones the gauges hold of this task
+
 	// kvgraph stage
 	kv        *kvgraph.Processor
 	kvBuf     minHeap[*kvEvent] // KV events waiting for the watermark
@@ -217,6 +230,7 @@ func newProcessor(s *Stage, p int32) *processor {
 		partition: p,
 		dec:       otlp.NewDecoder(),
 		traces:    map[[16]byte]*trace{},
+		closed:    map[[16]byte]uint32{},
 		groups:    map[[16]byte]int{},
 		requests:  map[string]*request{},
 		samples:   map[semconv.Identity][]byte{},
@@ -440,13 +454,20 @@ func (p *processor) processRepartitioned(t *engine.Task, rec *kgo.Record) error 
 func (p *processor) add(t *engine.Task, id [16]byte, chunk []byte) error {
 	wm := t.Watermark()
 	tr := p.traces[id]
+	next, closed := uint32(0), false
+	if tr == nil && len(p.closed) > 0 {
+		next, closed = p.closed[id]
+	}
 	err := readMembers(chunk, func(m *member) error {
-		if p.isLate(m.time, wm) {
-			if m.kind == kindIncident {
+		if late := p.isLate(m.time, wm); late || closed {
+			switch {
+			case m.kind == kindIncident:
 				p.s.counters.IncidentTagsLate.Add(1) // not an input record: nothing to send
-				return nil
+			case late:
+				p.late(t, id, m)
+			default:
+				p.lateClosed(t, id, next, m)
 			}
-			p.late(t, id, m)
 			return nil
 		}
 		if tr == nil && p.evicted > 0 {
@@ -519,6 +540,11 @@ func (p *processor) reportMemory() {
 	if d := p.waitingBytes - p.reportedWaiting; d != 0 {
 		p.s.counters.WaitingLogBytes.Add(d)
 		p.reportedWaiting += d
+	}
+	if d := int64(len(p.closed)) - p.reportedClosed; d != 0 {
+		p.s.counters.ClosedTraces.Add(d)
+		p.s.counters.ClosedTraceBytes.Add(d * closedOverhead)
+		p.reportedClosed += d
 	}
 }
 
@@ -665,11 +691,12 @@ func (p *processor) fireTimers(t *engine.Task, wm int64) error {
 			p.schedule(tr)
 			continue
 		}
-		if err := p.purge(t, tr); err != nil {
+		if err := p.purge(t, tr, wm); err != nil {
 			return err
 		}
 	}
-	return nil
+	_, err = p.expireClosed(t, wm, fired)
+	return err
 }
 
 var (
@@ -684,7 +711,8 @@ func dataKey(dst []byte, id [16]byte, chunk uint32) []byte {
 	return binary.BigEndian.AppendUint32(dst, chunk)
 }
 
-func (p *processor) purge(t *engine.Task, tr *trace) error {
+// purge deletes tr, due at watermark wm, and keeps its tombstone.
+func (p *processor) purge(t *engine.Task, tr *trace, wm int64) error {
 	// The chunk keys are known: point deletes, no range tombstone (which
 	// Pebble's indexed batch would re-fragment on every later read) and no
 	// iterator.
@@ -700,7 +728,7 @@ func (p *processor) purge(t *engine.Task, tr *trace) error {
 	p.openBytes -= traceOverhead + int64(len(tr.pending))
 	tr.pending = nil
 	p.s.counters.OpenTraces.Add(-1)
-	return nil
+	return p.closeTrace(t, tr, wm)
 }
 
 // maxChunk bounds one chunk, so that a changelog record stays well under
@@ -722,6 +750,9 @@ func (p *processor) PrepareCheckpoint(t *engine.Task) error {
 		return err
 	}
 	if err := p.kv.PrepareCheckpoint(t); err != nil {
+		return err
+	}
+	if err := p.checkpointClosed(t); err != nil {
 		return err
 	}
 	for _, tr := range p.changed {
@@ -761,8 +792,15 @@ func (p *processor) flushTrace(t *engine.Task, tr *trace) error {
 	return nil
 }
 
-// Restore implements engine.Restorer: reloads every open trace's record.
+// Restore implements engine.Restorer: reloads every open trace's record
+// and rebuilds what works from it in memory — event-time timers, and the
+// processing-time flush queue (FlushAfter), in which a restored trace
+// that changed since its last emission counts as touched now, so that it
+// is emitted FlushAfter after the restart even if no input comes — the
+// resolve stage's requests, the held KV events, the tombstones of closed
+// traces and the kvgraph stage's state.
 func (p *processor) Restore(t *engine.Task) error {
+	defer p.reportMemory()
 	p.s.counters.OpenTraces.Add(-int64(len(p.traces) + p.evicted))
 	clear(p.traces)
 	p.timers = p.timers[:0]
@@ -780,7 +818,11 @@ func (p *processor) Restore(t *engine.Task) error {
 	if err := p.kv.Restore(t); err != nil {
 		return err
 	}
+	if err := p.restoreClosed(t); err != nil {
+		return err
+	}
 	defer func() { p.s.counters.OpenTraces.Add(int64(len(p.traces))) }()
+	now := t.Now().UnixNano()
 	return eachKey(t, prefixMeta, func(k, v []byte) error {
 		if len(k) != 17 {
 			return nil
@@ -792,6 +834,10 @@ func (p *processor) Restore(t *engine.Task) error {
 		}
 		p.traces[tr.id] = tr
 		p.openBytes += traceOverhead
+		if tr.dirty && p.cfg.FlushAfter > 0 {
+			tr.touchedAt = now
+			p.touched = append(p.touched, touch{at: now, tr: tr})
+		}
 		p.schedule(tr)
 		return nil
 	})
@@ -871,4 +917,23 @@ func (a timer) before(b timer) bool {
 		return a.at < b.at
 	}
 	return string(a.tr.id[:]) < string(b.tr.id[:])
+}
+
+// Close implements engine.Closer: the task leaves the stage's gauges (its
+// partition was revoked, or the job stops).
+func (p *processor) Close() error {
+	c := &p.s.counters
+	c.OpenTraces.Add(-int64(len(p.traces) + p.evicted))
+	c.OpenRequests.Add(-int64(len(p.requests)))
+	c.KVBuffered.Add(-int64(len(p.kvBuf)))
+	p.addKVBytes(-p.kvBytes)
+	c.OpenTraceBytes.Add(-p.reportedOpen)
+	c.WaitingLogBytes.Add(-p.reportedWaiting)
+	c.ClosedTraces.Add(-p.reportedClosed)
+	c.ClosedTraceBytes.Add(-p.reportedClosed * closedOverhead)
+	p.reportedOpen, p.reportedWaiting, p.reportedClosed = 0, 0, 0
+	clear(p.traces)
+	clear(p.requests)
+	p.kvBuf, p.kvBytes, p.evicted = nil, 0, 0
+	return nil
 }

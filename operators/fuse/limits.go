@@ -161,6 +161,11 @@ func satAdd(a, b int64) int64 {
 	return a + b
 }
 
+// knownTime reports whether watermark wm is a time, not the engine's
+// "none yet" (MinInt64) or "end of input" (MaxInt64): output leaves such a
+// field unset instead of writing the sentinel.
+func knownTime(wm int64) bool { return wm != math.MinInt64 && wm != math.MaxInt64 }
+
 // isLate reports whether event time ts is beyond allowed lateness at
 // watermark wm, without overflow at the ends of the time range.
 func (p *processor) isLate(ts, wm int64) bool {

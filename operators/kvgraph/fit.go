@@ -1,6 +1,8 @@
 package kvgraph
 
 import (
+	"math"
+
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -22,7 +24,10 @@ const maxIncidentLayers = 1024
 // emitIncident writes the incident's next revision.
 func (p *Processor) emitIncident(t *engine.Task, inc *incident, wm int64) {
 	inc.dirty = false
-	inc.pb.WatermarkUnixNano = uint64(wm)
+	inc.pb.WatermarkUnixNano = 0 // unset while there is no watermark (MinInt64) or at the end of input (MaxInt64)
+	if wm != math.MinInt64 && wm != math.MaxInt64 {
+		inc.pb.WatermarkUnixNano = uint64(wm)
+	}
 	p.c.Revisions.Add(1)
 	pb := inc.pb
 	if p.cfg.Context != nil && inc.g != nil {

@@ -32,6 +32,10 @@ type Budget struct {
 	// members since the last checkpoint; when full the oldest open traces
 	// are emitted early (a later member revises them).
 	OpenTraces int64
+	// ClosedTraces bounds fuse's tombstones of emitted and purged traces
+	// (event_time.closed_retention); when full the oldest are forgotten
+	// early (a member for such a trace starts it again at revision 0).
+	ClosedTraces int64
 	// WaitingLogs bounds logs that wait for a span to declare their
 	// request id; when full the oldest go to braid.late with reason
 	// "memory budget".
@@ -55,10 +59,11 @@ var budgetShares = []struct {
 }{
 	{"pebble block cache", 15, func(b *Budget) *int64 { return &b.PebbleCache }},
 	{"pebble memtables", 10, func(b *Budget) *int64 { return &b.PebbleMemTables }},
-	{"state writes before checkpoint", 15, func(b *Budget) *int64 { return &b.StateBatch }},
+	{"state writes before checkpoint", 10, func(b *Budget) *int64 { return &b.StateBatch }},
 	{"fetched records", 10, func(b *Budget) *int64 { return &b.FetchBuffer }},
 	{"producer buffer", 10, func(b *Budget) *int64 { return &b.ProducerBuffer }},
 	{"open traces", 15, func(b *Budget) *int64 { return &b.OpenTraces }},
+	{"closed traces", 5, func(b *Budget) *int64 { return &b.ClosedTraces }},
 	{"waiting logs", 5, func(b *Budget) *int64 { return &b.WaitingLogs }},
 	{"KV event buffer", 5, func(b *Budget) *int64 { return &b.KVBuffer }},
 	{"KV detector state", 10, func(b *Budget) *int64 { return &b.KVState }},

@@ -124,6 +124,12 @@ type Config struct {
 		// processing time is emitted even before the watermark passes it
 		// (traffic stopped). Default 10s.
 		FlushAfter time.Duration `yaml:"flush_after"`
+		// ClosedRetention: how long (event time) a task remembers a trace
+		// it emitted and purged; a member for it meanwhile goes to the late
+		// topic with reason "trace already closed" instead of starting the
+		// trace again at revision 0. Bounded by the closed_traces share of
+		// state.memory_budget. Default 10m; negative: not remembered.
+		ClosedRetention time.Duration `yaml:"closed_retention"`
 		// MaxClockSkew: a member whose event time is further ahead of its
 		// Kafka record's timestamp than this does not advance any
 		// watermark, and no watermark moves past the largest record
@@ -406,17 +412,18 @@ func (c *Config) FuseConfig(partitions int32) fuse.Config {
 	perTask := func(share int64) int64 { return max(share/int64(max(partitions, 1)), 1<<20) }
 	policy := func(stage string) fuse.OnError { return fuse.OnError(c.ErrorPolicy(stage)) }
 	return fuse.Config{
-		MaxRecordBytes:     c.Limits.MaxMessageBytes,
-		MaxClockSkew:       c.EventTime.MaxClockSkew,
-		FuturePolicy:       fuse.FuturePolicy(c.EventTime.Future),
-		ErrorPolicy:        fuse.ErrorPolicy{Ingest: policy("ingest"), Resolve: policy("resolve"), Fuse: policy("fuse")},
-		MaxOpenTraceBytes:  perTask(budget.OpenTraces),
-		MaxWaitingLogBytes: perTask(budget.WaitingLogs),
-		ResourceLimits:     resources.Limits{MaxTableBytes: budget.Resources},
-		RequestIDs:         rids,
-		ResourcesTopic:     resourcesTopic,
-		ResourceRetain:     c.Correlation.ResourceRetain,
-		ResourceIdleness:   c.EventTime.Idleness,
+		MaxRecordBytes:      c.Limits.MaxMessageBytes,
+		MaxClockSkew:        c.EventTime.MaxClockSkew,
+		FuturePolicy:        fuse.FuturePolicy(c.EventTime.Future),
+		ErrorPolicy:         fuse.ErrorPolicy{Ingest: policy("ingest"), Resolve: policy("resolve"), Fuse: policy("fuse")},
+		MaxOpenTraceBytes:   perTask(budget.OpenTraces),
+		MaxWaitingLogBytes:  perTask(budget.WaitingLogs),
+		MaxClosedTraceBytes: perTask(budget.ClosedTraces),
+		ResourceLimits:      resources.Limits{MaxTableBytes: budget.Resources},
+		RequestIDs:          rids,
+		ResourcesTopic:      resourcesTopic,
+		ResourceRetain:      c.Correlation.ResourceRetain,
+		ResourceIdleness:    c.EventTime.Idleness,
 		Sources: []fuse.Source{
 			src(c.Inputs.Spans, otlp.SignalSpans),
 			src(c.Inputs.Logs, otlp.SignalLogs),
@@ -450,6 +457,7 @@ func (c *Config) FuseConfig(partitions int32) fuse.Config {
 		IdleGap:         c.EventTime.IdleGap,
 		AllowedLateness: c.EventTime.AllowedLateness,
 		FlushAfter:      c.EventTime.FlushAfter,
+		ClosedRetention: c.EventTime.ClosedRetention,
 		MaxSpans:        c.Caps.Spans,
 		MaxLogs:         c.Caps.Logs,
 		MaxPoints:       c.Caps.Points,

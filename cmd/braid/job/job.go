@@ -241,9 +241,11 @@ func (o *observability) attach(cfg *Config, eng *engine.Engine, stage *fuse.Stag
 		k.PollutionEdges, k.Incidents, k.PollutedRequests = kc.Edges.Load(), kc.Incidents.Load(), kc.Polluted.Load()
 		k.Future, k.RepairedUTF8 = c.Future.Load(), c.RepairedUTF8.Load()
 		k.MemoryBytes = map[string]int64{"open_traces": c.OpenTraceBytes.Load(), "waiting_logs": c.WaitingLogBytes.Load(),
-			"kv_buffer": kc.KVBufferBytes.Load(), "kv_state": kc.StateBytes.Load()}
+			"kv_buffer": kc.KVBufferBytes.Load(), "kv_state": kc.StateBytes.Load(),
+			"closed_traces": c.ClosedTraceBytes.Load()}
 		k.Evictions = map[string]int64{"open_traces": c.Evicted.Load(), "waiting_logs": c.WaitingEvicted.Load(),
-			"kv_buffer": kc.EarlyReleased.Load(), "kv_state": kc.EvictedBlocks.Load() + kc.EvictedRequests.Load() + kc.EvictedIncidents.Load()}
+			"kv_buffer": kc.EarlyReleased.Load(), "kv_state": kc.EvictedBlocks.Load() + kc.EvictedRequests.Load() + kc.EvictedIncidents.Load(),
+			"closed_traces": c.ClosedEvicted.Load()}
 		k.Dropped = map[string]int64{"skip policy": c.Skipped.Load() + (kc.Rejected.Load() - kc.DeadLettered.Load()),
 			"derived fields that did not fit": c.DerivedDropped.Load(), "supporting lines over the incident caps": kc.EvidenceDropped.Load(),
 			"unwritable kvgraph records": kc.Unwritable.Load()}
