@@ -50,47 +50,58 @@ func lateLog(g *genTrace, at time.Time, body string) *logspb.LogRecord {
 }
 
 // TestRestoreFlushesOpenTracesWithoutInput: traces open at a crash (or a
-// clean stop) are emitted FlushAfter after the restart although no input
-// comes at all and the watermark never passes them.
+// clean stop) are emitted although no input comes at all and the watermark
+// never passes them: FlushAfter after their last member, the clock kept
+// across the restart — at once when the restart took longer than that.
 func TestRestoreFlushesOpenTracesWithoutInput(t *testing.T) {
-	// A crash after a checkpoint; a clean stop (SIGTERM: the final
-	// checkpoint, then the stop) restarts from the same state.
-	{
-		{
-			const flush = 5 * time.Second
+	const flush = 5 * time.Second
+	for _, tc := range []struct {
+		name   string
+		down time.Duration // from the last member to the restart
+	}{
+		{"slow restart", time.Minute},
+		{"quick restart", 2 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, 1, func(c *Config) { c.FlushAfter = flush })
 			ts := genTraces(rand.New(rand.NewPCG(81, 82)), 12, base)
+			first := h.now // before every trace's last member
 			for _, m := range messages(ts) {
 				h.feed(m.input, m.key, m.value)
 			}
+			last := h.now // the last member of all
+			// Nothing is due before first+flush, everything at last+flush
+			// (or at once, if that is before the restart).
+			silent := first.Add(flush).Sub(last.Add(tc.down)) - time.Millisecond
+			due := max(last.Add(flush).Sub(last.Add(tc.down)), time.Millisecond)
 			if err := h.Checkpoint(); err != nil {
 				t.Fatal(err)
 			}
 			if n := len(h.out("braid.fused")); n != 0 {
 				t.Fatalf("%d traces emitted before the restart; the test needs them open", n)
 			}
-			h.now = h.now.Add(time.Minute) // the restart takes a while
+			h.now = last.Add(tc.down)
 			h.SetNow(h.now)
 			if err := h.Restart(); err != nil {
 				t.Fatal(err)
 			}
 			restarted := h.now
-			for _, d := range []time.Duration{time.Second, flush - time.Millisecond} {
-				h.SetNow(restarted.Add(d))
+			if silent > 0 {
+				h.SetNow(restarted.Add(silent))
 				if err := h.Advance(); err != nil {
 					t.Fatal(err)
 				}
 				if n := len(h.out("braid.fused")); n != 0 {
-					t.Fatalf("%d traces emitted %v after the restart, before flush_after", n, d)
+					t.Fatalf("%d traces emitted %v after the restart, before flush_after since their last member", n, silent)
 				}
 			}
-			h.SetNow(restarted.Add(flush))
+			h.SetNow(restarted.Add(due))
 			if err := h.Advance(); err != nil {
 				t.Fatal(err)
 			}
 			got := h.fused()
 			if len(got) != len(ts) {
-				t.Fatalf("%d of %d restored traces emitted flush_after after the restart", len(got), len(ts))
+				t.Fatalf("%d of %d restored traces emitted %v after the restart (flush_after %v after their last member)", len(got), len(ts), due, flush)
 			}
 			for _, g := range ts {
 				ft := got[string(otlp.AppendTraceIDHex(nil, g.id))]
@@ -98,7 +109,7 @@ func TestRestoreFlushesOpenTracesWithoutInput(t *testing.T) {
 					t.Fatalf("trace %x after restart: %v", g.id, ft)
 				}
 			}
-		}
+		})
 	}
 }
 

@@ -1,8 +1,10 @@
 package fuse
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -823,7 +825,8 @@ func (p *processor) Restore(t *engine.Task) error {
 	}
 	defer func() { p.s.counters.OpenTraces.Add(int64(len(p.traces))) }()
 	now := t.Now().UnixNano()
-	return eachKey(t, prefixMeta, func(k, v []byte) error {
+	p.lastInput = 0
+	err := eachKey(t, prefixMeta, func(k, v []byte) error {
 		if len(k) != 17 {
 			return nil
 		}
@@ -835,12 +838,24 @@ func (p *processor) Restore(t *engine.Task) error {
 		p.traces[tr.id] = tr
 		p.openBytes += traceOverhead
 		if tr.dirty && p.cfg.FlushAfter > 0 {
-			tr.touchedAt = now
-			p.touched = append(p.touched, touch{at: now, tr: tr})
+			// Silent since its last member before the stop (as of the
+			// checkpoint), or since now if that is unknown or ahead.
+			if tr.touchedAt <= 0 || tr.touchedAt > now {
+				tr.touchedAt = now
+			}
+			p.touched = append(p.touched, touch{at: tr.touchedAt, tr: tr})
+		} else {
+			tr.touchedAt = 0
 		}
 		p.schedule(tr)
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	// The flush queue is in processing-time order.
+	slices.SortStableFunc(p.touched, func(a, b touch) int { return cmp.Compare(a.at, b.at) })
+	return nil
 }
 
 // eachKey calls fn for every key under prefix in t's keyspace, in key
@@ -859,8 +874,11 @@ func eachKey(t *engine.Task, prefix byte, fn func(k, v []byte) error) error {
 	return it.Error()
 }
 
+// encodeMeta is a trace's state record: version 2, times, flags, counts,
+// and the processing time of its last member (so that a restart keeps
+// flush_after's clock). Version 1 lacks the last.
 func encodeMeta(b []byte, tr *trace) []byte {
-	b = append(b, 1) // version
+	b = append(b, 2) // version
 	b = binary.AppendVarint(b, tr.first)
 	b = binary.AppendVarint(b, tr.last)
 	flags := byte(0)
@@ -874,13 +892,14 @@ func encodeMeta(b []byte, tr *trace) []byte {
 	for _, v := range []uint32{tr.revision, tr.spans, tr.logs, tr.points, tr.dropped[0], tr.dropped[1], tr.dropped[2], tr.bytes, tr.chunks} {
 		b = binary.AppendUvarint(b, uint64(v))
 	}
-	return b
+	return binary.AppendVarint(b, tr.touchedAt)
 }
 
 func decodeMeta(b []byte, tr *trace) error {
-	if len(b) < 1 || b[0] != 1 {
+	if len(b) < 1 || (b[0] != 1 && b[0] != 2) {
 		return fmt.Errorf("fuse: unknown trace record version")
 	}
+	version := b[0]
 	b = b[1:]
 	var n int
 	tr.first, n = binary.Varint(b)
@@ -902,6 +921,13 @@ func decodeMeta(b []byte, tr *trace) error {
 		}
 		*v = uint32(x)
 		b = b[n:]
+	}
+	tr.touchedAt = 0
+	if version >= 2 {
+		var n int
+		if tr.touchedAt, n = binary.Varint(b); n <= 0 {
+			return errCorruptChunk
+		}
 	}
 	return nil
 }
