@@ -99,8 +99,9 @@ func (p *processor) processKV(t *engine.Task, rec *kgo.Record) error {
 // the watermark has passed them; one that arrives behind the watermark goes
 // at once (counted in KVLateEvents). Live (the task caught up with its
 // inputs) the earliest held event also goes once it has waited
-// KVGraph.LiveHold of processing time: the watermark trails the freshest
-// data by the out-of-orderness bound, detection need not.
+// KVGraph.LiveHold of processing time and every task has since committed
+// what it forwarded here (engine.Task.MarkerHorizon): the watermark trails
+// the freshest data by the out-of-orderness bound, detection need not.
 type kvEvent struct {
 	time    int64
 	seq     uint64
@@ -160,9 +161,14 @@ func (p *processor) handKV(t *engine.Task, rec []byte) error {
 // held for KVGraph.LiveHold.
 func (p *processor) releaseKV(t *engine.Task, wm int64, budget int) error {
 	p.kvBacklog = false
-	heldSince := int64(math.MinInt64) // events buffered before it may go early
+	heldSince := int64(math.MinInt64) // events buffered at or before it may go early
 	if hold := p.cfg.KVGraph.LiveHold; hold > 0 && t.CaughtUp() {
-		heldSince = t.Now().UnixNano() - int64(hold)
+		// Held LiveHold, and overtaken by nothing another task read
+		// before it: a host's events read on other tasks come through
+		// the kvgraph topic a checkpoint or more later.
+		if h := t.MarkerHorizon(p.kvInput()); h != math.MinInt64 {
+			heldSince = min(t.Now().UnixNano()-int64(hold), h-1)
+		}
 	}
 	for n := 0; len(p.kvBuf) > 0 && (p.kvBuf[0].time <= wm || p.kvBuf[0].arrived <= heldSince); n++ {
 		if n == budget {

@@ -352,36 +352,47 @@ func TestKVBufferIsBounded(t *testing.T) {
 }
 
 // TestKVLiveHold: caught up with its inputs, a task hands a held KV event
-// to the detector once it has waited KVGraph.LiveHold of processing time,
-// long before the watermark (which trails the freshest data by the
-// out-of-orderness bound) passes it; behind its inputs, or with LiveHold
-// negative, only the watermark releases events.
+// to the detector once it has waited KVGraph.LiveHold of processing time
+// and every task has committed what it read before (two markers of each
+// read since), long before the watermark (which trails the freshest data by
+// the out-of-orderness bound) passes it; behind its inputs, with LiveHold
+// negative, or while markers do not come, only the watermark releases
+// events.
 func TestKVLiveHold(t *testing.T) {
 	pool := kvlog.Pool{Layers: 2, Blocks: 8, BlockBytes: 1024}
 	ms := func(n int64) int64 { return base.UnixNano() + n*int64(time.Millisecond) }
 	where := kvlog.Where{Host: "node-a", GPUUUID: "GPU-0", GPUIndex: 0}
 	for _, tc := range []struct {
-		name     string
-		hold     time.Duration
-		caughtUp bool
-		want     bool // an incident before the watermark passes the events
+		name       string
+		hold       time.Duration
+		caughtUp   bool
+		checkpoint bool // markers come (two checkpoints)
+		want       bool // an incident before the watermark passes the events
 	}{
-		{"live", 0, true, true},
-		{"backlog", 0, false, false},
-		{"hold off", -1, true, false},
+		{"live", 0, true, true, true},
+		{"backlog", 0, false, true, false},
+		{"hold off", -1, true, true, false},
+		{"no markers", 0, true, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newCluster(t, 1, func(cfg *Config) { cfg.KVGraph.LiveHold = tc.hold })
-			h := c.hs[0]
-			c.feed(0, inLogs, nil, kvlog.Marshal(where, residueOps(pool, ms)...))
+			c := newCluster(t, 2, func(cfg *Config) { cfg.KVGraph.LiveHold = tc.hold })
+			owner := int(otlp.HashPartition([]byte(where.Host), 2))
+			h := c.hs[owner]
+			c.feed(owner, inLogs, nil, kvlog.Marshal(where, residueOps(pool, ms)...))
 			if tc.caughtUp {
 				h.MarkCaughtUp()
 			}
 			step := func(d time.Duration) {
-				h.now = h.now.Add(d)
-				h.SetNow(h.now)
-				if err := h.Advance(); err != nil {
-					t.Fatal(err)
+				if tc.checkpoint {
+					c.checkpoint(d)
+					return
+				}
+				for _, h := range c.hs {
+					h.now = h.now.Add(d)
+					h.SetNow(h.now)
+					if err := h.Advance(); err != nil {
+						t.Fatal(err)
+					}
 				}
 				c.drain()
 			}

@@ -68,11 +68,11 @@ type Config struct {
 	// (engine.Task.CaughtUp), a held KV event goes to the detector once
 	// it has waited this long of processing time, even before the
 	// watermark passes it: live detection does not wait on the
-	// out-of-orderness bound, only on the disorder of the last LiveHold,
-	// which must cover the delay of events forwarded by other tasks (an
-	// internal topic is readable one checkpoint interval after the write).
-	// Behind its inputs (a backlog, a replay) the watermark alone releases
-	// events. Default 1s; negative: the watermark only.
+	// out-of-orderness bound, only on the disorder of the last LiveHold —
+	// and on the events forwarded by other tasks, which the fuse task
+	// waits for in any case (engine.Task.MarkerHorizon). Behind its inputs
+	// (a backlog, a replay) the watermark alone releases events. Default
+	// 1s; negative: the watermark only.
 	LiveHold time.Duration
 	// MaxStateBytes bounds the detector's in-memory state of a task
 	// (blocks, requests, open incidents), bytes, estimated; when over it the

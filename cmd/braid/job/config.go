@@ -177,11 +177,12 @@ type Config struct {
 		// LiveHold: while a task is caught up with its inputs (live), a KV
 		// event is held at most this long of processing time for events
 		// that arrive later with an earlier event time, instead of until
-		// the watermark passes it; detection then does not wait on
-		// out_of_orderness. Reading a backlog or replaying, the watermark
-		// alone releases them. Default checkpoint_interval + 1s (the events
-		// of a host read on other tasks arrive through an internal topic,
-		// one checkpoint later); negative: the watermark only.
+		// the watermark passes it, and until every task has committed the
+		// KV events it read before (they come through an internal topic, a
+		// checkpoint or more later: two of each task's watermark markers
+		// read since); detection then does not wait on out_of_orderness.
+		// Reading a backlog or replaying, the watermark alone releases
+		// them. Default 1s; negative: the watermark only.
 		LiveHold time.Duration `yaml:"live_hold"`
 	} `yaml:"pollution"`
 
@@ -295,12 +296,6 @@ func (c *Config) EnsureDefaults() {
 	def(&c.EventTime.Future, "late")
 	if c.CheckpointInterval == 0 {
 		c.CheckpointInterval = 5 * time.Second
-	}
-	if c.Pollution.LiveHold == 0 {
-		// A host's KV events read on other tasks come through an internal
-		// topic, readable one checkpoint after they were read: the hold
-		// covers that, so they are not overtaken by the ones read here.
-		c.Pollution.LiveHold = c.CheckpointInterval + time.Second
 	}
 	if c.LogInterval == 0 {
 		c.LogInterval = 30 * time.Second
