@@ -56,7 +56,7 @@ func lateLog(g *genTrace, at time.Time, body string) *logspb.LogRecord {
 func TestRestoreFlushesOpenTracesWithoutInput(t *testing.T) {
 	const flush = 5 * time.Second
 	for _, tc := range []struct {
-		name   string
+		name string
 		down time.Duration // from the last member to the restart
 	}{
 		{"slow restart", time.Minute},
