@@ -1,43 +1,50 @@
 package engine
 
-import "github.com/braidlabs/braid/windows"
+import (
+	"github.com/twmb/franz-go/pkg/kgo"
 
-// markerReads records when this task read the watermark markers of each
-// upstream task on each internal input: the processing times (unix ns) of
-// the last two, per internal input k and upstream task up at
-// k*Partitions+up.
-type markerReads [][2]int64
+	"github.com/braidlabs/braid/windows"
+)
 
-func (t *Task) noteMarker(k int, up int32) {
+// markerTimes holds, per internal input k and upstream task up (at
+// k*Partitions+up), the timestamp (unix ns) of the last watermark marker
+// of that task read on the input: the producer's clock when the upstream
+// task prepared the checkpoint that wrote it.
+type markerTimes []int64
+
+func (t *Task) noteMarker(k int, up int32, r *kgo.Record) {
 	p := int(t.e.topo.Partitions)
 	if t.markers == nil {
-		t.markers = make(markerReads, len(t.e.internal)*p)
+		t.markers = make(markerTimes, len(t.e.internal)*p)
 		for i := range t.markers {
-			t.markers[i] = [2]int64{windows.MinTime, windows.MinTime}
+			t.markers[i] = windows.MinTime
 		}
 	}
-	m := &t.markers[k*p+int(up)]
-	m[0], m[1] = m[1], t.now.UnixNano()
+	ts := recordTime(r)
+	if ts == windows.MinTime {
+		ts = t.now.UnixNano() // no timestamp (a test's records): when it was read
+	}
+	if m := &t.markers[k*p+int(up)]; ts > *m {
+		*m = ts
+	}
 }
 
 // MarkerHorizon returns, for an internal input (an index into
-// Topology.Inputs), the processing time (unix ns) before which every
-// upstream task has committed at least one checkpoint that this task has
-// read in full: the earliest, over the upstream tasks, of the time this
-// task read the second-to-last of that task's markers on the input.
-// windows.MinTime while some upstream task has not had two markers read
-// (a task not running, a rebalance), and for an input that is not
-// internal.
+// Topology.Inputs), the time (unix ns) up to which every upstream task has
+// committed what it wrote on the input and this task has read it: the
+// earliest, over the upstream tasks, of the timestamp of the last marker
+// read from that task (a task writes its markers at the end of each
+// checkpoint's records on every partition, when it prepares the
+// checkpoint, and they are readable once it commits). windows.MinTime
+// while some upstream task has not had a marker read (a task not running,
+// a rebalance), and for an input that is not internal.
 //
-// Markers come at the end of each checkpoint's records on every partition
-// of an internal topic, and a checkpoint is readable only once committed,
-// so what an upstream task forwards lags what this task reads itself by up
-// to a checkpoint, and more under load. A record this task read from a
-// source at processing time a has been overtaken by nothing an upstream
-// task read before a (and forwarded) once MarkerHorizon(input) > a: two
-// markers read since a span at least one whole checkpoint of each upstream
-// task. Operators that reorder records of one key from several tasks
-// (the KV-event buffer) release records read before it.
+// What an upstream task forwards arrives a checkpoint (more under load)
+// after it read it, later than what this task reads itself: a record this
+// task read at processing time a is overtaken by nothing that the upstream
+// tasks read before a once MarkerHorizon(input) > a — given clocks in step
+// across instances. Operators that order records of one key coming from
+// several tasks (the KV-event buffer) release records read before it.
 func (t *Task) MarkerHorizon(input int) int64 {
 	if input < 0 || input >= len(t.e.topo.Inputs) || !t.e.topo.Inputs[input].Internal || t.markers == nil {
 		return windows.MinTime
@@ -54,7 +61,7 @@ func (t *Task) MarkerHorizon(input int) int64 {
 	p := int(t.e.topo.Partitions)
 	h := windows.MaxTime
 	for up := range p {
-		h = min(h, t.markers[k*p+up][0])
+		h = min(h, t.markers[k*p+up])
 	}
 	return h
 }

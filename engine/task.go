@@ -86,7 +86,7 @@ type Task struct {
 	caught []bool
 
 	offsets   map[string]int64 // input topic → next offset
-	markers   markerReads      // when the upstream tasks' markers were read
+	markers   markerTimes      // timestamps of the upstream tasks' last markers
 	lastWM    int64
 	restoreWM int64
 	now       time.Time
@@ -505,7 +505,7 @@ func (t *Task) processRecord(r *kgo.Record, input int) error {
 				k = i
 			}
 		}
-		t.noteMarker(k, up)
+		t.noteMarker(k, up, r)
 		t.all.Report(t.e.sources+k*int(t.e.topo.Partitions)+int(up), wm, idle, t.now)
 		for _, u := range t.up {
 			if i, ok := u.index(t.e, k, up); ok {

@@ -67,6 +67,7 @@ type Counters struct {
 	IncidentTags     atomic.Int64 // incident tags sent to polluted requests' traces
 	IncidentTagsLate atomic.Int64 // of which arrived after their trace was purged
 	KVBuffered       atomic.Int64 // KV events held until the watermark passes them
+	KVSpilled        atomic.Int64 // of which held in state only, their members over KVGraph.MaxKVBufferBytes
 	KVLateEvents     atomic.Int64 // KV events that arrived behind the watermark (handed over at once)
 }
 

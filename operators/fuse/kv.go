@@ -106,17 +106,22 @@ type kvEvent struct {
 	time    int64
 	seq     uint64
 	arrived int64  // processing time it was buffered (or restored), ns
-	member  []byte // one member: the log record, its resource and origin
+	member  []byte // one member: the log record, its resource and origin; nil when spilled
 	stored  bool   // has a key in the keyspace
+	spilled bool   // its member is in the keyspace only (the share was full)
 }
 
 const prefixKV = byte('v')
 
 // bufferKV holds rec, one member at event time ts, until the watermark
-// passes ts. When the held events take more than MaxKVBufferBytes, the
-// oldest go to the detector early (kvgraph.Counters.EarlyReleased): they
-// keep their order among themselves, but an event that arrives later with
-// an earlier time is handed over after them (as a late one is).
+// passes ts. When the held events' members take more than
+// MaxKVBufferBytes, a new one goes to state at once and only its place is
+// kept in memory (Counters.KVSpilled); it is read back when its turn
+// comes, so the detector still sees events in order however long the
+// hold. Only when the places alone fill the share do the oldest go to the
+// detector early (kvgraph.Counters.EarlyReleased): in order among
+// themselves, but an event that arrives later with an earlier time is
+// handed over after them (as a late one is).
 func (p *processor) bufferKV(t *engine.Task, rec []byte, ts int64) error {
 	if ts <= t.Watermark() {
 		p.s.counters.KVLateEvents.Add(1)
@@ -128,12 +133,35 @@ func (p *processor) bufferKV(t *engine.Task, rec []byte, ts int64) error {
 	p.kvNew = append(p.kvNew, ev)
 	p.addKVBytes(kvEventBytes(ev))
 	p.s.counters.KVBuffered.Add(1)
+	// Over the share: members go to state, the latest first (a min-heap's
+	// last slots hold the events needed last).
+	for i := len(p.kvBuf) - 1; i >= 0 && p.kvBytes > p.cfg.KVGraph.MaxKVBufferBytes; i-- {
+		if err := p.spill(t, p.kvBuf[i]); err != nil {
+			return err
+		}
+	}
 	for p.kvBytes > p.cfg.KVGraph.MaxKVBufferBytes && len(p.kvBuf) > 0 {
 		p.kvCounters().EarlyReleased.Add(1)
 		if err := p.popKV(t); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// spill keeps ev's member in state only.
+func (p *processor) spill(t *engine.Task, ev *kvEvent) error {
+	if ev.spilled || ev.member == nil {
+		return nil
+	}
+	if !ev.stored {
+		if err := t.State.Set(kvKey(p.key[:0], ev), ev.member); err != nil {
+			return fmt.Errorf("fuse: write KV event: %w", err)
+		}
+	}
+	p.addKVBytes(-int64(len(ev.member)))
+	ev.member, ev.stored, ev.spilled = nil, true, true
+	p.s.counters.KVSpilled.Add(1)
 	return nil
 }
 
@@ -163,11 +191,12 @@ func (p *processor) releaseKV(t *engine.Task, wm int64, budget int) error {
 	p.kvBacklog = false
 	heldSince := int64(math.MinInt64) // events buffered at or before it may go early
 	if hold := p.cfg.KVGraph.LiveHold; hold > 0 && t.CaughtUp() {
-		// Held LiveHold, and overtaken by nothing another task read
-		// before it: a host's events read on other tasks come through
-		// the kvgraph topic a checkpoint or more later.
+		// Held LiveHold, and every task has committed what it read up
+		// to LiveHold after it (the disorder allowed between tasks): a
+		// host's events read on other tasks come through the kvgraph
+		// topic a checkpoint or more later.
 		if h := t.MarkerHorizon(p.kvInput()); h != math.MinInt64 {
-			heldSince = min(t.Now().UnixNano()-int64(hold), h-1)
+			heldSince = min(t.Now().UnixNano(), h) - int64(hold)
 		}
 	}
 	for n := 0; len(p.kvBuf) > 0 && (p.kvBuf[0].time <= wm || p.kvBuf[0].arrived <= heldSince); n++ {
@@ -187,12 +216,22 @@ func (p *processor) popKV(t *engine.Task) error {
 	ev := p.kvBuf.pop()
 	p.s.counters.KVBuffered.Add(-1)
 	p.addKVBytes(-kvEventBytes(ev))
+	m := ev.member
+	if ev.spilled {
+		v, ok, err := t.State.Get(nil, kvKey(p.key[:0], ev))
+		if err != nil {
+			return fmt.Errorf("fuse: read spilled KV event: %w", err)
+		}
+		if !ok {
+			return fmt.Errorf("fuse: spilled KV event at %d (seq %d) missing from state", ev.time, ev.seq)
+		}
+		m = v
+	}
 	if ev.stored {
 		if err := t.State.Delete(kvKey(p.key[:0], ev)); err != nil {
 			return err
 		}
 	}
-	m := ev.member
 	ev.member = nil // released: checkpointKV skips it
 	return p.handKV(t, m)
 }
@@ -234,7 +273,12 @@ func (p *processor) restoreKV(t *engine.Task) error {
 			return nil
 		}
 		ev := &kvEvent{time: int64(binary.BigEndian.Uint64(k[1:]) ^ (1 << 63)), seq: binary.BigEndian.Uint64(k[9:]),
-			arrived: now, member: append([]byte(nil), v...), stored: true}
+			arrived: now, stored: true}
+		if p.kvBytes+int64(len(v))+64 > p.cfg.KVGraph.MaxKVBufferBytes {
+			ev.spilled = true // stays in the keyspace only, as when it was held
+		} else {
+			ev.member = append([]byte(nil), v...)
+		}
 		p.kvBuf = append(p.kvBuf, ev)
 		p.addKVBytes(kvEventBytes(ev))
 		p.kvSeq = max(p.kvSeq, ev.seq+1)

@@ -419,3 +419,62 @@ func TestKVLiveHold(t *testing.T) {
 		})
 	}
 }
+
+// TestKVBufferSpillsInOrder: when the held events' members overflow
+// MaxKVBufferBytes, new ones are kept in state (only their places in
+// memory) and read back in their turn — across a restart too — so the
+// detector sees the events in event-time order although they arrived in
+// reverse: one incident (the residue), nothing released early.
+func TestKVBufferSpillsInOrder(t *testing.T) {
+	const limit = 96 << 10
+	c := newCluster(t, 1, func(cfg *Config) { cfg.KVGraph.MaxKVBufferBytes = limit })
+	pool := kvlog.Pool{Layers: 2, Blocks: 8, BlockBytes: 1024}
+	ms := func(n int64) int64 { return base.UnixNano() + n*int64(time.Millisecond) }
+	where := kvlog.Where{Host: "node-a", GPUUUID: "GPU-0", GPUIndex: 0}
+	ops := residueOps(pool, ms)
+	for i := range int64(200) {
+		b := 2 + i%6
+		req := "c" + strconv.FormatInt(i, 10)
+		ops = append(ops, kvlog.Op{Time: ms(10 + 4*i), Op: "alloc", Request: req, Block: b},
+			pool.Write(ms(11+4*i), req, b, 0, 0, 1024), pool.Read(ms(12+4*i), req, b, 0, 0, 1024),
+			kvlog.Op{Time: ms(13 + 4*i), Op: "zero", Block: b}, kvlog.Op{Time: ms(13 + 4*i), Op: "free", Request: req, Block: b})
+	}
+	h := c.hs[0]
+	for i := len(ops); i > 0; i -= 10 { // latest first
+		c.feed(0, inLogs, nil, kvlog.Marshal(where, ops[max(i-10, 0):i]...))
+		if n := h.stage.KVCounters().KVBufferBytes.Load(); n > limit {
+			t.Fatalf("KV buffer holds %d bytes > %d", n, limit)
+		}
+		if i == len(ops)/2 {
+			if err := h.Checkpoint(); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.Restart(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	spilled := h.stage.Counters().KVSpilled.Load()
+	if spilled == 0 {
+		t.Fatal("nothing spilled: the test shows nothing")
+	}
+	if early := h.stage.KVCounters().EarlyReleased.Load(); early != 0 {
+		t.Fatalf("%d events released early", early)
+	}
+	c.advance(8)
+	incs := c.incidents()
+	ids := map[string]bool{}
+	for _, inc := range incs {
+		ids[inc.Id] = true
+	}
+	if len(ids) != 1 {
+		t.Fatalf("%d incidents, want the one residue: %v", len(ids), incs)
+	}
+	if inc := incs[len(incs)-1]; inc.Root.GetRequestId() != "r1" || len(inc.Polluted) != 1 {
+		t.Fatalf("incident %v", inc)
+	}
+	if n := h.stage.Counters().KVBuffered.Load(); n != 0 {
+		t.Errorf("%d events still held after the watermark passed them all", n)
+	}
+	t.Logf("%d of %d events spilled", spilled, len(ops))
+}

@@ -58,11 +58,13 @@ type Config struct {
 	// edges_dropped, evidence_dropped, layers_dropped); no other record of
 	// the stage can reach it (see the bounds in Check). Default 1,000,000.
 	MaxRecordBytes int
-	// MaxKVBufferBytes bounds the KV events a fuse task holds until the
-	// watermark passes them, bytes; when full the oldest are handed to the
-	// detector early (Counters.EarlyReleased), in event-time order among
-	// themselves but possibly before later-arriving earlier events. Default
-	// 64 MiB.
+	// MaxKVBufferBytes bounds the memory of the KV events a fuse task
+	// holds until the watermark (or LiveHold) releases them, bytes; when
+	// full, the members of the latest go to state and are read back in
+	// their turn (order kept); only when their places alone (~64 bytes
+	// each) fill it are the oldest handed to the detector early
+	// (Counters.EarlyReleased), in event-time order among themselves but
+	// possibly before later-arriving earlier events. Default 64 MiB.
 	MaxKVBufferBytes int64
 	// LiveHold: while the task is caught up with its inputs
 	// (engine.Task.CaughtUp), a held KV event goes to the detector once

@@ -149,6 +149,10 @@ func (j *Job) logCounters(msg string, err error) {
 	args := []any{"messages", c.Messages.Load(), "members", c.Members.Load(), "fused", c.Fused.Load(),
 		"late", c.Late.Load(), "dlq", c.DLQ.Load(), "open_traces", c.OpenTraces.Load(),
 		"checkpoints", st.Checkpoints.Load(), "aborts", st.Aborts.Load()}
+	if kc := j.KVCounters(); c.KVLogs.Load() > 0 {
+		args = append(args, "kv_events", c.KVLogs.Load(), "kv_late_events", c.KVLateEvents.Load(),
+			"kv_early_released", kc.EarlyReleased.Load(), "incidents", kc.Incidents.Load())
+	}
 	if err != nil {
 		args = append(args, "err", err)
 	}
