@@ -198,6 +198,20 @@ func residueOps(pool kvlog.Pool, ms func(int64) int64) []kvlog.Op {
 		pool.Read(ms(7), "r2", 1, 1, 0, 1024))
 }
 
+// cleanLifecycles is n clean block lifecycles (alloc, write, read, zero,
+// free) on blocks 2–7, 4 ms apart from 10 ms on.
+func cleanLifecycles(pool kvlog.Pool, ms func(int64) int64, n int64) []kvlog.Op {
+	var ops []kvlog.Op
+	for i := range n {
+		b := 2 + i%6
+		req := "c" + strconv.FormatInt(i, 10)
+		ops = append(ops, kvlog.Op{Time: ms(10 + 4*i), Op: "alloc", Request: req, Block: b},
+			pool.Write(ms(11+4*i), req, b, 0, 0, 1024), pool.Read(ms(12+4*i), req, b, 0, 0, 1024),
+			kvlog.Op{Time: ms(13 + 4*i), Op: "zero", Block: b}, kvlog.Op{Time: ms(13 + 4*i), Op: "free", Request: req, Block: b})
+	}
+	return ops
+}
+
 // advance moves event time on every task by n steps of 2s (a span on each)
 // and checkpoints.
 func (c *cluster) advance(n int) {
@@ -317,15 +331,8 @@ func TestKVBufferIsBounded(t *testing.T) {
 	pool := kvlog.Pool{Layers: 2, Blocks: 8, BlockBytes: 1024}
 	ms := func(n int64) int64 { return base.UnixNano() + n*int64(time.Millisecond) }
 	where := kvlog.Where{Host: "node-a", GPUUUID: "GPU-0", GPUIndex: 0}
-	ops := residueOps(pool, ms)
 	// Many clean lifecycles on other blocks, all ahead of the watermark.
-	for i := range int64(200) {
-		b := 2 + i%6
-		req := "c" + strconv.FormatInt(i, 10)
-		ops = append(ops, kvlog.Op{Time: ms(10 + 4*i), Op: "alloc", Request: req, Block: b},
-			pool.Write(ms(11+4*i), req, b, 0, 0, 1024), pool.Read(ms(12+4*i), req, b, 0, 0, 1024),
-			kvlog.Op{Time: ms(13 + 4*i), Op: "zero", Block: b}, kvlog.Op{Time: ms(13 + 4*i), Op: "free", Request: req, Block: b})
-	}
+	ops := append(residueOps(pool, ms), cleanLifecycles(pool, ms, 200)...)
 	h := c.hs[0]
 	for i := 0; i < len(ops); i += 10 {
 		c.feed(0, inLogs, nil, kvlog.Marshal(where, ops[i:min(i+10, len(ops))]...))
@@ -431,14 +438,7 @@ func TestKVBufferSpillsInOrder(t *testing.T) {
 	pool := kvlog.Pool{Layers: 2, Blocks: 8, BlockBytes: 1024}
 	ms := func(n int64) int64 { return base.UnixNano() + n*int64(time.Millisecond) }
 	where := kvlog.Where{Host: "node-a", GPUUUID: "GPU-0", GPUIndex: 0}
-	ops := residueOps(pool, ms)
-	for i := range int64(200) {
-		b := 2 + i%6
-		req := "c" + strconv.FormatInt(i, 10)
-		ops = append(ops, kvlog.Op{Time: ms(10 + 4*i), Op: "alloc", Request: req, Block: b},
-			pool.Write(ms(11+4*i), req, b, 0, 0, 1024), pool.Read(ms(12+4*i), req, b, 0, 0, 1024),
-			kvlog.Op{Time: ms(13 + 4*i), Op: "zero", Block: b}, kvlog.Op{Time: ms(13 + 4*i), Op: "free", Request: req, Block: b})
-	}
+	ops := append(residueOps(pool, ms), cleanLifecycles(pool, ms, 200)...)
 	h := c.hs[0]
 	for i := len(ops); i > 0; i -= 10 { // latest first
 		c.feed(0, inLogs, nil, kvlog.Marshal(where, ops[max(i-10, 0):i]...))
