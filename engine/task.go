@@ -692,8 +692,16 @@ func (t *Task) Observe(input int, ts int64) {
 		ts = bound
 		t.e.stats.ClampedEvents.Add(1)
 	}
+	// A newest event read long after it happened (its record's
+	// timestamp) is a backlog being written: caught-up idleness must not
+	// run the watermark past what may still come behind it.
+	newest := ts > t.all.Max(i)
+	stale := t.curTS != windows.MinTime && t.curTS-ts > int64(t.e.cfg.OutOfOrderness)
 	for _, w := range t.fed {
 		w.Observe(i, ts, t.now)
+		if newest {
+			w.SetStale(i, stale)
+		}
 	}
 }
 

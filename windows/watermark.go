@@ -47,6 +47,7 @@ type input struct {
 	upstream bool
 	idleFlag bool  // upstream says it is idle
 	caughtUp bool  // source confirmed caught up, no activity since
+	stale    bool  // its newest event was read long after it happened (SetStale)
 	activity int64 // processing time of the last activity, ns
 }
 
@@ -108,6 +109,18 @@ func (w *Watermarks) Observe(i int, ts int64, now time.Time) {
 	in.caughtUp = false
 	in.activity = now.UnixNano()
 }
+
+// Max returns the largest event time (source) or watermark (upstream) seen
+// on input i, MinTime if none.
+func (w *Watermarks) Max(i int) int64 { return w.inputs[i].max }
+
+// SetStale records whether source input i's newest event was read more than
+// the out-of-orderness bound after it happened, by its record's timestamp: a
+// backlog written late (a Collector catching up after an outage, history
+// replayed into a topic). A stale input is not excluded for being caught
+// up — more of that backlog may be on its way, behind the other inputs —
+// only by the regular idleness.
+func (w *Watermarks) SetStale(i int, stale bool) { w.inputs[i].stale = stale }
 
 // Touch records activity on input i without an event time (a record that
 // could not be decoded still proves the input is alive).
@@ -250,7 +263,7 @@ func (w *Watermarks) isIdle(in *input, n int64) bool {
 			// silence. Only its own idle flag excludes it.
 			return false
 		}
-	} else if in.caughtUp && w.caughtIdle > 0 && n-in.activity > w.caughtIdle {
+	} else if in.caughtUp && !in.stale && w.caughtIdle > 0 && n-in.activity > w.caughtIdle {
 		return true
 	}
 	return w.idle > 0 && n-in.activity > w.idle

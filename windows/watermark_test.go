@@ -238,3 +238,27 @@ func TestUpstreamIsWaitedFor(t *testing.T) {
 		t.Fatalf("watermark %d once upstream 1 is idle, want 99s", got)
 	}
 }
+
+// TestStaleInputIsNotCaughtUpIdle: a caught-up input whose newest event was
+// read long after it happened (SetStale: a backlog being written) holds the
+// watermark until the regular idleness; a live one stops after the
+// caught-up idleness.
+func TestStaleInputIsNotCaughtUpIdle(t *testing.T) {
+	now := time.Unix(1000, 0)
+	for _, stale := range []bool{false, true} {
+		w := NewWatermarks(2, 0, 30*time.Second, now)
+		w.SetCaughtUpIdleness(200 * time.Millisecond)
+		w.Observe(0, 100, now)
+		w.Observe(1, 500, now)
+		w.SetStale(0, stale)
+		w.SetCaughtUp(0, true)
+		got := w.Current(now.Add(time.Second))
+		want := int64(100)
+		if !stale {
+			want = 500 // input 0 is caught up and idle: input 1 alone
+		}
+		if got != want {
+			t.Errorf("stale=%v: watermark %d after 1s, want %d", stale, got, want)
+		}
+	}
+}
