@@ -357,23 +357,9 @@ func runOne(o options, bin string, rate float64, mode string, ck time.Duration) 
 	}
 	defer os.RemoveAll(stateDir)
 	cfgPath := filepath.Join(stateDir, "braid.yaml")
-	cfg := fmt.Sprintf(`kafka:
-  brokers: [%s]
-group: %s
-instance_id: lat-0
-inputs:
-  spans: {topic: %s}
-  logs: {topic: %s}
-  metrics: {topic: %s}
-outputs: {fused: %s, late: %s, dlq: %s, pollution: %s, incidents: %s}
-state: {dir: %s}
-log_interval: 10s
-admin: {addr: "127.0.0.1:0"}
-`, strings.Join(o.brokers, ","), group, inputs[0], inputs[1], inputs[2],
-		outputs[0], outputs[1], outputs[2], outputs[3], outputs[4], filepath.Join(stateDir, "data"))
-	if ck > 0 {
-		cfg += fmt.Sprintf("checkpoint_interval: %s\n", ck)
-	}
+	cfg := braidproc.Config{Brokers: o.brokers, Group: group, Instance: "lat-0",
+		Inputs: [3]string(inputs), Outputs: [5]string(outputs),
+		StateDir: filepath.Join(stateDir, "data"), CheckpointInterval: ck}.YAML()
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}

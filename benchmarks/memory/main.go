@@ -265,20 +265,9 @@ func run(o options) error {
 	}
 	defer os.RemoveAll(stateDir)
 	cfgPath := filepath.Join(stateDir, "braid.yaml")
-	cfg := fmt.Sprintf(`kafka:
-  brokers: [%s]
-group: %s
-instance_id: mem-0
-inputs:
-  spans: {topic: %s}
-  logs: {topic: %s}
-  metrics: {topic: %s}
-outputs: {fused: %s, late: %s, dlq: %s, pollution: %s, incidents: %s}
-state: {dir: %s, memory_budget: %d}
-log_interval: 10s
-admin: {addr: %q}
-`, strings.Join(o.brokers, ","), group, inputs[0], inputs[1], inputs[2],
-		outputs[0], outputs[1], outputs[2], outputs[3], outputs[4], filepath.Join(stateDir, "data"), o.budget, o.admin)
+	cfg := braidproc.Config{Brokers: o.brokers, Group: group, Instance: "mem-0",
+		Inputs: [3]string(inputs), Outputs: [5]string(outputs),
+		StateDir: filepath.Join(stateDir, "data"), MemoryBudget: o.budget, Admin: o.admin}.YAML()
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return err
 	}

@@ -130,3 +130,49 @@ func DeleteTopics(adm *kadm.Client, prefix, group string, names ...string) error
 	}
 	return errors.Join(errs...)
 }
+
+// Config is what a benchmark's braid.yaml names: the broker, the group and
+// instance, the input topics (spans, logs, metrics), the output topics
+// (fused, late, dlq, pollution, incidents), the state directory, and
+// optionally the memory budget (0: braid's default) and the admin address
+// ("": any free loopback port).
+type Config struct {
+	Brokers            []string
+	Group, Instance    string
+	Inputs             [3]string
+	Outputs            [5]string
+	StateDir           string
+	MemoryBudget       int64
+	Admin              string
+	CheckpointInterval time.Duration // 0: braid's default
+}
+
+// YAML is c as braid's configuration file.
+func (c Config) YAML() string {
+	state := fmt.Sprintf("{dir: %s}", c.StateDir)
+	if c.MemoryBudget > 0 {
+		state = fmt.Sprintf("{dir: %s, memory_budget: %d}", c.StateDir, c.MemoryBudget)
+	}
+	admin := c.Admin
+	if admin == "" {
+		admin = "127.0.0.1:0"
+	}
+	y := fmt.Sprintf(`kafka:
+  brokers: [%s]
+group: %s
+instance_id: %s
+inputs:
+  spans: {topic: %s}
+  logs: {topic: %s}
+  metrics: {topic: %s}
+outputs: {fused: %s, late: %s, dlq: %s, pollution: %s, incidents: %s}
+state: %s
+log_interval: 10s
+admin: {addr: %q}
+`, strings.Join(c.Brokers, ","), c.Group, c.Instance, c.Inputs[0], c.Inputs[1], c.Inputs[2],
+		c.Outputs[0], c.Outputs[1], c.Outputs[2], c.Outputs[3], c.Outputs[4], state, admin)
+	if c.CheckpointInterval > 0 {
+		y += fmt.Sprintf("checkpoint_interval: %s\n", c.CheckpointInterval)
+	}
+	return y
+}
