@@ -117,9 +117,10 @@ func (w *Watermarks) Max(i int) int64 { return w.inputs[i].max }
 // SetStale records whether source input i's newest event was read more than
 // the out-of-orderness bound after it happened, by its record's timestamp: a
 // backlog written late (a Collector catching up after an outage, history
-// replayed into a topic). A stale input is not excluded for being caught
-// up — more of that backlog may be on its way, behind the other inputs —
-// only by the regular idleness.
+// replayed into a topic). While any source input is stale no input is
+// excluded for being caught up — more of that backlog may be on its way,
+// to this partition or to one that has shown nothing yet, behind the
+// others — only by the regular idleness.
 func (w *Watermarks) SetStale(i int, stale bool) { w.inputs[i].stale = stale }
 
 // Touch records activity on input i without an event time (a record that
@@ -144,11 +145,12 @@ func (w *Watermarks) Report(i int, wm int64, idle bool, now time.Time) {
 // Current computes the watermark at processing time now.
 func (w *Watermarks) Current(now time.Time) int64 {
 	n := now.UnixNano()
+	backlog := w.backlog()
 	wm := MaxTime
 	active := false
 	for i := range w.inputs {
 		in := &w.inputs[i]
-		if !w.frozen && w.isIdle(in, n) {
+		if !w.frozen && w.isIdle(in, n, backlog) {
 			continue
 		}
 		active = true
@@ -181,8 +183,9 @@ func (w *Watermarks) Idle(now time.Time) bool {
 		return false
 	}
 	n := now.UnixNano()
+	backlog := w.backlog()
 	for i := range w.inputs {
-		if !w.isIdle(&w.inputs[i], n) {
+		if !w.isIdle(&w.inputs[i], n, backlog) {
 			return false
 		}
 	}
@@ -251,7 +254,22 @@ func (w *Watermarks) Advance(wm int64) {
 	}
 }
 
-func (w *Watermarks) isIdle(in *input, n int64) bool {
+// backlog reports whether any source input is stale (SetStale): a backlog
+// is being written, and a caught-up input — even one that has shown
+// nothing yet — may be next to receive its share of it, behind the
+// others. Caught-up idleness is then off for every input.
+func (w *Watermarks) backlog() bool {
+	for i := range w.inputs {
+		if w.inputs[i].stale && !w.inputs[i].upstream {
+			return true
+		}
+	}
+	return false
+}
+
+// isIdle reports whether in stops holding the watermark back at processing
+// time n; backlog is w.backlog().
+func (w *Watermarks) isIdle(in *input, n int64, backlog bool) bool {
 	if in.upstream {
 		if in.idleFlag {
 			return true
@@ -263,7 +281,7 @@ func (w *Watermarks) isIdle(in *input, n int64) bool {
 			// silence. Only its own idle flag excludes it.
 			return false
 		}
-	} else if in.caughtUp && !in.stale && w.caughtIdle > 0 && n-in.activity > w.caughtIdle {
+	} else if in.caughtUp && !backlog && w.caughtIdle > 0 && n-in.activity > w.caughtIdle {
 		return true
 	}
 	return w.idle > 0 && n-in.activity > w.idle

@@ -262,3 +262,29 @@ func TestStaleInputIsNotCaughtUpIdle(t *testing.T) {
 		}
 	}
 }
+
+// TestBacklogHoldsEmptyCaughtUpInput: while one input reads a backlog
+// (stale), a caught-up input that has shown nothing yet is not excluded —
+// the backlog may reach its partition next — until the regular idleness.
+// With live input it is excluded after the caught-up idleness.
+func TestBacklogHoldsEmptyCaughtUpInput(t *testing.T) {
+	now := time.Unix(1000, 0)
+	for _, stale := range []bool{false, true} {
+		w := NewWatermarks(2, 0, 30*time.Second, now)
+		w.SetCaughtUpIdleness(200 * time.Millisecond)
+		w.SetCaughtUp(0, true) // empty partition, at its end
+		w.Observe(1, 500, now)
+		w.SetStale(1, stale)
+		got := w.Current(now.Add(time.Second))
+		want := MinTime
+		if !stale {
+			want = 500
+		}
+		if got != want {
+			t.Errorf("stale=%v: watermark %d after 1s, want %d", stale, got, want)
+		}
+		if got := w.Current(now.Add(31 * time.Second)); got != 500 {
+			t.Errorf("stale=%v: watermark %d after the regular idleness, want 500", stale, got)
+		}
+	}
+}
