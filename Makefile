@@ -1,8 +1,10 @@
 # braid — see README.md. `make run` runs the demo; `make test` runs every test,
-# starting a real Kafka broker (deploy/local/kafka.sh) for the integration tests.
+# starting a real Kafka broker (deploy/local/kafka.sh) and a real Alertmanager
+# (deploy/local/alertmanager.sh) for the integration tests.
 
 GO        ?= go
 KAFKA     := bash deploy/local/kafka.sh
+ALERTMANAGER := bash deploy/local/alertmanager.sh
 PKGS      ?= ./...
 GO_TEST_FLAGS ?= -race -count=1 -timeout 40m
 
@@ -17,15 +19,17 @@ build:
 run:
 	$(GO) run ./cmd/braid demo
 
-## test: unit tests and integration tests against a real Kafka 4.x broker.
+## test: unit tests and integration tests against a real Kafka 4.x broker
+## and a real Alertmanager.
 test:
-	@trap '$(KAFKA) stop' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
+	@trap '$(KAFKA) stop; $(ALERTMANAGER) stop' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
 	  $(KAFKA) start >/dev/null && eval "$$($(KAFKA) env)" && \
+	  $(ALERTMANAGER) start >/dev/null && eval "$$($(ALERTMANAGER) env)" && \
 	  $(GO) test $(GO_TEST_FLAGS) $(PKGS)
 
 ## test-unit: tests that need no broker (integration tests skip outside CI).
 test-unit:
-	env -u BRAID_KAFKA_BROKERS -u BRAID_KAFKA_SASL_BROKERS -u BRAID_KAFKA_SASL_SSL_BROKERS -u BRAID_KAFKA_CA_FILE CI= $(GO) test $(GO_TEST_FLAGS) $(PKGS)
+	env -u BRAID_KAFKA_BROKERS -u BRAID_KAFKA_SASL_BROKERS -u BRAID_KAFKA_SASL_SSL_BROKERS -u BRAID_KAFKA_CA_FILE -u BRAID_ALERTMANAGER_URL CI= $(GO) test $(GO_TEST_FLAGS) $(PKGS)
 
 ## fuzz: every fuzz target in turn, FUZZTIME each (default 10m); crashers
 ## are saved under the package's testdata/fuzz as regression seeds.
