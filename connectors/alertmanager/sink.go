@@ -252,9 +252,10 @@ func (s *Sink) wakeAll() {
 }
 
 // Run posts changes to every Alertmanager until ctx is done or Close is
-// called; on Close it first tries once, within Config.Timeout, to post
-// the changes not yet delivered. It returns nil then, and an error if
-// Run was called before or the Sink is closed.
+// called; on Close it first tries once to post what an Alertmanager lacks.
+// A post in flight when Close is called and that final one have
+// Config.Timeout in all. Run returns nil then, and an error if Run was
+// called before or the Sink is closed.
 func (s *Sink) Run(ctx context.Context) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return errors.New("alertmanager: Run called twice")
@@ -265,6 +266,21 @@ func (s *Sink) Run(ctx context.Context) error {
 		return ErrClosed
 	default:
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { // Close's deadline
+		select {
+		case <-s.closing:
+			t := time.NewTimer(s.cfg.Timeout)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				cancel()
+			case <-ctx.Done():
+			}
+		case <-ctx.Done():
+		}
+	}()
 	var wg sync.WaitGroup
 	for _, d := range s.dests {
 		wg.Go(func() { s.runDest(ctx, d) })
@@ -273,9 +289,10 @@ func (s *Sink) Run(ctx context.Context) error {
 	return nil
 }
 
-// Close stops Run after its final post and waits for it; an Update after
-// Close returns ErrClosed. Alerts not delivered by then are counted as
-// dropped. Later calls do nothing. It returns nil.
+// Close stops Run after its final post (see Run) and waits for it; an
+// Update after Close returns ErrClosed. Alerts that some Alertmanager
+// lacks by then are counted as dropped. Later calls do nothing. It returns
+// nil.
 func (s *Sink) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
@@ -340,7 +357,7 @@ func (s *Sink) runDest(ctx context.Context, d *dest) {
 		case <-ctx.Done():
 			return
 		case <-s.closing:
-			s.flush(d)
+			s.flush(ctx, d)
 			return
 		case <-d.wake:
 		case <-resend.C:
@@ -351,14 +368,12 @@ func (s *Sink) runDest(ctx context.Context, d *dest) {
 	}
 }
 
-// flush tries once, within Config.Timeout, to post to d what it lacks.
-func (s *Sink) flush(d *dest) {
+// flush tries once to post to d what it lacks.
+func (s *Sink) flush(ctx context.Context, d *dest) {
 	batch := s.collect(d.i, false)
 	if len(batch) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
-	defer cancel()
 	if err := s.deliver(ctx, d, batch); err != nil {
 		s.log.Warn("final post to Alertmanager", "url", d.endpoint, "err", err)
 	}

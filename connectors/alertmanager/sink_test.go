@@ -697,11 +697,50 @@ func TestCloseFlushesAndStops(t *testing.T) {
 	}
 }
 
+func TestCloseIsBoundedByTimeout(t *testing.T) {
+	release := make(chan struct{})
+	arrived := make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	const timeout = 300 * time.Millisecond
+	s, err := New(Config{URLs: []string{srv.URL}, Timeout: timeout, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Run(context.Background())
+	mustUpdate(t, s, firing("A", time.Now()))
+	<-arrived
+	mustUpdate(t, s, firing("B", time.Now())) // waits behind A
+	t0 := time.Now()
+	s.Close()
+	// The post of A in flight and the final one of both share one Timeout
+	// (with some slack for a loaded machine).
+	if took := time.Since(t0); took > timeout+2*time.Second {
+		t.Errorf("Close took %v, want about %v", took, timeout)
+	}
+	if d := s.Counters().Dropped.Load(); d != 2 {
+		t.Errorf("Dropped = %d, want 2 (A and B never delivered)", d)
+	}
+}
+
 func TestRunStopsOnCancelDuringAHangingPost(t *testing.T) {
 	release := make(chan struct{})
 	arrived := make(chan struct{}, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		arrived <- struct{}{}
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
 		select {
 		case <-release:
 		case <-r.Context().Done():
