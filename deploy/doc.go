@@ -17,6 +17,8 @@
 //     exporter's settings.
 //   - local/: kafka.sh, the real single-node Kafka broker of the integration
 //     tests.
+//   - local/alertmanager.sh: a real Prometheus Alertmanager with one webhook
+//     receiver, for the tests of connectors/alertmanager.
 //
 // The validators are installed on first use into the cache
 // ($BRAID_CACHE_DIR, default ~/.cache/braid) from PyPI and npm, pinned.
