@@ -414,7 +414,8 @@ func TestPrometheusScrapesExemplars(t *testing.T) {
 		t.Errorf("Prometheus has %d TTFT bucket series, want %d", len(series), want)
 	}
 	for _, s := range series {
-		if s.Metric["job"] != "braid" || s.Metric["model"] == "" || s.Metric["instance"] == "" || s.Metric["le"] == "" {
+		// honor_labels: the serving instance, not the target's address.
+		if s.Metric["job"] != "braid" || s.Metric["model"] == "" || !strings.HasPrefix(s.Metric["instance"], "vllm-") || s.Metric["le"] == "" {
 			t.Errorf("series labels %v", s.Metric)
 		}
 	}
@@ -431,4 +432,45 @@ func TestPrometheusScrapesExemplars(t *testing.T) {
 		t.Fatal("no exemplars")
 	}
 	t.Logf("Prometheus: %d TTFT bucket series, %d exemplars over %d series, every trace_id observed", len(series), n, len(exemplars))
+
+	// Every expression of the Grafana dashboard is valid PromQL that
+	// Prometheus answers with data from braid (rates need two scrapes); an
+	// expression ending in a filter ("> 0", for annotations) must have
+	// data without it.
+	exprs := dashboardExprs(t)
+	filter := regexp.MustCompile(`\s*>\s*0$`)
+	var pending []string
+	for _, expr := range exprs {
+		var qr struct{}
+		if err := api("/api/v1/query", url.Values{"query": {expr}}, &qr); err != nil {
+			t.Fatalf("dashboard expression %s: %v", expr, err)
+		}
+		pending = append(pending, filter.ReplaceAllString(expr, ""))
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for len(pending) > 0 {
+		var next []string
+		for _, expr := range pending {
+			var qr struct {
+				Status string `json:"status"`
+				Data   struct {
+					Result []json.RawMessage `json:"result"`
+				} `json:"data"`
+			}
+			if err := api("/api/v1/query", url.Values{"query": {expr}}, &qr); err != nil {
+				t.Fatalf("dashboard expression %s: %v", expr, err)
+			}
+			if len(qr.Data.Result) == 0 {
+				next = append(next, expr)
+			}
+		}
+		pending = next
+		if len(pending) > 0 && time.Now().After(deadline) {
+			t.Fatalf("dashboard expressions without data after 30s: %q", pending)
+		}
+		if len(pending) > 0 {
+			time.Sleep(500 * time.Millisecond) // polling Prometheus's API, bounded by the deadline
+		}
+	}
+	t.Logf("Prometheus answers all %d dashboard expressions with data", len(exprs))
 }

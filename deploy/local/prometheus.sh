@@ -13,8 +13,11 @@
 # (--enable-feature=exemplar-storage,native-histograms), so that the
 # trace_id exemplars of braid's latency histograms can be queried
 # (/api/v1/query_exemplars). Its generated config scrapes /metrics of every
-# target in BRAID_PROMETHEUS_TARGETS every second (job "braid"); `start` on
-# a running server with other targets rewrites the config and reloads it.
+# target in BRAID_PROMETHEUS_TARGETS every second (job "braid"), with
+# honor_labels: true, since braid's LLM metrics carry the serving instance as
+# label "instance" (a scrape without it renames that label exported_instance
+# and the dashboard's per-instance panels lose it); `start` on a running
+# server with other targets rewrites the config and reloads it.
 #
 # Tests that scrape an admin server of their own start their own instance
 # with this script on a free port and a data dir of their own:
@@ -156,6 +159,9 @@ global:
 scrape_configs:
   - job_name: braid
     metrics_path: /metrics
+    # braid's LLM metrics carry the serving instance as label "instance":
+    # it wins over the target's address.
+    honor_labels: true
     static_configs:
       - targets:
 EOF
