@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/braidlabs/braid/operators/braidpb"
@@ -293,11 +294,19 @@ type series struct {
 	hasEfficiency bool
 }
 
-type layerSeries struct {
-	mu      sync.Mutex
+// layerGroup holds the layer histograms of one model.
+type layerGroup struct {
+	mu     sync.Mutex
+	layers map[int64]*layerHist // REQUIRES: mu held; key otherLayer for overflow
+}
+
+type layerHist struct {
 	created time.Time
 	h       hist
 }
+
+// otherLayer is the layer index of the "other" layer series.
+const otherLayer = -1
 
 type incidents struct {
 	created time.Time
@@ -316,10 +325,13 @@ type family[V any] struct {
 type Recorder struct {
 	cfg Config
 
+	layerSeries   atomic.Int64  // (model, layer) series held, "other" excluded
+	layerOverflow atomic.Uint64 // layer observations sent to ("other", "other")
+
 	mu struct {
 		sync.RWMutex
 		series    family[*series]
-		layers    family[*layerSeries]
+		layers    map[string]*layerGroup // by model
 		incidents family[*incidents]
 		kv        family[KV]
 	}
@@ -334,7 +346,7 @@ func New(cfg Config) (*Recorder, error) {
 	cfg.MaxTokensPerSecond = maps.Clone(cfg.MaxTokensPerSecond)
 	r := &Recorder{cfg: cfg}
 	r.mu.series.m = map[seriesKey]*series{}
-	r.mu.layers.m = map[seriesKey]*layerSeries{}
+	r.mu.layers = map[string]*layerGroup{}
 	r.mu.incidents.m = map[seriesKey]*incidents{}
 	r.mu.kv.m = map[seriesKey]KV{}
 	return r, nil
@@ -380,23 +392,71 @@ func (r *Recorder) series(model, instance string) *series {
 	return s
 }
 
-func (r *Recorder) layer(model string, index int64) *layerSeries {
-	k := seriesKey{model, strconv.FormatInt(index, 10)}
+// layerGroup returns the layer group of model; beyond Config.MaxSeries
+// models, the group of "other".
+func (r *Recorder) layerGroup(model string) *layerGroup {
 	r.mu.RLock()
-	s, ok := r.mu.layers.m[k]
+	g, ok := r.mu.layers[model]
 	r.mu.RUnlock()
 	if ok {
-		return s
+		return g
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	k, create := slot(&r.mu.layers, k, otherKey, r.cfg.MaxSeries)
-	if !create {
-		return r.mu.layers.m[k]
+	if g, ok := r.mu.layers[model]; ok {
+		return g
 	}
-	s = &layerSeries{created: r.cfg.Now(), h: newHist(LatencyBuckets)}
-	r.mu.layers.m[k] = s
-	return s
+	if len(r.mu.layers) >= r.cfg.MaxSeries && model != Other {
+		model = Other
+		if g, ok := r.mu.layers[model]; ok {
+			return g
+		}
+	}
+	g = &layerGroup{layers: map[int64]*layerHist{}}
+	r.mu.layers[model] = g
+	return g
+}
+
+// observeLayers adds the per-layer decode times of one trace: one lock for
+// the model's layers; layers beyond Config.MaxSeries go to ("other",
+// "other").
+func (r *Recorder) observeLayers(model string, layers []Layer, traceID string, at time.Time) {
+	var over []float64
+	g := r.layerGroup(model)
+	g.mu.Lock()
+	for _, l := range layers {
+		if l.Count <= 0 || l.Total <= 0 || l.Index < 0 {
+			continue
+		}
+		v := l.Total.Seconds() / float64(l.Count)
+		lh, ok := g.layers[l.Index]
+		if !ok {
+			if r.layerSeries.Add(1) > int64(r.cfg.MaxSeries) {
+				r.layerSeries.Add(-1)
+				r.layerOverflow.Add(1)
+				over = append(over, v)
+				continue
+			}
+			lh = &layerHist{created: r.cfg.Now(), h: newHist(LatencyBuckets)}
+			g.layers[l.Index] = lh
+		}
+		lh.h.observe(v, traceID, at)
+	}
+	g.mu.Unlock()
+	if len(over) == 0 {
+		return
+	}
+	og := r.layerGroup(Other)
+	og.mu.Lock()
+	lh, ok := og.layers[otherLayer]
+	if !ok {
+		lh = &layerHist{created: r.cfg.Now(), h: newHist(LatencyBuckets)}
+		og.layers[otherLayer] = lh
+	}
+	for _, v := range over {
+		lh.h.observe(v, traceID, at)
+	}
+	og.mu.Unlock()
 }
 
 // ObserveTrace adds the figures of one trace to the histograms of its
@@ -423,14 +483,8 @@ func (r *Recorder) ObserveTrace(t Trace) {
 	}
 	s.mu.Unlock()
 
-	for _, l := range t.Layers {
-		if l.Count <= 0 || l.Total <= 0 || l.Index < 0 {
-			continue
-		}
-		ls := r.layer(model, l.Index)
-		ls.mu.Lock()
-		ls.h.observe(l.Total.Seconds()/float64(l.Count), t.TraceID, at)
-		ls.mu.Unlock()
+	if len(t.Layers) > 0 {
+		r.observeLayers(model, t.Layers, t.TraceID, at)
 	}
 }
 
@@ -495,10 +549,10 @@ func (r *Recorder) Snapshot() Snapshot {
 	for i, k := range keys {
 		ss[i] = r.mu.series.m[k]
 	}
-	lkeys := slices.SortedFunc(maps.Keys(r.mu.layers.m), cmpLayerKey)
-	ls := make([]*layerSeries, len(lkeys))
-	for i, k := range lkeys {
-		ls[i] = r.mu.layers.m[k]
+	models := slices.Sorted(maps.Keys(r.mu.layers))
+	groups := make([]*layerGroup, len(models))
+	for i, m := range models {
+		groups[i] = r.mu.layers[m]
 	}
 	var snap Snapshot
 	for _, k := range slices.SortedFunc(maps.Keys(r.mu.incidents.m), cmpKey) {
@@ -509,7 +563,7 @@ func (r *Recorder) Snapshot() Snapshot {
 		snap.KV = append(snap.KV, r.mu.kv.m[k])
 	}
 	snap.Overflow = []Overflow{
-		{"series", r.mu.series.overflow}, {"layers", r.mu.layers.overflow},
+		{"series", r.mu.series.overflow}, {"layers", r.layerOverflow.Load()},
 		{"incidents", r.mu.incidents.overflow}, {"kv", r.mu.kv.overflow},
 	}
 	r.mu.RUnlock()
@@ -526,11 +580,20 @@ func (r *Recorder) Snapshot() Snapshot {
 		out.Efficiency, out.HasEfficiency = s.efficiency, s.hasEfficiency
 		s.mu.Unlock()
 	}
-	snap.Layers = make([]LayerSeries, len(lkeys))
-	for i, l := range ls {
-		l.mu.Lock()
-		snap.Layers[i] = LayerSeries{Model: lkeys[i].a, Layer: lkeys[i].b, Hist: l.h.snapshot(l.created)}
-		l.mu.Unlock()
+	for i, g := range groups {
+		g.mu.Lock()
+		// Layers in numeric order, "other" last.
+		for _, idx := range slices.SortedFunc(maps.Keys(g.layers), func(x, y int64) int {
+			return cmp.Compare(uint64(x), uint64(y)) // otherLayer (-1) is the largest
+		}) {
+			lh := g.layers[idx]
+			name := Other
+			if idx != otherLayer {
+				name = strconv.FormatInt(idx, 10)
+			}
+			snap.Layers = append(snap.Layers, LayerSeries{Model: models[i], Layer: name, Hist: lh.h.snapshot(lh.created)})
+		}
+		g.mu.Unlock()
 	}
 	return snap
 }
@@ -538,24 +601,6 @@ func (r *Recorder) Snapshot() Snapshot {
 func cmpKey(x, y seriesKey) int {
 	if c := cmp.Compare(x.a, y.a); c != 0 {
 		return c
-	}
-	return cmp.Compare(x.b, y.b)
-}
-
-// cmpLayerKey sorts layers numerically within a model, "other" last.
-func cmpLayerKey(x, y seriesKey) int {
-	if c := cmp.Compare(x.a, y.a); c != 0 {
-		return c
-	}
-	xi, xerr := strconv.ParseInt(x.b, 10, 64)
-	yi, yerr := strconv.ParseInt(y.b, 10, 64)
-	switch {
-	case xerr == nil && yerr == nil:
-		return cmp.Compare(xi, yi)
-	case xerr == nil:
-		return -1
-	case yerr == nil:
-		return 1
 	}
 	return cmp.Compare(x.b, y.b)
 }

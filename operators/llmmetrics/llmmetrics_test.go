@@ -274,3 +274,30 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// benchLayers is the number of decode layers per trace in BenchmarkObserveTrace.
+const benchLayers = 32
+
+// BenchmarkObserveTrace: one trace with every latency, a cache-hit ratio and
+// 32 layers, from parallel goroutines over 6 label sets.
+func BenchmarkObserveTrace(b *testing.B) {
+	r, err := New(Config{MaxTokensPerSecond: map[string]float64{"m0": 1000}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	layers := make([]Layer, benchLayers)
+	for i := range layers {
+		layers[i] = Layer{Index: int64(i), Count: 100, Total: 50 * time.Millisecond}
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			i++
+			r.ObserveTrace(Trace{Model: "m" + strconv.Itoa(i%2), Instance: "i" + strconv.Itoa(i%3), TraceID: "0123456789abcdef0123456789abcdef",
+				TTFT: time.Duration(i%5000) * time.Millisecond, TPOT: 20 * time.Millisecond, Queue: time.Millisecond, Prefill: 100 * time.Millisecond,
+				Decode: time.Second, E2E: 1200 * time.Millisecond, OutputTokens: 50, Layers: layers, CacheHitRatio: 0.5, HasCacheHit: true, Time: int64(i)})
+		}
+	})
+}
+
