@@ -300,4 +300,3 @@ func BenchmarkObserveTrace(b *testing.B) {
 		}
 	})
 }
-
