@@ -540,8 +540,11 @@ func (r *Recorder) SetKV(gpu, instance string, utilisation, fragmentation, healt
 // model, that is whether it can produce efficiency figures.
 func (r *Recorder) HasEfficiency() bool { return len(r.cfg.MaxTokensPerSecond) > 0 }
 
-// Snapshot copies the current figures. Each observation is either wholly in
-// it or not at all; the lists are sorted by their labels.
+// Snapshot copies the current figures, sorted by their labels (layers in
+// numeric order, "other" last). Each histogram is consistent in itself
+// (buckets, count, sum and exemplars of the same observations); a trace
+// observed during the call may be in its (model, instance) histograms and
+// not yet in its layer histograms.
 func (r *Recorder) Snapshot() Snapshot {
 	r.mu.RLock()
 	keys := slices.SortedFunc(maps.Keys(r.mu.series.m), cmpKey)
