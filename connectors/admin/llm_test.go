@@ -258,9 +258,9 @@ func TestLLMCollectorAlone(t *testing.T) {
 	}
 }
 
-// tool returns the path of the named Prometheus tool, or ends the test: it fails in CI
+// prometheusTool returns the path of the named Prometheus tool, or ends the test: it fails in CI
 // (CI set), so that CI never passes by skipping, and is skipped elsewhere.
-func tool(t *testing.T, name string) string {
+func prometheusTool(t *testing.T, name string) string {
 	t.Helper()
 	for _, p := range []string{"/usr/bin/" + name, name} {
 		if path, err := exec.LookPath(p); err == nil {
@@ -278,7 +278,7 @@ func tool(t *testing.T, name string) string {
 // TestPromtoolCheckMetrics: `promtool check metrics` accepts braid's
 // /metrics, LLM metrics populated.
 func TestPromtoolCheckMetrics(t *testing.T) {
-	promtool := tool(t, "promtool")
+	promtool := prometheusTool(t, "promtool")
 	f := newLLMFixture(t)
 	_, body := f.scrape(t, "")
 	if !strings.Contains(body, "braid_llm_ttft_seconds_bucket") || !strings.Contains(body, "braid_kv_health_score") {
@@ -292,8 +292,8 @@ func TestPromtoolCheckMetrics(t *testing.T) {
 	}
 }
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort(t *testing.T) int {
+// freeLocalPort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freeLocalPort(t *testing.T) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -308,7 +308,7 @@ func freePort(t *testing.T) int {
 // an admin server over a populated Recorder, and waits until its HTTP API
 // shows braid's TTFT histogram and exemplars carrying observed trace ids.
 func TestPrometheusScrapesExemplars(t *testing.T) {
-	tool(t, "prometheus")
+	prometheusTool(t, "prometheus")
 	f := newLLMFixture(t)
 	srv, err := New(Config{Addr: "127.0.0.1:0", Gatherer: f.reg})
 	if err != nil {
@@ -328,7 +328,7 @@ func TestPrometheusScrapesExemplars(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := freePort(t)
+	port := freeLocalPort(t)
 	env := append(os.Environ(),
 		"BRAID_PROMETHEUS_PORT="+strconv.Itoa(port),
 		"BRAID_PROMETHEUS_DIR="+filepath.Join(t.TempDir(), "prometheus"),
