@@ -258,8 +258,9 @@ func TestLLMCollectorAlone(t *testing.T) {
 	}
 }
 
-// prometheusTool returns the path of the named Prometheus tool, or ends the test: it fails in CI
-// (CI set), so that CI never passes by skipping, and is skipped elsewhere.
+// prometheusTool returns the path of the named Prometheus binary, or ends
+// the test: it fails in CI (CI set), so that CI never passes by skipping,
+// and is skipped elsewhere.
 func prometheusTool(t *testing.T, name string) string {
 	t.Helper()
 	for _, p := range []string{"/usr/bin/" + name, name} {
