@@ -16,7 +16,12 @@
 //     exporter writes what braid reads; the tests parse it and check the
 //     exporter's settings.
 //   - local/: kafka.sh, the real single-node Kafka broker of the integration
-//     tests.
+//     tests; prometheus.sh, a real Prometheus (exemplar storage on) that
+//     scrapes braid's /metrics every second.
+//   - grafana/: braid-llm.json, a Grafana dashboard of braid's LLM metrics,
+//     KV-cache gauges, own throughput and lag and its Alertmanager alerts;
+//     connectors/admin tests it against the metrics braid exports, and its
+//     Prometheus integration test runs every expression of it.
 //   - local/alertmanager.sh: a real Prometheus Alertmanager with one webhook
 //     receiver, for the tests of connectors/alertmanager.
 //

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/braidlabs/braid/operators/llmmetrics"
 )
 
 // CollectorConfig configures a Collector.
@@ -23,6 +25,12 @@ type CollectorConfig struct {
 	Lag LagView
 	// Now is the clock for braid_watermark_lag_seconds. Default time.Now.
 	Now func() time.Time
+	// LLM is the fuse stage's derived LLM metrics, read at every scrape
+	// (see LLMCollector). Optional: without it those metrics are not
+	// exported. With it, braid_pollution_incidents_total is exported by
+	// pattern from the Recorder (llmmetrics.Recorder.ObserveIncident)
+	// instead of the unlabelled Counters.Incidents.
+	LLM *llmmetrics.Recorder
 }
 
 // Collector is a prometheus.Collector that reads the engine, the stage's
@@ -30,6 +38,7 @@ type CollectorConfig struct {
 // register it on the job's registry. Safe for concurrent scrapes.
 type Collector struct {
 	cfg CollectorConfig
+	llm *LLMCollector // nil without CollectorConfig.LLM
 }
 
 // NewCollector validates cfg.
@@ -40,7 +49,11 @@ func NewCollector(cfg CollectorConfig) (*Collector, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Collector{cfg: cfg}, nil
+	c := &Collector{cfg: cfg}
+	if cfg.LLM != nil {
+		c.llm = NewLLMCollector(cfg.LLM)
+	}
+	return c, nil
 }
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
@@ -156,15 +169,23 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		descMessages, descMembers, descLocal, descRepartitioned, descFused, descRevisions, descLate, descDLQ,
 		descUnjoined, descTruncated, descOpenTraces, descTimers,
 		descDeclared, descResolved, descUnresolved, descOpenRequests, descResourcePoints, descResourceSamples, descResourceSeries,
-		descKVEvents, descPollutionEdges, descIncidents, descPolluted,
+		descKVEvents, descPollutionEdges, descPolluted,
 		descMemory, descEvictions, descDropped, descFuture, descRepaired, descBackpressure, descEarlyCheckpoints, descFollowUpCheckpoints, descClamped,
 	} {
 		ch <- d
+	}
+	if c.llm != nil {
+		c.llm.Describe(ch) // braid_pollution_incidents_total by pattern among them
+	} else {
+		ch <- descIncidents
 	}
 }
 
 // Collect reads the views and sends the current values.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	if c.llm != nil {
+		c.llm.Collect(ch)
+	}
 	counter := func(d *prometheus.Desc, v int64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
@@ -236,7 +257,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descResourceSeries, float64(k.ResourceSeries))
 		counter(descKVEvents, k.KVEvents)
 		counter(descPollutionEdges, k.PollutionEdges)
-		counter(descIncidents, k.Incidents)
+		if c.llm == nil {
+			counter(descIncidents, k.Incidents)
+		}
 		counter(descPolluted, k.PollutedRequests)
 		counter(descFuture, k.Future)
 		counter(descRepaired, k.RepairedUTF8)

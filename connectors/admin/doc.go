@@ -10,6 +10,15 @@
 // Collector reads the views at scrape time. Only the checkpoint histograms
 // are pushed, by Checkpoints.Observe from engine.Config.OnCheckpoint.
 //
+// The derived LLM metrics (braid_llm_* latency histograms per model and
+// instance, llm_batch_efficiency_ratio, braid_kv_* gauges, pollution
+// incidents by pattern) come from an llmmetrics.Recorder that the fuse stage
+// feeds (CollectorConfig.LLM, or an LLMCollector of its own). Their
+// histogram buckets carry the latest trace id as an exemplar, which the
+// OpenMetrics exposition of /metrics shows; the Grafana dashboard
+// deploy/grafana/braid-llm.json is checked against the names exported here
+// (dashboard_test.go).
+//
 // The owner of the wiring (cmd/braid/job) creates the registry, registers
 // Checkpoints and the Collector on it, and runs the Server and the
 // LagMonitor beside the engine.

@@ -1,0 +1,477 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/braidlabs/braid/engine"
+	"github.com/braidlabs/braid/operators/llmmetrics"
+)
+
+// llmFixture is a registry as a job builds it, every view populated: the
+// engine's and the stage's metrics, checkpoint histograms, the Go and
+// process collectors, and a Recorder fed with traces whose ids are kept.
+type llmFixture struct {
+	reg *prometheus.Registry
+	rec *llmmetrics.Recorder
+	ids map[string]bool // trace ids observed
+}
+
+func newLLMFixture(t *testing.T) *llmFixture {
+	t.Helper()
+	rec, err := llmmetrics.New(llmmetrics.Config{MaxTokensPerSecond: map[string]float64{"llama-3-8b": 5000, "qwen-7b": 4000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &llmFixture{reg: prometheus.NewPedanticRegistry(), rec: rec, ids: map[string]bool{}}
+	f.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cps, err := NewCheckpoints(f.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cps.Observe(engine.CheckpointInfo{Pause: time.Millisecond, Commit: 2 * time.Millisecond, Committed: true, Tasks: 1})
+	eng := &fakeEngine{}
+	eng.stats.RecordsIn.Store(1000)
+	eng.stats.Checkpoints.Store(1)
+	eng.setTasks(engine.TaskStat{Partition: 0, Watermark: time.Now().UnixNano(), StateBytes: 1 << 20})
+	col, err := NewCollector(CollectorConfig{
+		Engine: eng,
+		Counters: func() Counters {
+			return Counters{Messages: 10, Members: 90, Fused: 5, Incidents: 2,
+				MemoryBytes: map[string]int64{"open_traces": 1024}, Evictions: map[string]int64{"open_traces": 0},
+				Dropped: map[string]int64{"skip": 0}}
+		},
+		Lag: fakeLag{at: time.Now(), lags: []PartitionLag{{Topic: "otlp_spans", Partition: 0, Records: 3}}},
+		LLM: rec,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.reg.MustRegister(col)
+
+	now := time.Now().UnixNano()
+	for i := range 200 {
+		id := fmt.Sprintf("%032x", 0xb7a1d0000+i)
+		f.ids[id] = true
+		ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+		rec.ObserveTrace(llmmetrics.Trace{
+			Model: []string{"llama-3-8b", "qwen-7b"}[i%2], Instance: "vllm-" + strconv.Itoa(i%3), TraceID: id,
+			TTFT: ms(20 + float64(i*i%4000)), TPOT: ms(5 + float64(i%90)), Queue: ms(float64(i % 50)),
+			Prefill: ms(10 + float64(i%300)), Decode: ms(500 + float64(i*37%20000)), E2E: ms(600 + float64(i*41%30000)),
+			InputTokens: 512, OutputTokens: 128, BatchSize: int64(1 + i%16),
+			Layers:        []llmmetrics.Layer{{Index: int64(i % 4), Count: 127, Total: ms(40)}},
+			CacheHitRatio: float64(i%10) / 10, HasCacheHit: true, Time: now - int64(200-i)*int64(time.Millisecond),
+		})
+	}
+	rec.ObserveIncident("KV_WRITE_AFTER_FREE")
+	rec.ObserveIncident("KV_WRITE_AFTER_FREE")
+	rec.ObserveIncident("CROSS_REQUEST_READ")
+	rec.SetKV("GPU-0", "vllm-0", 0.82, 0.12, 0.91)
+	rec.SetKV("GPU-1", "vllm-1", 0.40, 0.45, 0.62)
+	return f
+}
+
+// scrape serves /metrics of a server over the registry, with the given
+// Accept header.
+func (f *llmFixture) scrape(t *testing.T, accept string) (string, string) {
+	t.Helper()
+	srv, err := New(Config{Addr: "127.0.0.1:0", Gatherer: f.reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	rec := httptest.NewRecorder()
+	srv.srv.Handler.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("/metrics = %d: %s", rec.Code, rec.Body)
+	}
+	return rec.Header().Get("Content-Type"), rec.Body.String()
+}
+
+const openMetrics = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+
+var exemplarRE = regexp.MustCompile(`^(braid_llm_[a-z0-9_]+_bucket)\{[^}]*le="([^"]+)"[^}]*\} \d+ # \{trace_id="([0-9a-f]{32})"\} ([0-9.e+-]+) ([0-9.e+]+)$`)
+
+// TestLLMMetricsOpenMetricsExemplars: the OpenMetrics exposition carries
+// one exemplar per non-empty bucket, each a trace id the Recorder observed,
+// with a value inside its bucket; the text exposition carries the same
+// series without exemplars.
+func TestLLMMetricsOpenMetricsExemplars(t *testing.T) {
+	f := newLLMFixture(t)
+	ct, body := f.scrape(t, openMetrics)
+	if !strings.HasPrefix(ct, "application/openmetrics-text") {
+		t.Fatalf("Content-Type %q, want OpenMetrics", ct)
+	}
+	exemplars := map[string]int{}
+	for line := range strings.SplitSeq(body, "\n") {
+		if !strings.Contains(line, " # {") {
+			continue
+		}
+		m := exemplarRE.FindStringSubmatch(line)
+		if m == nil {
+			t.Errorf("exemplar line not understood: %q", line)
+			continue
+		}
+		if !f.ids[m[3]] {
+			t.Errorf("exemplar trace id %s was never observed", m[3])
+		}
+		v, _ := strconv.ParseFloat(m[4], 64)
+		le, _ := strconv.ParseFloat(m[2], 64)
+		if m[2] == "+Inf" {
+			le = math.Inf(1)
+		}
+		if !(v <= le) {
+			t.Errorf("%s: exemplar value %v above le=%v", m[1], v, le)
+		}
+		exemplars[m[1]]++
+	}
+	for _, name := range []string{"braid_llm_ttft_seconds_bucket", "braid_llm_tpot_seconds_bucket", "braid_llm_queue_seconds_bucket",
+		"braid_llm_prefill_seconds_bucket", "braid_llm_decode_seconds_bucket", "braid_llm_e2e_seconds_bucket",
+		"braid_llm_layer_decode_seconds_bucket", "braid_llm_cache_hit_ratio_bucket"} {
+		if exemplars[name] == 0 {
+			t.Errorf("%s has no exemplars", name)
+		}
+	}
+	for _, want := range []string{
+		`braid_pollution_incidents_total{pattern="KV_WRITE_AFTER_FREE"} 2`,
+		`braid_pollution_incidents_total{pattern="CROSS_REQUEST_READ"} 1`,
+		`braid_kv_utilisation_ratio{gpu="GPU-0",instance="vllm-0"} 0.82`,
+		`braid_kv_fragmentation_ratio{gpu="GPU-1",instance="vllm-1"} 0.45`,
+		`braid_kv_health_score{gpu="GPU-1",instance="vllm-1"} 0.62`,
+		`braid_llm_series_overflow_total{family="series"} 0`,
+		"# TYPE braid_llm_ttft_seconds histogram",
+		`llm_batch_efficiency_ratio{instance="vllm-0",model="llama-3-8b"}`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("OpenMetrics exposition lacks %q", want)
+		}
+	}
+
+	_, text := f.scrape(t, "")
+	if strings.Contains(text, " # {") {
+		t.Errorf("text exposition carries exemplars")
+	}
+	if !strings.Contains(text, `braid_llm_ttft_seconds_bucket{instance="vllm-0",model="llama-3-8b",le="+Inf"}`) {
+		t.Errorf("text exposition lacks the TTFT histogram")
+	}
+}
+
+// TestLLMMetricsMatchRecorder: the exported histograms are the Recorder's
+// (cumulative buckets, count, sum), for every series.
+func TestLLMMetricsMatchRecorder(t *testing.T) {
+	f := newLLMFixture(t)
+	mfs, err := f.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]*dto.MetricFamily{}
+	for _, mf := range mfs {
+		byName[mf.GetName()] = mf
+	}
+	names := [llmmetrics.NumLatencies]string{"braid_llm_ttft_seconds", "braid_llm_tpot_seconds", "braid_llm_queue_seconds",
+		"braid_llm_prefill_seconds", "braid_llm_decode_seconds", "braid_llm_e2e_seconds"}
+	snap := f.rec.Snapshot()
+	for l, name := range names {
+		mf := byName[name]
+		if mf == nil {
+			t.Fatalf("%s not gathered", name)
+		}
+		if len(mf.Metric) != len(snap.Series) {
+			t.Fatalf("%s: %d series, want %d", name, len(mf.Metric), len(snap.Series))
+		}
+		for _, m := range mf.Metric {
+			lbl := map[string]string{}
+			for _, p := range m.Label {
+				lbl[p.GetName()] = p.GetValue()
+			}
+			i := slices.IndexFunc(snap.Series, func(s llmmetrics.Series) bool {
+				return s.Model == lbl["model"] && s.Instance == lbl["instance"]
+			})
+			if i < 0 {
+				t.Fatalf("%s: unknown series %v", name, lbl)
+			}
+			h := snap.Series[i].Latency[l]
+			// An independent cumulative count: observations at or below each bound.
+			var cum uint64
+			got := m.Histogram.Bucket
+			for j, b := range h.Bounds {
+				cum += h.Counts[j]
+				if got[j].GetUpperBound() != b || got[j].GetCumulativeCount() != cum {
+					t.Errorf("%s%v bucket %d: le=%v %d, want le=%v %d", name, lbl, j, got[j].GetUpperBound(), got[j].GetCumulativeCount(), b, cum)
+				}
+			}
+			if m.Histogram.GetSampleCount() != h.Count || m.Histogram.GetSampleSum() != h.Sum {
+				t.Errorf("%s%v: count/sum %d/%v, want %d/%v", name, lbl, m.Histogram.GetSampleCount(), m.Histogram.GetSampleSum(), h.Count, h.Sum)
+			}
+		}
+	}
+	if byName["braid_pollution_incidents_total"].Metric[0].Label[0].GetName() != "pattern" {
+		t.Errorf("incidents are not by pattern")
+	}
+}
+
+// TestLLMCollectorAlone: a Recorder with no peak exports no efficiency, and
+// the collector can be registered on its own.
+func TestLLMCollectorAlone(t *testing.T) {
+	rec, err := llmmetrics.New(llmmetrics.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.ObserveTrace(llmmetrics.Trace{Model: "m", Instance: "i", TTFT: time.Second, Decode: time.Second, OutputTokens: 9})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(NewLLMCollector(rec))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, mf := range mfs {
+		names = append(names, mf.GetName())
+	}
+	if want := "braid_llm_decode_seconds braid_llm_series_overflow_total braid_llm_ttft_seconds"; strings.Join(names, " ") != want {
+		t.Errorf("gathered %v, want %s", names, want)
+	}
+}
+
+// prometheusTool returns the path of the named Prometheus binary, or ends
+// the test: it fails in CI (CI set), so that CI never passes by skipping,
+// and is skipped elsewhere.
+func prometheusTool(t *testing.T, name string) string {
+	t.Helper()
+	for _, p := range []string{"/usr/bin/" + name, name} {
+		if path, err := exec.LookPath(p); err == nil {
+			return path
+		}
+	}
+	msg := name + " not found (Debian: apt-get install -y prometheus)"
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// TestPromtoolCheckMetrics: `promtool check metrics` accepts braid's
+// /metrics, LLM metrics populated.
+func TestPromtoolCheckMetrics(t *testing.T) {
+	promtool := prometheusTool(t, "promtool")
+	f := newLLMFixture(t)
+	_, body := f.scrape(t, "")
+	if !strings.Contains(body, "braid_llm_ttft_seconds_bucket") || !strings.Contains(body, "braid_kv_health_score") {
+		t.Fatal("LLM metrics not populated")
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = strings.NewReader(body)
+	out, err := cmd.CombinedOutput()
+	if err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Fatalf("promtool check metrics: %v\n%s", err, out)
+	}
+}
+
+// freeLocalPort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freeLocalPort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// TestPrometheusScrapesExemplars runs a real Prometheus with
+// deploy/local/prometheus.sh, on a port and data dir of its own, scraping
+// an admin server over a populated Recorder, and waits until its HTTP API
+// shows braid's TTFT histogram and exemplars carrying observed trace ids.
+func TestPrometheusScrapesExemplars(t *testing.T) {
+	prometheusTool(t, "prometheus")
+	f := newLLMFixture(t)
+	srv, err := New(Config{Addr: "127.0.0.1:0", Gatherer: f.reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("admin server: %v", err)
+		}
+	})
+
+	script, err := filepath.Abs("../../deploy/local/prometheus.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := freeLocalPort(t)
+	env := append(os.Environ(),
+		"BRAID_PROMETHEUS_PORT="+strconv.Itoa(port),
+		"BRAID_PROMETHEUS_DIR="+filepath.Join(t.TempDir(), "prometheus"),
+		"BRAID_PROMETHEUS_TARGETS="+srv.Addr().String())
+	sh := func(arg string) (string, error) {
+		cmd := exec.Command("bash", script, arg)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := sh("start")
+	t.Cleanup(func() {
+		if out, err := sh("stop"); err != nil {
+			t.Errorf("prometheus.sh stop: %v\n%s", err, out)
+		}
+	})
+	if err != nil {
+		t.Fatalf("prometheus.sh start: %v\n%s", err, out)
+	}
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	if out, err := sh("env"); err != nil || strings.TrimSpace(out) != "export BRAID_PROMETHEUS_URL="+base {
+		t.Fatalf("prometheus.sh env = %q, %v", out, err)
+	}
+
+	api := func(path string, q url.Values, v any) error {
+		resp, err := http.Get(base + path + "?" + q.Encode())
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: %s: %s", path, resp.Status, b)
+		}
+		return json.Unmarshal(b, v)
+	}
+	type sample struct {
+		Metric map[string]string `json:"metric"`
+	}
+	type exemplarSeries struct {
+		SeriesLabels map[string]string `json:"seriesLabels"`
+		Exemplars    []struct {
+			Labels map[string]string `json:"labels"`
+			Value  string            `json:"value"`
+		} `json:"exemplars"`
+	}
+	var series []sample
+	var exemplars []exemplarSeries
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var qr struct {
+			Data struct {
+				Result []sample `json:"result"`
+			} `json:"data"`
+		}
+		err := api("/api/v1/query", url.Values{"query": {"braid_llm_ttft_seconds_bucket"}}, &qr)
+		series = qr.Data.Result
+		if err == nil && len(series) > 0 {
+			var er struct {
+				Data []exemplarSeries `json:"data"`
+			}
+			now := time.Now()
+			err = api("/api/v1/query_exemplars", url.Values{"query": {"braid_llm_ttft_seconds_bucket"},
+				"start": {strconv.FormatInt(now.Add(-time.Hour).Unix(), 10)}, "end": {strconv.FormatInt(now.Add(time.Minute).Unix(), 10)}}, &er)
+			exemplars = er.Data
+			if err == nil && len(exemplars) > 0 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			logs, _ := sh("logs")
+			t.Fatalf("Prometheus shows %d TTFT bucket series and no exemplars after 60s (last error: %v)\n%s", len(series), err, logs)
+		}
+		time.Sleep(200 * time.Millisecond) // polling Prometheus's API, bounded by the deadline
+	}
+
+	// Every (model, instance) and bucket bound is a series.
+	want := len(f.rec.Snapshot().Series) * (len(llmmetrics.LatencyBuckets) + 1)
+	if len(series) != want {
+		t.Errorf("Prometheus has %d TTFT bucket series, want %d", len(series), want)
+	}
+	for _, s := range series {
+		// honor_labels: the serving instance, not the target's address.
+		if s.Metric["job"] != "braid" || s.Metric["model"] == "" || !strings.HasPrefix(s.Metric["instance"], "vllm-") || s.Metric["le"] == "" {
+			t.Errorf("series labels %v", s.Metric)
+		}
+	}
+	n := 0
+	for _, d := range exemplars {
+		for _, e := range d.Exemplars {
+			n++
+			if !f.ids[e.Labels["trace_id"]] {
+				t.Errorf("exemplar %v of %v: trace_id was never observed", e.Labels, d.SeriesLabels)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no exemplars")
+	}
+	t.Logf("Prometheus: %d TTFT bucket series, %d exemplars over %d series, every trace_id observed", len(series), n, len(exemplars))
+
+	// Every expression of the Grafana dashboard is valid PromQL that
+	// Prometheus answers with data from braid (rates need two scrapes); an
+	// expression ending in a filter ("> 0", for annotations) must have
+	// data without it.
+	exprs := dashboardExprs(t)
+	filter := regexp.MustCompile(`\s*>\s*0$`)
+	var pending []string
+	for _, expr := range exprs {
+		var qr struct{}
+		if err := api("/api/v1/query", url.Values{"query": {expr}}, &qr); err != nil {
+			t.Fatalf("dashboard expression %s: %v", expr, err)
+		}
+		pending = append(pending, filter.ReplaceAllString(expr, ""))
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for len(pending) > 0 {
+		var next []string
+		for _, expr := range pending {
+			var qr struct {
+				Status string `json:"status"`
+				Data   struct {
+					Result []json.RawMessage `json:"result"`
+				} `json:"data"`
+			}
+			if err := api("/api/v1/query", url.Values{"query": {expr}}, &qr); err != nil {
+				t.Fatalf("dashboard expression %s: %v", expr, err)
+			}
+			if len(qr.Data.Result) == 0 {
+				next = append(next, expr)
+			}
+		}
+		pending = next
+		if len(pending) > 0 && time.Now().After(deadline) {
+			t.Fatalf("dashboard expressions without data after 30s: %q", pending)
+		}
+		if len(pending) > 0 {
+			time.Sleep(500 * time.Millisecond) // polling Prometheus's API, bounded by the deadline
+		}
+	}
+	t.Logf("Prometheus answers all %d dashboard expressions with data", len(exprs))
+}
