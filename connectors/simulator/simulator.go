@@ -126,6 +126,7 @@ type request struct {
 	hit                              float64
 	tenant, route                    string
 	idInAttr                         bool // engine logs carry the id as attribute request_id
+	regressed                        bool // slowed by a Regression
 	registered                       bool // in Truth.Traces
 }
 
@@ -142,6 +143,7 @@ func New(cfg Config) (*Simulator, error) {
 	}
 	if cfg.Realistic {
 		s.makeFleet()
+		s.startOps()
 		if cfg.KVEvents {
 			if err := s.startKV(); err != nil {
 				return nil, err
@@ -297,6 +299,7 @@ func (s *Simulator) Truth() Truth {
 	if s.kv != nil {
 		t.KV = s.kv.Truth()
 	}
+	cloneOps(&t)
 	t.Orphans = make([]TraceTruth, len(s.orphans))
 	for i, o := range s.orphans {
 		t.Orphans[i] = *o
