@@ -154,7 +154,7 @@ func (s *Simulator) arrive(a uint64) {
 	decode := round6(float64(r.completion) * (0.01 + s.rng.Float64()*0.02) * f)
 
 	r.start = in.admit(a, float64(r.prompt)+float64(r.completion)/2)
-	prefill, r.regressed = s.slowPrefill(s.gpuOf(in), a, float64(r.start-a)/1e9, prefill)
+	prefill, r.regressed = s.slowPrefill(in.index, a, float64(r.start-a)/1e9, prefill)
 	r.decodeStart = r.start + uint64(prefill*1e9)
 	r.end = r.decodeStart + uint64(decode*1e9)
 	if r.aborted {

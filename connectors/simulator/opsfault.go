@@ -210,7 +210,7 @@ func (s *Simulator) leakSample(i int, t uint64, mib float64) {
 // orphan, its abort.
 func (s *Simulator) regressed(r *request) {
 	for k, rg := range s.cfg.Regressions {
-		if rg.Instance != s.gpuOf(r.inst) || !s.inWindow(r.arrival, rg.From, rg.To) {
+		if rg.Instance != r.inst.index || !s.inWindow(r.arrival, rg.From, rg.To) {
 			continue
 		}
 		rt := &s.truth.Regressions[k]

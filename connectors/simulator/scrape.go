@@ -95,7 +95,7 @@ func (s *Simulator) scrapeServer(in *instance, t uint64) *metricspb.ResourceMetr
 	}
 	in.unstarted = append(in.unstarted[:0], in.unstarted[k:]...)
 	if len(s.cfg.Leaks) > 0 {
-		if mib, _ := s.leakMiB(s.gpuOf(in), t); mib > 0 {
+		if mib, _ := s.leakMiB(in.index, t); mib > 0 {
 			demand += mib / in.poolMiB()
 		}
 	}
@@ -139,7 +139,7 @@ func (s *Simulator) scrapeDCGM(gpus []*instance, t uint64) *metricspb.ResourceMe
 		if running > 0 {
 			used += 1024
 		}
-		used = s.fbLeak(s.gpuOf(in), t, used)
+		used = s.fbLeak(in.index, t, used)
 		util, tx, rx := 0.0, float64(180_000+s.rng.IntN(40_000)), float64(220_000+s.rng.IntN(40_000))
 		if running > 0 {
 			util = float64(min(100, 30+2*running+s.rng.IntN(6)))

@@ -82,6 +82,7 @@ type instance struct {
 
 	// Realistic fleet (fleet.go, model.go).
 	port, gpuIndex                                                        int
+	index                                                                 int // in the fleet: host·2 + gpuIndex
 	spec                                                                  modelSpec
 	flavour                                                               flavour
 	noTotal                                                               bool // counters without _total
