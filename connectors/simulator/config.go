@@ -155,6 +155,16 @@ type Config struct {
 	// DefaultFleetKVBlocksPerGPU). KV.Faults are the faults to
 	// inject, GPU = index of the server in the fleet (host·2 + gpu.index).
 	KV KVConfig
+
+	// Regressions, in realistic mode, slow the prefill of one server each
+	// for a window of event time, so that the time to first token of the
+	// requests arriving in it is Factor times what it would be (Regression;
+	// Truth.Regressions). Default none.
+	Regressions []Regression
+	// Leaks, in realistic mode, make the framebuffer use of one GPU each
+	// grow linearly for a window of event time, then drop back (Leak;
+	// Truth.Leaks). Default none.
+	Leaks []Leak
 }
 
 // EnsureDefaults fills in the zero fields with their defaults and turns the
@@ -273,6 +283,14 @@ func (c Config) Validate() error {
 			}
 		}
 	}
+	servers := 0
+	if c.Realistic && c.Hosts >= 0 && c.Hosts <= MaxHosts {
+		servers = 2 * c.Hosts
+		if c.Hosts == 0 {
+			servers = 2 * DefaultHosts
+		}
+	}
+	errs = append(errs, c.validateOps(servers)...)
 	if !c.Realistic && (c.Rate != 0 || c.Hosts != 0 || c.ScrapeInterval != 0 || c.AbortRatio != 0) {
 		errs = append(errs, errors.New("rate, hosts, scrape interval and abort ratio need realistic mode"))
 	}

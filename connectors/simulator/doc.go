@@ -69,6 +69,26 @@
 // with Config.KV.Faults injected. WriteTruth writes the truth as JSON Lines.
 // The zero Config keeps the original content, byte for byte.
 //
+// Two operational faults, off by default, with their truth
+// (Truth.Regressions, Truth.Leaks; FORMAT.md):
+//
+//   - Config.Regressions: a TTFT regression of one server. The requests
+//     arriving on it in the window have a longer prefill, so that their
+//     time to first token is Factor times the model's; their spans
+//     (gen_ai.latency.*, start and end times of the root and children),
+//     logs and exemplar agree. The truth names the server as braid sees it
+//     (service.instance.id and host.name) and lists the slowed trace ids.
+//   - Config.Leaks: a memory leak on one GPU. DCGM_FI_DEV_FB_USED grows
+//     by MiBPerMinute on top of the model's value during the window
+//     (FB_FREE and the server's KV usage gauge follow), then drops back.
+//     The truth names the GPU by its DCGM labels (UUID, gpu, Hostname or
+//     hostname).
+//
+// A leak moves no random draw, nor does a regression of a server whose
+// engine logs carry no llm_context_hint (host + gpu index even) as long as
+// it makes no request give up in the queue: the requests, and the other
+// servers' values, are those of the same Seed without the fault.
+//
 // # Content
 //
 // Four servers: three vLLM instances (service.name "vllm") and one SGLang

@@ -149,7 +149,7 @@ func (s *Simulator) makeFleet() {
 		for g := 0; g < 2; g++ {
 			fl, m := serverSpec(h, g)
 			in := &instance{
-				host: host, gpuIndex: g, gpuUUID: "GPU-" + s.uuid(),
+				host: host, gpuIndex: g, index: len(s.instances), gpuUUID: "GPU-" + s.uuid(),
 				pciBusID: fmt.Sprintf("00000000:%02X:00.0", 0x18+g*0x20),
 				model:    m.name, spec: m, flavour: fl, sglang: fl == flavourSGLang,
 				noTotal: (h+g)%3 == 2,

@@ -154,6 +154,7 @@ func (s *Simulator) arrive(a uint64) {
 	decode := round6(float64(r.completion) * (0.01 + s.rng.Float64()*0.02) * f)
 
 	r.start = in.admit(a, float64(r.prompt)+float64(r.completion)/2)
+	prefill, r.regressed = s.slowPrefill(in.index, a, float64(r.start-a)/1e9, prefill)
 	r.decodeStart = r.start + uint64(prefill*1e9)
 	r.end = r.decodeStart + uint64(decode*1e9)
 	if r.aborted {
@@ -175,7 +176,7 @@ func (s *Simulator) arrive(a uint64) {
 		GPUUUID: in.gpuUUID, GPUIndex: in.gpuIndex, Model: in.model,
 		Tenant: r.tenant, Route: r.route,
 		Arrival: time.Unix(0, int64(a)).UTC(), Finish: time.Unix(0, int64(r.end)).UTC(),
-		Error: isErr && !r.aborted, Orphan: r.aborted, Batch: -1,
+		Error: isErr && !r.aborted, Orphan: r.aborted, Batch: -1, Regressed: r.regressed,
 	}
 	s.push(a, itemArrivalLog, r)
 	if r.aborted {
@@ -426,6 +427,9 @@ func (s *Simulator) stepRealistic(n int) []Message {
 		if it.kind == itemAbort {
 			r.truth.Resources = s.resourceTruth(r)
 			s.orphans = append(s.orphans, r.truth)
+			if r.regressed {
+				s.regressed(r)
+			}
 		}
 	}
 
@@ -439,6 +443,9 @@ func (s *Simulator) stepRealistic(n int) []Message {
 		}
 		r.truth.Split = r.split
 		s.register(r)
+		if r.regressed {
+			s.regressed(r)
+		}
 		r.truth.open = false
 	}
 	msgs := s.spanMessages(s.spanGroups(finished))

@@ -437,10 +437,16 @@ func fmtWindow(w ResourceWindow) string {
 func TestRealisticDeterministic(t *testing.T) {
 	kv := Config{Realistic: true, Rate: 5, Hosts: 1, KVEvents: true, KV: KVConfig{Faults: []KVFault{
 		{Trigger: DoubleFree, At: DefaultStart.Add(time.Second), GPU: -1}, {Trigger: PaddingSlotMinus1, At: DefaultStart, GPU: 1}}}}
+	ops := Config{Realistic: true, Rate: 5, Hosts: 1, KVEvents: true,
+		Regressions: []Regression{{Instance: 1, From: time.Second, To: 4 * time.Second, Factor: 3}},
+		Leaks:       []Leak{{GPU: 0, From: 2 * time.Second, To: 5 * time.Second, MiBPerMinute: 600}}}
 	for _, v := range append(realisticVariants[:3], struct {
 		name string
 		cfg  Config
-	}{"kv-events", kv}) {
+	}{"kv-events", kv}, struct {
+		name string
+		cfg  Config
+	}{"regression-leak", ops}) {
 		t.Run(v.name, func(t *testing.T) {
 			gen := func(seed int64) ([]byte, []byte) {
 				cfg := v.cfg
@@ -680,6 +686,18 @@ func TestRealisticConfig(t *testing.T) {
 		{Realistic: true, KV: KVConfig{Faults: []KVFault{{Trigger: DoubleFree}}}}, // faults need KV events
 		{Realistic: true, KVEvents: true, Hosts: 1, KV: KVConfig{Faults: []KVFault{{Trigger: DoubleFree, GPU: 2}}}},
 		{Realistic: true, KVEvents: true, KV: KVConfig{Faults: []KVFault{{Trigger: "nope", GPU: -1}}}},
+		{Regressions: []Regression{{Instance: 0, To: time.Second, Factor: 2}}}, // needs realistic
+		{Leaks: []Leak{{GPU: 0, To: time.Second, MiBPerMinute: 1}}},            // needs realistic
+		{Realistic: true, Hosts: 1, Regressions: []Regression{{Instance: 2, To: time.Second, Factor: 2}}},
+		{Realistic: true, Regressions: []Regression{{Instance: -1, To: time.Second, Factor: 2}}},
+		{Realistic: true, Regressions: []Regression{{From: time.Second, To: time.Second, Factor: 2}}},
+		{Realistic: true, Regressions: []Regression{{From: -time.Second, To: time.Second, Factor: 2}}},
+		{Realistic: true, Regressions: []Regression{{To: time.Second, Factor: 1}}},
+		{Realistic: true, Regressions: []Regression{{To: time.Second, Factor: math.NaN()}}},
+		{Realistic: true, Hosts: 1, Leaks: []Leak{{GPU: 2, To: time.Second, MiBPerMinute: 1}}},
+		{Realistic: true, Leaks: []Leak{{From: 2 * time.Second, To: time.Second, MiBPerMinute: 1}}},
+		{Realistic: true, Leaks: []Leak{{To: time.Second}}},
+		{Realistic: true, Leaks: []Leak{{To: time.Second, MiBPerMinute: math.Inf(1)}}},
 	} {
 		if err := bad.Validate(); err == nil {
 			t.Errorf("%+v: no error", bad)

@@ -94,6 +94,11 @@ func (s *Simulator) scrapeServer(in *instance, t uint64) *metricspb.ResourceMetr
 		in.hits += math.Floor(float64(r.prompt)*r.hit/blockSize) * blockSize
 	}
 	in.unstarted = append(in.unstarted[:0], in.unstarted[k:]...)
+	if len(s.cfg.Leaks) > 0 {
+		if mib, _ := s.leakMiB(in.index, t); mib > 0 {
+			demand += mib / in.poolMiB()
+		}
+	}
 	usage := round3(min(1, demand))
 	var ms []*metricspb.Metric
 	if in.sglang {
@@ -130,11 +135,11 @@ func (s *Simulator) scrapeDCGM(gpus []*instance, t uint64) *metricspb.ResourceMe
 	var ms []*metricspb.Metric
 	for _, in := range gpus {
 		running, _, demand := in.state(t)
-		pool := 0.9*gpuTotalMiB - in.spec.weightsMiB - 2048
-		used := in.spec.weightsMiB + 1024 + math.Round(min(1, demand)*pool)
+		used := in.spec.weightsMiB + 1024 + math.Round(min(1, demand)*in.poolMiB())
 		if running > 0 {
 			used += 1024
 		}
+		used = s.fbLeak(in.index, t, used)
 		util, tx, rx := 0.0, float64(180_000+s.rng.IntN(40_000)), float64(220_000+s.rng.IntN(40_000))
 		if running > 0 {
 			util = float64(min(100, 30+2*running+s.rng.IntN(6)))
@@ -157,6 +162,9 @@ func (s *Simulator) scrapeDCGM(gpus []*instance, t uint64) *metricspb.ResourceMe
 		ScopeMetrics: []*metricspb.ScopeMetrics{{Scope: promScope, Metrics: ms}},
 	}
 }
+
+// poolMiB is the framebuffer of in's KV pool, in MiB.
+func (in *instance) poolMiB() float64 { return 0.9*gpuTotalMiB - in.spec.weightsMiB - 2048 }
 
 // ResourceWindow is the ground truth of one scraped series over one
 // request's window [Arrival, Finish] (root span start and end; for an

@@ -82,6 +82,7 @@ type instance struct {
 
 	// Realistic fleet (fleet.go, model.go).
 	port, gpuIndex                                                        int
+	index                                                                 int // in the fleet: host·2 + gpuIndex
 	spec                                                                  modelSpec
 	flavour                                                               flavour
 	noTotal                                                               bool // counters without _total
@@ -126,6 +127,7 @@ type request struct {
 	hit                              float64
 	tenant, route                    string
 	idInAttr                         bool // engine logs carry the id as attribute request_id
+	regressed                        bool // slowed by a Regression
 	registered                       bool // in Truth.Traces
 }
 
@@ -142,6 +144,7 @@ func New(cfg Config) (*Simulator, error) {
 	}
 	if cfg.Realistic {
 		s.makeFleet()
+		s.startOps()
 		if cfg.KVEvents {
 			if err := s.startKV(); err != nil {
 				return nil, err
@@ -297,6 +300,7 @@ func (s *Simulator) Truth() Truth {
 	if s.kv != nil {
 		t.KV = s.kv.Truth()
 	}
+	cloneOps(&t)
 	t.Orphans = make([]TraceTruth, len(s.orphans))
 	for i, o := range s.orphans {
 		t.Orphans[i] = *o

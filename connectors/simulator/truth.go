@@ -53,6 +53,10 @@ type Truth struct {
 	// KV is the KV simulator's truth so far: realised faults, polluted
 	// requests, summary (Config.KVEvents; complete after Flush).
 	KV KVTruth
+	// Regressions and Leaks are the truth of Config.Regressions and
+	// Config.Leaks, in their order (realistic mode).
+	Regressions []RegressionTruth
+	Leaks       []LeakTruth
 }
 
 // TraceTruth is what was generated for one request (one trace).
@@ -118,6 +122,9 @@ type TraceTruth struct {
 	// Orphan is true for a request aborted before it finished: it never gets
 	// a span (Truth.Orphans lists it, Traces does not).
 	Orphan bool
+	// Regressed is true for a request slowed by a Config.Regressions
+	// entry (RegressionTruth lists it).
+	Regressed bool
 	// Retry is true for a request the KV simulator made up (the retry of a
 	// request it cancelled mid-prefill): only its KV events carry its trace
 	// id; it has no spans, and Arrival and Finish are its first KV event.

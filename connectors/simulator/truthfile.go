@@ -29,6 +29,8 @@ type TruthLine struct {
 	Orphan  bool       `json:"orphan,omitempty"`
 	Error   bool       `json:"error,omitempty"`
 	Split   bool       `json:"split,omitempty"`
+	// Regressed: slowed by a Config.Regressions entry.
+	Regressed bool `json:"regressed,omitempty"`
 	// Spans, Logs (with the trace id), ExemplarPoints and EngineLogs (trace-less
 	// logs naming the request id) written for the request.
 	Spans          int              `json:"spans"`
@@ -43,7 +45,7 @@ func requestLine(tt *TraceTruth, realistic bool) TruthLine {
 	l := TruthLine{
 		Type: "request", TraceID: tt.TraceID, RequestID: tt.RequestID, Service: tt.Service, Instance: tt.Instance,
 		Host: tt.Host, GPUUUID: tt.GPUUUID, Model: tt.Model, Tenant: tt.Tenant, Route: tt.Route,
-		Orphan: tt.Orphan, Error: tt.Error, Split: tt.Split,
+		Orphan: tt.Orphan, Error: tt.Error, Split: tt.Split, Regressed: tt.Regressed,
 		Spans: tt.Spans, Logs: tt.Logs, ExemplarPoints: tt.ExemplarPoints, EngineLogs: tt.RequestIDLogs, KVEvents: tt.KVEvents,
 		Resources: tt.Resources,
 	}
@@ -56,9 +58,22 @@ func requestLine(tt *TraceTruth, realistic bool) TruthLine {
 	return l
 }
 
+// regressionLine and leakLine are the truth file's "regression" and
+// "leak" lines.
+type regressionLine struct {
+	Type string `json:"type"`
+	*RegressionTruth
+}
+
+type leakLine struct {
+	Type string `json:"type"`
+	*LeakTruth
+}
+
 // WriteTruth writes the ground truth of what was generated so far as JSON
 // Lines (FORMAT.md): one "request" line per trace in Truth().TraceIDs
-// order, then one per orphan, then, with Config.KVEvents, the KV
+// order, then one per orphan, one "regression" line per
+// Truth().Regressions entry, one "leak" line per Truth().Leaks entry, then, with Config.KVEvents, the KV
 // simulator's "fault", "polluted" and "summary" lines (KVTruth.WriteJSONL).
 // The same Seed and Config give the same bytes.
 func (s *Simulator) WriteTruth(w io.Writer) error {
@@ -72,6 +87,16 @@ func (s *Simulator) WriteTruth(w io.Writer) error {
 	}
 	for _, o := range s.orphans {
 		if err := enc.Encode(requestLine(o, true)); err != nil {
+			return fmt.Errorf("simulator: write truth: %w", err)
+		}
+	}
+	for i := range s.truth.Regressions {
+		if err := enc.Encode(regressionLine{"regression", &s.truth.Regressions[i]}); err != nil {
+			return fmt.Errorf("simulator: write truth: %w", err)
+		}
+	}
+	for i := range s.truth.Leaks {
+		if err := enc.Encode(leakLine{"leak", &s.truth.Leaks[i]}); err != nil {
 			return fmt.Errorf("simulator: write truth: %w", err)
 		}
 	}
