@@ -3,6 +3,7 @@ module github.com/braidlabs/braid
 go 1.26.8
 
 require (
+	github.com/DataDog/sketches-go v1.4.8
 	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/apache/arrow/go/v17 v17.0.0
 	github.com/cockroachdb/pebble v1.1.5
