@@ -96,6 +96,10 @@ type Agg struct {
 	// (unix ns); among samples at that time, the largest value.
 	Last  float64
 	LastT int64
+	// NoSketch: keep no quantile sketch (Quantile is NaN), for figures
+	// that are only counted, summed or differenced — a sketch is the
+	// largest part of an Agg. Set it before the first Add or Merge.
+	NoSketch bool
 
 	sketch    *ddsketch.DDSketch // nil until the first value
 	exemplars []Exemplar         // best first (exemplarLess), distinct IDs, at most TopK
@@ -124,6 +128,12 @@ func (a *Agg) Add(t int64, v float64, id string) {
 	}
 	a.Count++
 	a.Sum += v
+	if a.NoSketch {
+		if id != "" {
+			a.offer(Exemplar{Value: v, ID: id, Time: t})
+		}
+		return
+	}
 	if a.sketch == nil {
 		a.sketch = newSketch()
 	}
@@ -187,7 +197,7 @@ func (a *Agg) Merge(o *Agg) {
 	}
 	a.Count += o.Count
 	a.Sum += o.Sum
-	if o.sketch != nil {
+	if o.sketch != nil && !a.NoSketch {
 		if a.sketch == nil {
 			a.sketch = newSketch()
 		}
@@ -202,7 +212,7 @@ func (a *Agg) Merge(o *Agg) {
 func (a *Agg) Reset() {
 	s := a.sketch
 	ex := a.exemplars[:0]
-	*a = Agg{}
+	*a = Agg{NoSketch: a.NoSketch}
 	if s != nil {
 		s.Clear()
 		a.sketch = s

@@ -321,3 +321,32 @@ func FuzzAggUnmarshalBinary(f *testing.F) {
 		a.Add(1, 1, "x")
 	})
 }
+
+// TestAggNoSketch: an aggregate without a sketch keeps everything but
+// quantiles, encodes and decodes as such, and merges with one that has a
+// sketch without growing one.
+func TestAggNoSketch(t *testing.T) {
+	var plain, full Agg
+	plain.NoSketch = true
+	for i := range 100 {
+		plain.Add(int64(i), float64(i), fmt.Sprintf("id-%d", i))
+		full.Add(int64(i), float64(i), "")
+	}
+	if !math.IsNaN(plain.Quantile(0.5)) || plain.Count != 100 || plain.Sum != full.Sum || plain.Growth() != full.Growth() || len(plain.Exemplars()) != TopK {
+		t.Fatalf("plain %+v", plain)
+	}
+	plain.Merge(&full)
+	if plain.sketch != nil || plain.Count != 200 {
+		t.Fatalf("merge grew a sketch or lost counts: %+v", plain)
+	}
+	var back Agg
+	if err := back.UnmarshalBinary(plain.AppendBinary(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if !back.NoSketch || back.Count != 200 || back.Sum != plain.Sum || !bytes.Equal(back.AppendBinary(nil), plain.AppendBinary(nil)) {
+		t.Fatalf("round trip %+v", back)
+	}
+	if plain.Bytes() >= full.Bytes() {
+		t.Errorf("plain %d bytes, with sketch %d", plain.Bytes(), full.Bytes())
+	}
+}

@@ -13,8 +13,12 @@ import (
 // that are not an encoding they produce.
 var ErrCorrupt = errors.New("windows: corrupt encoding")
 
-// aggVersion is the first byte of an encoded Agg.
-const aggVersion = 1
+// aggVersion is the first byte of an encoded Agg; aggVersionNoSketch that
+// of an Agg with NoSketch set, whose sketch stores are empty.
+const (
+	aggVersion         = 1
+	aggVersionNoSketch = 2
+)
 
 func appendF64(b []byte, f float64) []byte {
 	return binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
@@ -23,7 +27,11 @@ func appendF64(b []byte, f float64) []byte {
 // AppendBinary appends a's encoding to b and returns the extended buffer.
 // The encoding is deterministic: equal aggregates encode to equal bytes.
 func (a *Agg) AppendBinary(b []byte) []byte {
-	b = append(b, aggVersion)
+	if a.NoSketch {
+		b = append(b, aggVersionNoSketch)
+	} else {
+		b = append(b, aggVersion)
+	}
 	for _, f := range [...]float64{a.Count, a.Sum, a.Min, a.Max, a.First, a.Last} {
 		b = appendF64(b, f)
 	}
@@ -170,9 +178,11 @@ func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 
 // agg decodes one Agg into x (which must be empty) and validates it.
 func (d *decoder) agg(x *Agg) {
-	if v := d.byte(); d.err == nil && v != aggVersion {
+	v := d.byte()
+	if d.err == nil && v != aggVersion && v != aggVersionNoSketch {
 		d.fail("aggregate version %d", v)
 	}
+	x.NoSketch = v == aggVersionNoSketch
 	x.Count, x.Sum, x.Min, x.Max, x.First, x.Last = d.f64(), d.f64(), d.f64(), d.f64(), d.f64(), d.f64()
 	x.FirstT, x.LastT = d.varint(), d.varint()
 	zero := d.f64()
@@ -234,11 +244,16 @@ func (d *decoder) agg(x *Agg) {
 	if d.err != nil {
 		return
 	}
-	if total != x.Count {
+	if x.NoSketch {
+		if total != 0 {
+			d.fail("aggregate without a sketch holds sketch values")
+			return
+		}
+	} else if total != x.Count {
 		d.fail("sketch holds %v values, aggregate %v", total, x.Count)
 		return
 	}
-	if x.Count > 0 {
+	if x.Count > 0 && !x.NoSketch {
 		x.sketch = s
 	}
 	n := d.count(TopK)

@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/braidlabs/braid/connectors/otlp"
+	"github.com/braidlabs/braid/operators/alerts"
 	"github.com/braidlabs/braid/operators/kvgraph"
+	"github.com/braidlabs/braid/operators/llmmetrics"
 	"github.com/braidlabs/braid/operators/resources"
 )
 
@@ -57,6 +59,17 @@ type Config struct {
 	// KVGraph configures the kvgraph stage (pollution detection); its
 	// OnIncident and Counters are the stage's own.
 	KVGraph kvgraph.Config
+	// Alerts is the alerts stage (operators/alerts), run in the fuse task:
+	// it observes every emitted trace, resource sample and incident. nil
+	// turns it off. Its StageConfig.Topic must be AlertsTopic.
+	Alerts *alerts.Stage
+	// LLM receives the derived LLM metrics of every trace at its first
+	// emission and every new incident's pattern (operators/llmmetrics);
+	// nil: none.
+	LLM *llmmetrics.Recorder
+	// AlertsTopic carries the alerts stage's partial aggregates to the
+	// task that owns their group. Default braid.alerts-repartition.
+	AlertsTopic string
 	// ChangelogTopic receives every state change, compacted; "" keeps
 	// state only locally. Default braid.fuse-changelog.
 	ChangelogTopic string
@@ -217,6 +230,7 @@ func (c *Config) EnsureDefaults() {
 	def(&c.RepartitionTopic, "braid.fuse-repartition")
 	def(&c.ResolveTopic, "braid.resolve-repartition")
 	def(&c.KVTopic, "braid.kvgraph-repartition")
+	def(&c.AlertsTopic, "braid.alerts-repartition")
 	c.KVGraph.EnsureDefaults()
 	def(&c.ChangelogTopic, "braid.fuse-changelog")
 	def(&c.FusedTopic, "braid.fused")

@@ -3,6 +3,7 @@ package fuse
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 
@@ -45,6 +46,13 @@ type emitter struct {
 	res       [][]byte
 	incidents []string
 	out       []byte
+	// What the observers (alerts, LLM metrics) read of the trace being
+	// emitted: its derived figures (nil: none), the KV-cache usage in
+	// force at its end (NaN: unknown) and its identity.
+	derived  *braidpb.Derived
+	kvUsage  float64
+	identity semconv.Identity
+	haveID   bool
 }
 
 type emitMember struct {
@@ -171,6 +179,7 @@ func (p *processor) emit(t *engine.Task, tr *trace, wm int64) error {
 		sum.duration = uint64(tr.last - start)
 	}
 	b = sum.append(b)
+	e.derived, e.kvUsage, e.haveID = nil, math.NaN(), false
 	invalidAnchors := 0
 	if !p.cfg.NoDerive {
 		var err error
@@ -228,6 +237,9 @@ func (p *processor) emit(t *engine.Task, tr *trace, wm int64) error {
 	}
 	e.out = b
 
+	if tr.revision == 0 {
+		p.observeTrace(t, tr, &sum)
+	}
 	if err := p.emitTrace(t, tr, b); err != nil {
 		return err
 	}
@@ -376,7 +388,9 @@ func (p *processor) appendDerived(b []byte, tr *trace) ([]byte, int, error) {
 			d.AddLog(m.sortKey, m.resource)
 		}
 	}
-	v, err := marshalRepaired(d.Derived())
+	dm := d.Derived()
+	p.emitter.derived = dm
+	v, err := marshalRepaired(dm)
 	if err != nil {
 		p.s.counters.DerivedDropped.Add(1)
 		return b, 0, nil
@@ -404,11 +418,11 @@ func marshalRepaired(m proto.Message) ([]byte, error) {
 // during the request — the root span's window at the root span's place,
 // else the trace's window at its first span's place.
 func (p *processor) appendResourceContext(b []byte, sum *summary, start, end int64) ([]byte, error) {
-	span, res := sum.rootSpan, sum.rootRes
+	span := sum.rootSpan
 	if span == nil {
 		for i := range p.emitter.members {
 			if m := &p.emitter.members[i]; m.kind == kindSpan {
-				span, res = m.sortKey, m.resource
+				span = m.sortKey
 				break
 			}
 		}
@@ -419,10 +433,13 @@ func (p *processor) appendResourceContext(b []byte, sum *summary, start, end int
 	if sum.rootSpan != nil && sum.rootEnd >= sum.rootStart && sum.rootStart != 0 {
 		start, end = int64(sum.rootStart), int64(sum.rootEnd)
 	}
-	p.attrs = semconv.AppendAttrs(p.attrs[:0], res, 1)
-	p.pattrs = semconv.AppendAttrs(p.pattrs[:0], span, 9)
-	id := semconv.IdentityOf(p.attrs, p.pattrs)
+	id := p.traceIdentity(sum)
 	ws := p.s.table.Windows(id, start, end)
+	for _, w := range ws {
+		if w.Metric == semconv.KVCacheUsage {
+			p.emitter.kvUsage = w.AtEnd
+		}
+	}
 	if len(ws) == 0 {
 		return b, nil
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/braidlabs/braid/connectors/otlp"
 	"github.com/braidlabs/braid/engine"
+	"github.com/braidlabs/braid/operators/alerts"
 	"github.com/braidlabs/braid/operators/kvgraph"
 	"github.com/braidlabs/braid/operators/resources"
 	"github.com/braidlabs/braid/operators/semconv"
@@ -118,6 +119,12 @@ func (s *Stage) Topology() engine.Topology {
 		engine.Input{Topic: s.cfg.ResolveTopic, Internal: true},
 		engine.Input{Topic: s.cfg.KVTopic, Internal: true},
 		engine.Input{Topic: s.cfg.RepartitionTopic, Internal: true, From: []string{s.cfg.ResolveTopic, s.cfg.KVTopic}})
+	if s.cfg.Alerts != nil {
+		// Partial aggregates of what the task emits (traces fused from
+		// every other input) and reads (samples, incidents).
+		inputs = append(inputs, engine.Input{Topic: s.cfg.AlertsTopic, Internal: true,
+			From: []string{s.cfg.ResolveTopic, s.cfg.KVTopic, s.cfg.RepartitionTopic}})
+	}
 	var globals []engine.Global
 	if s.table != nil {
 		globals = append(globals, s.table.Global(s.cfg.ResourcesTopic))
@@ -204,6 +211,9 @@ type processor struct {
 	closedSeq      uint32 // number of the next bucket
 	reportedClosed int64  // tombstones the gauges hold of this task
 
+	// alerts stage (nil when off)
+	alerts *alerts.Processor
+
 	// kvgraph stage
 	kv        *kvgraph.Processor
 	kvBuf     minHeap[*kvEvent] // KV events waiting for the watermark
@@ -247,6 +257,9 @@ func newProcessor(s *Stage, p int32) *processor {
 		kc.Context = s.incidentContext
 	}
 	pr.kv = kvgraph.NewProcessor(kc, p)
+	if s.cfg.Alerts != nil {
+		pr.alerts = s.cfg.Alerts.NewProcessor(p)
+	}
 	return pr
 }
 
@@ -262,6 +275,7 @@ func (p *processor) kvError(err error) error {
 func (p *processor) resolveInput() int     { return len(p.cfg.Sources) }
 func (p *processor) kvInput() int          { return len(p.cfg.Sources) + 1 }
 func (p *processor) repartitionInput() int { return len(p.cfg.Sources) + 2 }
+func (p *processor) alertsInput() int      { return len(p.cfg.Sources) + 3 }
 
 // Process implements engine.Processor.
 func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
@@ -273,6 +287,8 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 		return p.processKV(t, rec)
 	case p.repartitionInput():
 		return p.processRepartitioned(t, rec)
+	case p.alertsInput():
+		return p.processAlerts(t, rec)
 	}
 	src := &p.cfg.Sources[input]
 	p.s.counters.Messages.Add(1)
@@ -610,7 +626,13 @@ func (p *processor) OnWatermark(t *engine.Task, wm int64) error {
 	if err := p.fireTimers(t, wm); err != nil {
 		return err
 	}
-	return p.flushIdle(t, wm)
+	if err := p.flushIdle(t, wm); err != nil {
+		return err
+	}
+	if p.alerts != nil {
+		return p.alerts.OnWatermark(t, wm)
+	}
+	return nil
 }
 
 // flushIdle emits the dirty traces that received nothing for FlushAfter,
@@ -758,6 +780,11 @@ func (p *processor) PrepareCheckpoint(t *engine.Task) error {
 	if err := p.checkpointClosed(t); err != nil {
 		return err
 	}
+	if p.alerts != nil {
+		if err := p.alerts.PrepareCheckpoint(t); err != nil {
+			return err
+		}
+	}
 	for _, tr := range p.changed {
 		tr.changed = false
 		if p.traces[tr.id] != tr {
@@ -820,6 +847,11 @@ func (p *processor) Restore(t *engine.Task) error {
 	}
 	if err := p.kv.Restore(t); err != nil {
 		return err
+	}
+	if p.alerts != nil {
+		if err := p.alerts.Restore(t); err != nil {
+			return err
+		}
 	}
 	if err := p.restoreClosed(t); err != nil {
 		return err
@@ -962,5 +994,8 @@ func (p *processor) Close() error {
 	clear(p.traces)
 	clear(p.requests)
 	p.kvBuf, p.kvBytes, p.evicted = nil, 0, 0
+	if p.alerts != nil {
+		p.alerts.Close()
+	}
 	return nil
 }

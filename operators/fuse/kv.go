@@ -300,6 +300,7 @@ func (a *kvEvent) before(b *kvEvent) bool {
 // revised, not reopened). It runs inside p.kv's calls, on the task's
 // goroutine; an error is returned after the call (kvError).
 func (p *processor) onIncident(t *engine.Task, inc *braidpb.Incident) {
+	p.observeIncident(t, inc)
 	for _, v := range inc.Polluted {
 		if len(v.TraceId) != 16 {
 			continue

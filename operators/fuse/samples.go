@@ -53,6 +53,7 @@ func (p *processor) resourceSample(t *engine.Task, it *otlp.Item) bool {
 		b = resources.AppendIdentity(nil, id)
 	}
 	p.samples[id] = resources.AppendSample(b, m.Name, m.Kind == semconv.Counter, resources.Sample{T: it.Time, V: v})
+	p.observeSample(t, &id, m.Name, v, it.Time)
 	p.s.counters.ResourcePoint.Add(1)
 	return true
 }

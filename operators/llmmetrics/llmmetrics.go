@@ -40,17 +40,17 @@ type Config struct {
 	// pattern, KV gauges per GPU and instance). Beyond it, observations go
 	// to the "other" label set and are counted as overflow. Default 2000;
 	// negative is invalid.
-	MaxSeries int
+	MaxSeries int `yaml:"max_series"`
 	// MaxTokensPerSecond is the theoretical peak decode throughput of each
 	// model, in output tokens per second summed over a full batch, on the
 	// hardware it serves on. It is the denominator of
 	// llm_batch_efficiency_ratio; a model absent from the map has no
 	// efficiency figure. Default: empty (no efficiency exported). Values
 	// must be positive.
-	MaxTokensPerSecond map[string]float64
+	MaxTokensPerSecond map[string]float64 `yaml:"max_tokens_per_second"`
 	// Now is the clock for the creation time of series and for exemplars
 	// of traces without an event time. Default time.Now.
-	Now func() time.Time
+	Now func() time.Time `yaml:"-"`
 }
 
 // EnsureDefaults fills unset fields with their defaults.

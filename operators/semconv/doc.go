@@ -62,6 +62,7 @@
 //	nvlink_replay_errors       counter    {error}  DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL
 //	nvlink_recovery_errors     counter    {error}  DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL
 //	xid_errors                 gauge      1        DCGM_FI_DEV_XID_ERRORS (value: the last Xid code)
+//	kv_cache_fragmentation     gauge      1        kv_cache_fragmentation_ratio, vllm:kv_cache_fragmentation_ratio, sglang:kv_cache_fragmentation_ratio
 //
 // The GenAI histogram names are also matched as the Prometheus exporter
 // writes them (gen_ai_server_time_to_first_token[_seconds], …), and the

@@ -85,6 +85,7 @@ const (
 	NVLinkReplayErrors    = "nvlink_replay_errors"
 	NVLinkRecoveryErrors  = "nvlink_recovery_errors"
 	XidErrors             = "xid_errors"
+	KVCacheFragmentation  = "kv_cache_fragmentation"
 )
 
 // Metrics lists every canonical metric, in the order of the table in
@@ -124,6 +125,7 @@ var Metrics = []MetricInfo{
 	{NVLinkReplayErrors, Counter, "{error}", "NVLink replay errors"},
 	{NVLinkRecoveryErrors, Counter, "{error}", "NVLink recovery errors"},
 	{XidErrors, Gauge, "1", "last Xid error code (0: none)"},
+	{KVCacheFragmentation, Gauge, "1", "KV-block fragmentation: (free − largest contiguous free run) / free, 0–1"},
 }
 
 // metricNames maps every known source name (without a _total suffix) onto
@@ -171,6 +173,7 @@ var metricSources = map[string][]string{
 	NVLinkReplayErrors:    {"DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL"},
 	NVLinkRecoveryErrors:  {"DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL"},
 	XidErrors:             {"DCGM_FI_DEV_XID_ERRORS"},
+	KVCacheFragmentation:  {"kv_cache_fragmentation_ratio", "vllm:kv_cache_fragmentation_ratio", "sglang:kv_cache_fragmentation_ratio"},
 }
 
 // kvBlockMetric is TensorRT-LLM's (Triton backend) KV-cache metric; its

@@ -88,6 +88,9 @@ func TestNormalizeMetric(t *testing.T) {
 		{"DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", nil, NVLinkRecoveryErrors, Counter},
 		{"DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL_total", nil, NVLinkReplayErrors, Counter},
 		{"DCGM_FI_DEV_XID_ERRORS", nil, XidErrors, Gauge},
+		{"kv_cache_fragmentation_ratio", nil, KVCacheFragmentation, Gauge},
+		{"vllm:kv_cache_fragmentation_ratio", nil, KVCacheFragmentation, Gauge},
+		{"sglang:kv_cache_fragmentation_ratio", nil, KVCacheFragmentation, Gauge},
 		// OpenTelemetry GenAI conventions, OTLP and Prometheus spellings.
 		{"gen_ai.server.time_to_first_token", nil, TTFTSeconds, Histogram},
 		{"gen_ai.server.time_per_output_token", nil, ITLSeconds, Histogram},

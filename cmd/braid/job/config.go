@@ -15,8 +15,10 @@ import (
 	"github.com/braidlabs/braid/connectors/admin"
 	"github.com/braidlabs/braid/connectors/kafka"
 	"github.com/braidlabs/braid/connectors/otlp"
+	"github.com/braidlabs/braid/operators/alerts"
 	"github.com/braidlabs/braid/operators/fuse"
 	"github.com/braidlabs/braid/operators/kvgraph"
+	"github.com/braidlabs/braid/operators/llmmetrics"
 	"github.com/braidlabs/braid/operators/resources"
 	"github.com/braidlabs/braid/operators/semconv"
 	"github.com/braidlabs/braid/state"
@@ -53,6 +55,9 @@ type Config struct {
 		// braid.incidents.
 		Pollution string `yaml:"pollution"`
 		Incidents string `yaml:"incidents"`
+		// Alerts: alert state changes (pending, firing, resolved) of the
+		// alert rules. Default braid.alerts.
+		Alerts string `yaml:"alerts"`
 		// Format of fused records: "proto" (default) or "json".
 		Format string `yaml:"format"`
 		// Partitions of the output topics braid creates. Default: the
@@ -89,6 +94,19 @@ type Config struct {
 	// (malformed internal records), kvgraph (KV events that break the
 	// convention).
 	Errors map[string]string `yaml:"errors"`
+
+	// Alerts: rules evaluated in event time over windows of what braid
+	// fuses and reads (operators/alerts), their lifecycle written to
+	// outputs.alerts and posted to Alertmanager. On by default with the
+	// default rules.
+	Alerts alerts.Config `yaml:"alerts"`
+	// LLMMetrics: the derived LLM metrics on /metrics (TTFT, TPOT, queue,
+	// prefill, decode and e2e histograms per model and instance with
+	// trace-id exemplars; batch efficiency; per-layer decode time).
+	// max_series (default 2000) bounds each family's label sets;
+	// max_tokens_per_second maps a model to its peak decode throughput,
+	// the denominator of llm_batch_efficiency_ratio.
+	LLMMetrics llmmetrics.Config `yaml:"llm_metrics"`
 
 	// CheckpointInterval, default 5s, 1s–60s.
 	CheckpointInterval time.Duration `yaml:"checkpoint_interval"`
@@ -282,6 +300,7 @@ func (c *Config) EnsureDefaults() {
 	def(&c.Outputs.DLQ, "braid.dlq")
 	def(&c.Outputs.Pollution, "braid.pollution")
 	def(&c.Outputs.Incidents, "braid.incidents")
+	def(&c.Outputs.Alerts, "braid.alerts")
 	def(&c.Outputs.Format, "proto")
 	def(&c.State.Dir, "braid-state")
 	if c.State.MemoryBudget == 0 {
@@ -341,6 +360,14 @@ func (c *Config) Validate() error {
 	}
 	if cu := c.EventTime.CaughtUpIdleness; cu > idle {
 		errs = append(errs, fmt.Errorf("config: event_time.caught_up_idleness %v exceeds event_time.idleness %v", cu, idle))
+	}
+	if err := c.LLMMetrics.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("config: llm_metrics: %w", err))
+	}
+	if !c.Alerts.Disabled {
+		if _, err := c.Alerts.Compile(); err != nil {
+			errs = append(errs, fmt.Errorf("config: %w", err))
+		}
 	}
 	if c.State.MemoryBudget < MinMemoryBudget {
 		errs = append(errs, fmt.Errorf("config: state.memory_budget %d is below the minimum of %d (64 MiB)", c.State.MemoryBudget, MinMemoryBudget))
@@ -458,7 +485,36 @@ func (c *Config) FuseConfig(partitions int32) fuse.Config {
 		MaxPoints:       c.Caps.Points,
 		MaxBytes:        c.Caps.Bytes,
 		JSON:            c.Outputs.Format == "json",
+		Alerts:          c.alertsStage(partitions),
+		AlertsTopic:     c.Group + ".alerts-repartition",
 	}
+}
+
+// alertsStage is the alerts stage of the job, nil when off (or invalid:
+// Validate reports that).
+func (c *Config) alertsStage(partitions int32) *alerts.Stage {
+	if c.Alerts.Disabled {
+		return nil
+	}
+	or := func(d, def time.Duration) time.Duration {
+		if d <= 0 {
+			return def
+		}
+		return d
+	}
+	st, err := alerts.NewStage(alerts.StageConfig{
+		Alerts: c.Alerts, Topic: c.Group + ".alerts-repartition", OutputTopic: c.Outputs.Alerts,
+		OutputPartitions: c.Outputs.Partitions, Partitions: partitions,
+		// A trace is observed when it is emitted: idle_gap after its last
+		// event, which the watermark reaches out_of_orderness after it.
+		Delay:           or(c.EventTime.IdleGap, 5*time.Second) + or(c.EventTime.OutOfOrderness, 10*time.Second),
+		AllowedLateness: or(c.EventTime.AllowedLateness, 60*time.Second),
+		MaxRecordBytes:  c.Limits.MaxMessageBytes,
+	})
+	if err != nil {
+		return nil
+	}
+	return st
 }
 
 // StateOptions are the state store's options for a store in dir serving

@@ -19,6 +19,7 @@ import (
 	"github.com/braidlabs/braid/engine"
 	"github.com/braidlabs/braid/operators/fuse"
 	"github.com/braidlabs/braid/operators/kvgraph"
+	"github.com/braidlabs/braid/operators/llmmetrics"
 	"github.com/braidlabs/braid/state"
 )
 
@@ -30,6 +31,7 @@ type Job struct {
 	store  *state.Store
 	log    *slog.Logger
 	obs    *observability
+	alerts *alertForwarder // nil: no Alertmanager configured
 }
 
 // Prepare checks the input topics, creates the output and internal topics
@@ -51,7 +53,13 @@ func Prepare(ctx context.Context, cfg *Config, log *slog.Logger) (*Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("job: %w", err)
 	}
-	stage, err := fuse.New(cfg.FuseConfig(partitions))
+	llm, err := llmmetrics.New(cfg.LLMMetrics)
+	if err != nil {
+		return nil, fmt.Errorf("job: %w", err)
+	}
+	fcfg := cfg.FuseConfig(partitions)
+	fcfg.LLM = llm
+	stage, err := fuse.New(fcfg)
 	if err != nil {
 		return nil, err
 	}
@@ -66,6 +74,11 @@ func Prepare(ctx context.Context, cfg *Config, log *slog.Logger) (*Job, error) {
 		{Name: fc.FusedTopic, Partitions: fc.FusedPartitions},
 		{Name: fc.LateTopic, Partitions: fc.LatePartitions},
 		{Name: fc.DLQTopic, Partitions: fc.DLQPartitions},
+	}
+	if fc.Alerts != nil {
+		ac := fc.Alerts.Config()
+		topics = append(topics, kafka.Topic{Name: fc.AlertsTopic, Partitions: partitions},
+			kafka.Topic{Name: ac.OutputTopic, Partitions: ac.OutputPartitions})
 	}
 	if fc.ResourcesTopic != "" {
 		// Read whole by every instance at start: keep an hour, at least
@@ -113,8 +126,13 @@ func Prepare(ctx context.Context, cfg *Config, log *slog.Logger) (*Job, error) {
 		store.Close()
 		return nil, err
 	}
+	fwd, err := newAlertForwarder(cfg, log)
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
 	log.Info("braid job prepared", "partitions", partitions, "group", cfg.Group, "fused", fc.FusedTopic)
-	return &Job{cfg: cfg, stage: stage, engine: eng, store: store, log: log, obs: obs}, nil
+	return &Job{cfg: cfg, stage: stage, engine: eng, store: store, log: log, obs: obs, alerts: fwd}, nil
 }
 
 // Run runs the job until ctx is done, then checkpoints and closes.
@@ -137,9 +155,21 @@ func (j *Job) Run(ctx context.Context) error {
 			}
 		}
 	}()
+	fwdDone := make(chan struct{})
+	if j.alerts != nil {
+		go func() {
+			defer close(fwdDone)
+			if err := j.alerts.run(progress); err != nil {
+				j.log.Error("alert forwarder", "err", err)
+			}
+		}()
+	} else {
+		close(fwdDone)
+	}
 	err := j.engine.Run(ctx)
 	stop()
 	<-done
+	<-fwdDone
 	j.logCounters("braid job stopped", err)
 	return err
 }
@@ -231,7 +261,7 @@ func (o *observability) attach(cfg *Config, eng *engine.Engine, stage *fuse.Stag
 		lag = o.lag
 	}
 	c := stage.Counters()
-	col, err := admin.NewCollector(admin.CollectorConfig{Engine: eng, Lag: lag, Counters: func() admin.Counters {
+	col, err := admin.NewCollector(admin.CollectorConfig{Engine: eng, Lag: lag, LLM: stage.Config().LLM, Counters: func() admin.Counters {
 		k := admin.Counters{
 			Messages: c.Messages.Load(), Members: c.Members.Load(), Local: c.Local.Load(), Repartitioned: c.Repartitioned.Load(),
 			Fused: c.Fused.Load(), Revisions: c.Revisions.Load(), Late: c.Late.Load(), DLQ: c.DLQ.Load(),
@@ -262,6 +292,9 @@ func (o *observability) attach(cfg *Config, eng *engine.Engine, stage *fuse.Stag
 	}})
 	if err == nil {
 		err = o.registry.Register(col)
+	}
+	if err == nil && stage.Config().Alerts != nil {
+		err = o.registry.Register(newAlertsCollector(stage.Config().Alerts.Counters()))
 	}
 	if err == nil && cfg.Admin.Addr != "" {
 		o.server, err = admin.New(admin.Config{Addr: cfg.Admin.Addr, Gatherer: o.registry, Logger: log,

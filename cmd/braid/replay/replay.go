@@ -135,13 +135,16 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	}
 	fc := cfg.FuseConfig(partitions)
 	fc.FlushAfter = -1 // event time only
+	// Alerts are a live concern (and write to braid.alerts): a replay
+	// fuses, it does not page.
+	fc.Alerts = nil
 	stage, err := fuse.New(fc)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
 	fc = stage.Config()
 	if t := opts.Out.Topic; t != "" {
-		if slices.Contains([]string{topics[0], topics[1], topics[2], fc.FusedTopic, fc.LateTopic, fc.DLQTopic, fc.RepartitionTopic, fc.ResolveTopic, fc.KVTopic, fc.KVGraph.PollutionTopic, fc.KVGraph.IncidentsTopic, fc.ChangelogTopic}, t) {
+		if slices.Contains([]string{topics[0], topics[1], topics[2], fc.FusedTopic, fc.LateTopic, fc.DLQTopic, fc.RepartitionTopic, fc.ResolveTopic, fc.KVTopic, fc.KVGraph.PollutionTopic, fc.KVGraph.IncidentsTopic, fc.ChangelogTopic, cfg.Outputs.Alerts, cfg.Group + ".alerts-repartition"}, t) {
 			return nil, fmt.Errorf("replay: --out topic:%s is a topic of the live job; replay into a topic of its own", t)
 		}
 	}

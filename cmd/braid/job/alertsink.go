@@ -1,0 +1,166 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/braidlabs/braid/connectors/alertmanager"
+	"github.com/braidlabs/braid/operators/alerts"
+	"github.com/braidlabs/braid/operators/braidpb"
+)
+
+// alertForwarder posts what braid.alerts says to Alertmanager. It reads
+// the topic read_committed, so only alert changes of committed
+// checkpoints are sent, however often the job restarts: each change is
+// written once, and a restart re-reads the topic from its start and
+// posts only each alert's latest state (a firing alert is posted again
+// with the same startsAt, which Alertmanager takes as the same alert; a
+// resolved one as resolved), so an episode notifies once firing and once
+// resolved.
+type alertForwarder struct {
+	topic string
+	opts  []kgo.Opt
+	sink  *alertmanager.Sink
+	log   *slog.Logger
+}
+
+func newAlertForwarder(cfg *Config, log *slog.Logger) (*alertForwarder, error) {
+	am := cfg.Alerts.Alertmanager
+	if cfg.Alerts.Disabled || len(am.URLs) == 0 {
+		return nil, nil
+	}
+	sink, err := alertmanager.New(alertmanager.Config{URLs: am.URLs, Timeout: am.Timeout, ResendInterval: am.ResendInterval, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("job: alertmanager: %w", err)
+	}
+	return &alertForwarder{topic: cfg.Outputs.Alerts, opts: cfg.Kafka.Opts(), sink: sink, log: log}, nil
+}
+
+// toAlertmanager maps an alert state change onto what Alertmanager gets;
+// ok is false for changes it does not get (pending, inactive).
+func toAlertmanager(key string, a *braidpb.Alert) (alertmanager.Alert, bool) {
+	var out alertmanager.Alert
+	switch a.State {
+	case braidpb.AlertState_ALERT_STATE_FIRING:
+		out.Firing = true
+	case braidpb.AlertState_ALERT_STATE_RESOLVED:
+		out.EndsAt = time.Unix(0, int64(a.EndsAtUnixNano))
+	default:
+		return out, false
+	}
+	out.Key = key
+	out.Labels = a.Labels
+	out.Annotations = a.Annotations
+	out.StartsAt = time.Unix(0, int64(a.StartsAtUnixNano))
+	out.GeneratorURL = a.Url
+	return out, true
+}
+
+// run forwards until ctx is done.
+func (f *alertForwarder) run(ctx context.Context) error {
+	cl, err := kgo.NewClient(append(f.opts,
+		kgo.ConsumeTopics(f.topic),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	if err != nil {
+		return fmt.Errorf("job: alert forwarder: %w", err)
+	}
+	defer cl.Close()
+	defer f.sink.Close()
+	// Catch up first — until a poll brings nothing for a second — so that
+	// only the latest state of each alert is posted.
+	caughtUp := false
+	for {
+		pctx, cancel := ctx, context.CancelFunc(func() {})
+		if !caughtUp {
+			pctx, cancel = context.WithTimeout(ctx, time.Second)
+		}
+		fetches := cl.PollFetches(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return nil
+		}
+		n := 0
+		fetches.EachError(func(t string, p int32, err error) {
+			if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+				f.log.Warn("alert forwarder: fetch", "topic", t, "partition", p, "err", err)
+			}
+		})
+		fetches.EachRecord(func(r *kgo.Record) {
+			n++
+			var a braidpb.Alert
+			if err := proto.Unmarshal(r.Value, &a); err != nil {
+				f.log.Warn("alert forwarder: unreadable alert", "key", string(r.Key), "err", err)
+				return
+			}
+			if am, ok := toAlertmanager(string(r.Key), &a); ok {
+				if err := f.sink.Update(am); err != nil {
+					f.log.Warn("alert forwarder: alert not queued", "key", string(r.Key), "err", err)
+				}
+			}
+		})
+		if !caughtUp && n == 0 {
+			caughtUp = true
+			go func() {
+				if err := f.sink.Run(ctx); err != nil {
+					f.log.Error("alertmanager sink", "err", err)
+				}
+			}()
+		}
+	}
+}
+
+// alertsCollector exports the alerts stage's counters.
+type alertsCollector struct {
+	c     *alerts.Counters
+	descs []*prometheus.Desc
+}
+
+var alertsMetrics = []struct {
+	name, help string
+	gauge      bool
+	get        func(c *alerts.Counters) int64
+}{
+	{"braid_alerts_observations_total", "Observations the alerts stage took (a trace, sample or incident, per rule group).", false, func(c *alerts.Counters) int64 { return c.Observations.Load() }},
+	{"braid_alerts_partials_total", "Records of partial aggregates written to the alerts repartition topic.", false, func(c *alerts.Counters) int64 { return c.Partials.Load() }},
+	{"braid_alerts_late_total", "Partial aggregates dropped: their windows were evaluated more than allowed lateness ago.", false, func(c *alerts.Counters) int64 { return c.Late.Load() }},
+	{"braid_alerts_revised_total", "Window evaluations repeated because late data changed them.", false, func(c *alerts.Counters) int64 { return c.Revised.Load() }},
+	{"braid_alerts_overflow_total", "Observations dropped because a task held alerts.max_groups groups.", false, func(c *alerts.Counters) int64 { return c.Overflow.Load() }},
+	{"braid_alerts_invalid_total", "Alerts repartition records that could not be read (dead-lettered).", false, func(c *alerts.Counters) int64 { return c.Invalid.Load() }},
+	{"braid_alerts_evaluations_total", "Evaluations of a rule over a group's window.", false, func(c *alerts.Counters) int64 { return c.Evaluations.Load() }},
+	{"braid_alerts_changes_total", "Alert state changes written to the alerts topic.", false, func(c *alerts.Counters) int64 { return c.Changes.Load() }},
+	{"braid_alerts_firing", "Alerts firing now.", true, func(c *alerts.Counters) int64 { return c.Firing.Load() }},
+	{"braid_alerts_groups", "Rule groups the alerts stage holds.", true, func(c *alerts.Counters) int64 { return c.Groups.Load() }},
+	{"braid_alerts_memory_bytes", "Memory of the alerts stage's windows (approximate).", true, func(c *alerts.Counters) int64 { return c.Bytes.Load() }},
+}
+
+func newAlertsCollector(c *alerts.Counters) *alertsCollector {
+	a := &alertsCollector{c: c}
+	for _, m := range alertsMetrics {
+		a.descs = append(a.descs, prometheus.NewDesc(m.name, m.help, nil, nil))
+	}
+	return a
+}
+
+func (a *alertsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range a.descs {
+		ch <- d
+	}
+}
+
+func (a *alertsCollector) Collect(ch chan<- prometheus.Metric) {
+	for i, m := range alertsMetrics {
+		vt := prometheus.CounterValue
+		if m.gauge {
+			vt = prometheus.GaugeValue
+		}
+		ch <- prometheus.MustNewConstMetric(a.descs[i], vt, float64(m.get(a.c)))
+	}
+}

@@ -1,0 +1,328 @@
+package alerts
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/braidlabs/braid/operators/semconv"
+)
+
+// Rule is one alert rule (YAML: an entry of alerts.rules).
+type Rule struct {
+	// Name identifies the rule; it is the alert's alertname. Required,
+	// unique, [A-Za-z_][A-Za-z0-9_]*.
+	Name string `yaml:"name"`
+	// Expr is the condition (see the package documentation), evaluated
+	// per group over each window, e.g. "p99(ttft) > 2500ms".
+	Expr string `yaml:"expr"`
+	// GroupBy: the labels that make a group, from model, instance, host,
+	// gpu, service, pattern. Default [model, instance].
+	GroupBy []string `yaml:"group_by"`
+	// Window: how much event time each evaluation aggregates. Default 1m.
+	Window time.Duration `yaml:"window"`
+	// Every: how often, in event time, the window is evaluated: windows
+	// end at multiples of Every. A multiple of alerts.resolution that
+	// divides Window. Default 15s.
+	Every time.Duration `yaml:"every"`
+	// For: how long (event time) the condition must hold before the alert
+	// fires; until then it is pending. 0 fires at the first window that
+	// holds. Default 0.
+	For time.Duration `yaml:"for"`
+	// Severity: critical, warning or info. Default warning.
+	Severity string `yaml:"severity"`
+	// Labels are added to the alert's labels.
+	Labels map[string]string `yaml:"labels"`
+	// Annotations are added to the alert's annotations; "{{value}}",
+	// "{{threshold}}" and "{{<label>}}" are replaced.
+	Annotations map[string]string `yaml:"annotations"`
+	// Action, if set, is a webhook braid posts a JSON description of the
+	// action to when the alert fires (and resolves). Off by default.
+	Action *Action `yaml:"action"`
+
+	expr *compiled
+}
+
+// Action is a webhook the design names for a rule ("route traffic away
+// from the instance", "take a KV-cache snapshot"): braid posts what to do,
+// it does not act itself.
+type Action struct {
+	// Name of the action, e.g. "route_away", "kv_snapshot", "circuit_break".
+	Name string `yaml:"name"`
+	// URL receives a POST with a JSON body (see ActionBody).
+	URL string `yaml:"url"`
+	// OnResolved also posts when the alert resolves. Default false.
+	OnResolved bool `yaml:"on_resolved"`
+}
+
+// Labels braid groups by.
+var groupLabels = []string{"model", "instance", "host", "gpu", "service", "pattern"}
+
+// Trace figures: one value per fused trace (its first emission), in base
+// units (seconds, tokens, 0/1 flags, ratios).
+var traceFigures = []string{
+	"ttft", "tpot", "e2e", "queue", "prefill", "decode", "input_tokens", "output_tokens",
+	"error", "slow", "polluted", "cache_hit", "kv_usage", "guardrail_checked", "guardrail_bypass",
+}
+
+// FigureIncident is 1 per KV-cache pollution incident (its first
+// revision), grouped by gpu, host, instance and pattern.
+const FigureIncident = "incident"
+
+// knownFigure reports whether fig can be read: a trace figure, the
+// incident figure, or a canonical metric name (semconv.Metrics, e.g.
+// gpu_fb_used_mib, kv_cache_usage), read from resource samples.
+func knownFigure(fig string) bool {
+	if fig == FigureIncident || slices.Contains(traceFigures, fig) {
+		return true
+	}
+	return isMetricFigure(fig)
+}
+
+func isMetricFigure(fig string) bool {
+	for _, m := range semconv.Metrics {
+		if m.Name == fig && m.Kind != semconv.Histogram && m.Kind != semconv.Info {
+			return true
+		}
+	}
+	return false
+}
+
+// DefaultRules are the rules braid runs unless alerts.default_rules is
+// false: the design's SLO and KV-cache rules.
+func DefaultRules() []Rule {
+	return []Rule{
+		{
+			Name: "BraidTTFTHigh", Expr: "p99(ttft) > 2500ms", GroupBy: []string{"model", "instance"},
+			Window: time.Minute, Every: 15 * time.Second, For: 3 * time.Minute, Severity: "critical",
+			Annotations: map[string]string{"summary": "TTFT p99 {{value}}s > {{threshold}}s on {{instance}} ({{model}})"},
+		},
+		{
+			Name: "BraidKVMemoryGrowth", Expr: "deriv(gpu_fb_used_mib) * 1MiB * 1min > 1.2GB", GroupBy: []string{"gpu"},
+			Window: time.Minute, Every: 15 * time.Second, For: 5 * time.Minute, Severity: "warning",
+			Annotations: map[string]string{"summary": "GPU {{gpu}} memory grows {{value}} bytes/min"},
+		},
+		{
+			Name:    "BraidKVCacheHealthLow",
+			Expr:    "100 * (0.5 * avg(cache_hit) + 0.3 * (1 - avg(slow)) + 0.2 * (1 - avg(kv_usage))) < 75",
+			GroupBy: []string{"model", "instance"}, Window: time.Minute, Every: 15 * time.Second, For: 5 * time.Minute,
+			Severity:    "warning",
+			Annotations: map[string]string{"summary": "KV-cache health score {{value}} < 75 on {{instance}}"},
+		},
+		{
+			Name:    "BraidKVFragmentation",
+			Expr:    "avg(kv_cache_fragmentation) > 0.4",
+			GroupBy: []string{"instance"}, Window: time.Minute, Every: 15 * time.Second, For: time.Minute, Severity: "warning",
+			Annotations: map[string]string{"summary": "KV-block fragmentation {{value}} on {{instance}}"},
+		},
+		{
+			Name: "BraidGuardrailBypass", Expr: "sum(guardrail_bypass) / sum(guardrail_checked) > 0.8%",
+			GroupBy: []string{"model", "instance"}, Window: time.Minute, Every: 15 * time.Second, Severity: "critical",
+			Annotations: map[string]string{"summary": "guardrail bypass rate {{value}} on {{instance}} ({{model}})"},
+		},
+		{
+			Name: "BraidKVCachePollution", Expr: "count(incident) > 0", GroupBy: []string{"gpu"},
+			Window: time.Minute, Every: time.Second, Severity: "critical",
+			Annotations: map[string]string{"summary": "KV-cache pollution on GPU {{gpu}}: {{value}} incident(s)"},
+		},
+	}
+}
+
+// Config configures the alerts stage (YAML: alerts).
+type Config struct {
+	// Disabled turns the stage off. Default false: on, with the default
+	// rules.
+	Disabled bool `yaml:"disabled"`
+	// DefaultRules includes DefaultRules (a rule in Rules with the same
+	// name replaces the default one). Default true.
+	DefaultRules *bool `yaml:"default_rules"`
+	// Rules are the user's rules.
+	Rules []Rule `yaml:"rules"`
+	// Resolution is the event-time pane windows are built from: every
+	// rule's every is a multiple of it. Default 1s.
+	Resolution time.Duration `yaml:"resolution"`
+	// SlowTTFT: a trace whose TTFT exceeds it has the figure slow = 1.
+	// Default 2.5s.
+	SlowTTFT time.Duration `yaml:"slow_ttft"`
+	// MaxGroups bounds the groups the stage keeps per task (memory); the
+	// observations of groups beyond it are dropped and counted. Default
+	// 10000.
+	MaxGroups int `yaml:"max_groups"`
+	// Exemplars: how many trace or incident ids an alert carries (the
+	// slowest, largest). Default 5.
+	Exemplars int `yaml:"exemplars"`
+	// ViewURL is the base of the generatorURL of the alerts braid sends
+	// to Alertmanager (braid's view of the alert). Default: none.
+	ViewURL string `yaml:"view_url"`
+	// Alertmanager receives the alerts.
+	Alertmanager AlertmanagerConfig `yaml:"alertmanager"`
+}
+
+// AlertmanagerConfig says where alerts go.
+type AlertmanagerConfig struct {
+	// URLs of Alertmanagers (http://host:9093); each gets every alert, as
+	// Prometheus does. Empty: alerts go to braid.alerts only.
+	URLs []string `yaml:"urls"`
+	// ResendInterval: firing alerts are posted again this often. Default 1m.
+	ResendInterval time.Duration `yaml:"resend_interval"`
+	// Timeout of one post. Default 10s.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// EnsureDefaults fills unset fields.
+func (c *Config) EnsureDefaults() {
+	if c.Resolution <= 0 {
+		c.Resolution = time.Second
+	}
+	if c.SlowTTFT <= 0 {
+		c.SlowTTFT = 2500 * time.Millisecond
+	}
+	if c.MaxGroups <= 0 {
+		c.MaxGroups = 10000
+	}
+	if c.Exemplars <= 0 {
+		c.Exemplars = 5
+	}
+	if c.Alertmanager.ResendInterval <= 0 {
+		c.Alertmanager.ResendInterval = time.Minute
+	}
+	if c.Alertmanager.Timeout <= 0 {
+		c.Alertmanager.Timeout = 10 * time.Second
+	}
+}
+
+// Effective returns the rules that run: the defaults (unless turned off)
+// with the user's rules replacing or adding to them, in name order,
+// each with its own defaults filled in.
+func (c *Config) Effective() []Rule {
+	var rules []Rule
+	if c.DefaultRules == nil || *c.DefaultRules {
+		rules = DefaultRules()
+	}
+	for _, r := range c.Rules {
+		if i := slices.IndexFunc(rules, func(d Rule) bool { return d.Name == r.Name }); i >= 0 {
+			rules[i] = r
+		} else {
+			rules = append(rules, r)
+		}
+	}
+	for i := range rules {
+		r := &rules[i]
+		if len(r.GroupBy) == 0 {
+			r.GroupBy = []string{"model", "instance"}
+		}
+		if r.Window <= 0 {
+			r.Window = time.Minute
+		}
+		if r.Every <= 0 {
+			r.Every = 15 * time.Second
+		}
+		if r.Severity == "" {
+			r.Severity = "warning"
+		}
+		g := slices.Clone(r.GroupBy)
+		sort.Strings(g)
+		r.GroupBy = slices.Compact(g)
+	}
+	sort.Slice(rules, func(i, j int) bool { return rules[i].Name < rules[j].Name })
+	return rules
+}
+
+// Compile validates the configuration and returns the rules that run,
+// compiled. Every problem is reported, not just the first.
+func (c *Config) Compile() ([]Rule, error) {
+	c.EnsureDefaults()
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	seen := map[string]bool{}
+	for i, r := range c.Rules {
+		if r.Name == "" {
+			bad("alerts.rules[%d]: name is required", i)
+		}
+	}
+	rules := c.Effective()
+	for i := range rules {
+		r := &rules[i]
+		if r.Name == "" {
+			continue
+		}
+		where := "alerts rule " + r.Name
+		if seen[r.Name] {
+			bad("%s: defined twice", where)
+		}
+		seen[r.Name] = true
+		if !validName(r.Name) {
+			bad("%s: name must match [A-Za-z_][A-Za-z0-9_]*", where)
+		}
+		if strings.TrimSpace(r.Expr) == "" {
+			bad("%s: expr is required", where)
+		} else if e, err := compile(r.Expr, knownFigure); err != nil {
+			bad("%s: expr %q: %v", where, r.Expr, err)
+		} else {
+			r.expr = e
+		}
+		for _, l := range r.GroupBy {
+			if !slices.Contains(groupLabels, l) {
+				bad("%s: group_by %q is not one of %s", where, l, strings.Join(groupLabels, ", "))
+			}
+		}
+		if r.Every%c.Resolution != 0 {
+			bad("%s: every %v is not a multiple of alerts.resolution %v", where, r.Every, c.Resolution)
+		}
+		if r.Window%r.Every != 0 {
+			bad("%s: window %v is not a multiple of every %v", where, r.Window, r.Every)
+		}
+		if n := r.Window / c.Resolution; n > 3600 {
+			bad("%s: window %v holds %d panes of %v (at most 3600)", where, r.Window, n, c.Resolution)
+		}
+		if r.For < 0 {
+			bad("%s: for %v is negative", where, r.For)
+		}
+		switch r.Severity {
+		case "critical", "warning", "info":
+		default:
+			bad("%s: severity %q is not critical, warning or info", where, r.Severity)
+		}
+		for k := range r.Labels {
+			if !validName(k) || strings.HasPrefix(k, "__") {
+				bad("%s: label name %q is invalid", where, k)
+			}
+			if k == "alertname" || k == "severity" || slices.Contains(r.GroupBy, k) {
+				bad("%s: label %q is set by braid", where, k)
+			}
+		}
+		if a := r.Action; a != nil {
+			if !strings.HasPrefix(a.URL, "http://") && !strings.HasPrefix(a.URL, "https://") {
+				bad("%s: action url %q is not http(s)", where, a.URL)
+			}
+			if a.Name == "" {
+				bad("%s: action name is required", where)
+			}
+		}
+	}
+	for _, u := range c.Alertmanager.URLs {
+		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			bad("alerts.alertmanager.urls: %q is not http(s)", u)
+		}
+	}
+	if c.Resolution < time.Millisecond {
+		bad("alerts.resolution %v is below 1ms", c.Resolution)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return rules, nil
+}
+
+func validName(s string) bool {
+	for i, r := range s {
+		if r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || i > 0 && r >= '0' && r <= '9' {
+			continue
+		}
+		return false
+	}
+	return s != ""
+}

@@ -1,0 +1,311 @@
+package alerts
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/braidlabs/braid/windows"
+)
+
+// Labels are what an observation says about where it comes from; a rule's
+// group is the values of its group_by labels.
+type Labels struct {
+	Model, Instance, Host, GPU, Service, Pattern string
+}
+
+func (l *Labels) get(name string) string {
+	switch name {
+	case "model":
+		return l.Model
+	case "instance":
+		return l.Instance
+	case "host":
+		return l.Host
+	case "gpu":
+		return l.GPU
+	case "service":
+		return l.Service
+	case "pattern":
+		return l.Pattern
+	}
+	return ""
+}
+
+func (l *Labels) set(name, v string) {
+	switch name {
+	case "model":
+		l.Model = v
+	case "instance":
+		l.Instance = v
+	case "host":
+		l.Host = v
+	case "gpu":
+		l.GPU = v
+	case "service":
+		l.Service = v
+	case "pattern":
+		l.Pattern = v
+	}
+}
+
+// maxLabelBytes bounds a label value in a group key.
+const maxLabelBytes = 256
+
+// groupKey appends the canonical group of l for the label names (sorted):
+// name="value" pairs joined by commas, as Prometheus writes a label set.
+// ok is false when a label is empty: the observation is not in the group.
+func groupKey(dst []byte, names []string, l *Labels) ([]byte, bool) {
+	for i, n := range names {
+		v := l.get(n)
+		if v == "" {
+			return dst, false
+		}
+		if len(v) > maxLabelBytes {
+			v = v[:maxLabelBytes]
+		}
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, n...)
+		dst = append(dst, '=')
+		dst = strconv.AppendQuote(dst, v)
+	}
+	return dst, true
+}
+
+// parseGroupKey is the inverse of groupKey.
+func parseGroupKey(key string) (names []string, l Labels, err error) {
+	for rest := key; rest != ""; {
+		eq := strings.IndexByte(rest, '=')
+		if eq <= 0 {
+			return nil, l, fmt.Errorf("alerts: group %q: no label name", key)
+		}
+		name := rest[:eq]
+		if !slices.Contains(groupLabels, name) {
+			return nil, l, fmt.Errorf("alerts: group %q: unknown label %q", key, name)
+		}
+		q, err := strconv.QuotedPrefix(rest[eq+1:])
+		if err != nil {
+			return nil, l, fmt.Errorf("alerts: group %q: %w", key, err)
+		}
+		v, _ := strconv.Unquote(q)
+		l.set(name, v)
+		names = append(names, name)
+		rest = rest[eq+1+len(q):]
+		if rest != "" {
+			if rest[0] != ',' {
+				return nil, l, fmt.Errorf("alerts: group %q: want a comma", key)
+			}
+			rest = rest[1:]
+		}
+	}
+	if len(names) == 0 || !slices.IsSorted(names) {
+		return nil, l, fmt.Errorf("alerts: group %q: labels not in order", key)
+	}
+	return names, l, nil
+}
+
+// groupSet is the rules that share one group_by list: their observations
+// travel and are kept together.
+type groupSet struct {
+	labels  []string
+	rules   []int    // indexes into Stage.rules
+	figures []string // figures the rules read
+	// sketch: per figure, whether a rule takes a quantile of it (only
+	// those aggregates keep a sketch).
+	sketch []bool
+	// traceFig maps a trace figure (index into traceFigures) to its index
+	// in figures, -1 when no rule of the set reads it.
+	traceFig []int
+	incident int // index of FigureIncident in figures, -1
+	// resolution: the pane, ns (the gcd of the rules' every).
+	resolution int64
+	// span: the longest window of the set, ns.
+	span int64
+}
+
+func (s *groupSet) figure(name string) int { return slices.Index(s.figures, name) }
+
+// newAgg returns an empty aggregate for figure f.
+func (s *groupSet) newAgg(f int) *windows.Agg { return &windows.Agg{NoSketch: !s.sketch[f]} }
+
+// Counters are the stage's live counters, shared by its tasks.
+type Counters struct {
+	// Observations taken (a trace, a sample, an incident, per group).
+	Observations atomic.Int64
+	// Partials: records of partial aggregates written to the internal topic.
+	Partials atomic.Int64
+	// Late: partial aggregates that came after their windows were
+	// evaluated and allowed lateness had passed (dropped).
+	Late atomic.Int64
+	// Revised: window evaluations repeated because late data changed them.
+	Revised atomic.Int64
+	// Overflow: observations dropped because a task held MaxGroups groups.
+	Overflow atomic.Int64
+	// Invalid: internal records that could not be read (dead-lettered).
+	Invalid atomic.Int64
+	// Evaluations of a rule over a group's window.
+	Evaluations atomic.Int64
+	// Changes: alert state changes written to braid.alerts.
+	Changes atomic.Int64
+	// Firing: alerts firing now (over the tasks).
+	Firing atomic.Int64
+	// Groups held by the owners now; Bytes, their memory (approximate).
+	Groups atomic.Int64
+	Bytes  atomic.Int64
+}
+
+// StageConfig wires the stage into a job.
+type StageConfig struct {
+	Alerts Config
+	// Topic is the internal topic of partial aggregates (keyed by group),
+	// OutputTopic braid.alerts; OutputPartitions its partition count.
+	Topic, OutputTopic string
+	OutputPartitions   int32
+	// Partitions: the tasks (partitions of Topic).
+	Partitions int32
+	// Delay: an owner evaluates a window once its watermark is past the
+	// window's end plus Delay (the fuse stage's idle gap plus its
+	// out-of-orderness: a trace is observed when it is emitted, that long
+	// after its last event).
+	Delay time.Duration
+	// AllowedLateness: partial aggregates up to this far behind the
+	// evaluated windows still revise them; later ones are dropped (Late).
+	AllowedLateness time.Duration
+	// MaxRecordBytes bounds every record written.
+	MaxRecordBytes int
+}
+
+// Stage is the compiled alerts stage, shared by the tasks of a job.
+type Stage struct {
+	cfg   StageConfig
+	rules []Rule
+	sets  []groupSet
+	// ruleSet, rulePos: per rule, its set and its index in the set's rules.
+	ruleSet, rulePos []int
+	c                Counters
+}
+
+// NewStage compiles the rules; every problem is reported.
+func NewStage(cfg StageConfig) (*Stage, error) {
+	rules, err := cfg.Alerts.Compile()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Topic == "" || cfg.OutputTopic == "" {
+		return nil, fmt.Errorf("alerts: topics are required")
+	}
+	if cfg.Partitions <= 0 {
+		cfg.Partitions = 1
+	}
+	if cfg.OutputPartitions <= 0 {
+		cfg.OutputPartitions = cfg.Partitions
+	}
+	if cfg.MaxRecordBytes <= 0 {
+		cfg.MaxRecordBytes = 1 << 20
+	}
+	s := &Stage{cfg: cfg, rules: rules}
+	for i := range rules {
+		r := &rules[i]
+		k := slices.IndexFunc(s.sets, func(g groupSet) bool { return slices.Equal(g.labels, r.GroupBy) })
+		if k < 0 {
+			s.sets = append(s.sets, groupSet{labels: r.GroupBy})
+			k = len(s.sets) - 1
+		}
+		g := &s.sets[k]
+		s.ruleSet = append(s.ruleSet, k)
+		s.rulePos = append(s.rulePos, len(g.rules))
+		g.rules = append(g.rules, i)
+		for _, f := range r.expr.figures {
+			if !slices.Contains(g.figures, f) {
+				g.figures = append(g.figures, f)
+				g.sketch = append(g.sketch, false)
+			}
+			if r.expr.quantiles[f] {
+				g.sketch[g.figure(f)] = true
+			}
+		}
+		g.resolution = gcd(g.resolution, int64(r.Every))
+		g.span = max(g.span, int64(r.Window))
+	}
+	for k := range s.sets {
+		g := &s.sets[k]
+		g.traceFig = make([]int, len(traceFigures))
+		for i, f := range traceFigures {
+			g.traceFig[i] = g.figure(f)
+		}
+		g.incident = g.figure(FigureIncident)
+	}
+	return s, nil
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// Rules returns the compiled rules, in name order.
+func (s *Stage) Rules() []Rule { return s.rules }
+
+// Counters returns the live counters.
+func (s *Stage) Counters() *Counters { return &s.c }
+
+// Config returns the stage's configuration.
+func (s *Stage) Config() StageConfig { return s.cfg }
+
+// set returns the group set of the label names, or nil.
+func (s *Stage) set(names []string) (int, *groupSet) {
+	for k := range s.sets {
+		if slices.Equal(s.sets[k].labels, names) {
+			return k, &s.sets[k]
+		}
+	}
+	return -1, nil
+}
+
+// Trace figure indexes (traceFigures).
+const (
+	FigTTFT = iota
+	FigTPOT
+	FigE2E
+	FigQueue
+	FigPrefill
+	FigDecode
+	FigInputTokens
+	FigOutputTokens
+	FigError
+	FigSlow
+	FigPolluted
+	FigCacheHit
+	FigKVUsage
+	FigGuardrailChecked
+	FigGuardrailBypass
+	NumTraceFigures
+)
+
+// TraceObs is one fused trace as the alerts stage sees it.
+type TraceObs struct {
+	Labels Labels
+	// Time: event time of the trace's end, ns.
+	Time int64
+	// TraceID: 32 lower-case hex.
+	TraceID string
+	// Values by figure index (FigTTFT…), in base units; NaN: absent.
+	Values [NumTraceFigures]float64
+}
+
+// NewTraceObs returns an observation with every figure absent.
+func NewTraceObs() TraceObs {
+	var o TraceObs
+	for i := range o.Values {
+		o.Values[i] = math.NaN()
+	}
+	return o
+}

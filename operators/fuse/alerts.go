@@ -1,0 +1,198 @@
+package fuse
+
+import (
+	"errors"
+	"math"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/braidlabs/braid/connectors/otlp"
+	"github.com/braidlabs/braid/engine"
+	"github.com/braidlabs/braid/operators/alerts"
+	"github.com/braidlabs/braid/operators/braidpb"
+	"github.com/braidlabs/braid/operators/llmmetrics"
+	"github.com/braidlabs/braid/operators/semconv"
+)
+
+// stageAlerts prefixes braid.reason for partial aggregates the alerts
+// stage cannot read.
+const stageAlerts = "alerts"
+
+// Guardrail verdict convention: a span of the trace with attribute
+// gen_ai.guardrail.decision (pass, flag, block, bypass) was checked by a
+// guardrail; "bypass" — or a true gen_ai.guardrail.bypassed — means the
+// request got through a guardrail it should not have.
+const (
+	attrGuardrailDecision = "gen_ai.guardrail.decision"
+	attrGuardrailBypassed = "gen_ai.guardrail.bypassed"
+)
+
+// processAlerts merges a partial aggregate of the alerts stage.
+func (p *processor) processAlerts(t *engine.Task, rec *kgo.Record) error {
+	if p.alerts == nil {
+		return nil
+	}
+	err := p.alerts.Process(t, rec)
+	if ie := (*alerts.InvalidError)(nil); errors.As(err, &ie) {
+		return p.reject(t, rec, stageAlerts, ie.Cause)
+	}
+	return err
+}
+
+// traceIdentity is where the trace ran: the root span's place, else its
+// first span's (cached for the emission in progress).
+func (p *processor) traceIdentity(sum *summary) semconv.Identity {
+	e := &p.emitter
+	if e.haveID {
+		return e.identity
+	}
+	span, res := sum.rootSpan, sum.rootRes
+	if span == nil {
+		for i := range e.members {
+			if m := &e.members[i]; m.kind == kindSpan {
+				span, res = m.sortKey, m.resource
+				break
+			}
+		}
+	}
+	e.identity, e.haveID = semconv.Identity{}, true
+	if span != nil {
+		p.attrs = semconv.AppendAttrs(p.attrs[:0], res, 1)
+		p.pattrs = semconv.AppendAttrs(p.pattrs[:0], span, 9)
+		e.identity = semconv.IdentityOf(p.attrs, p.pattrs)
+	}
+	return e.identity
+}
+
+// instanceOf is the instance label of an identity: service.instance.id,
+// else the host.
+func instanceOf(id *semconv.Identity) string {
+	if id.Instance != "" {
+		return id.Instance
+	}
+	return id.Host
+}
+
+// gpuOf is the gpu label: the GPU's uuid, else host/index.
+func gpuOf(id *semconv.Identity) string {
+	if id.GPUUUID != "" {
+		return id.GPUUUID
+	}
+	if id.GPUIndex != "" && id.Host != "" {
+		return id.Host + "/" + id.GPUIndex
+	}
+	return ""
+}
+
+// observeTrace hands the trace being emitted (its first emission) to the
+// alerts stage.
+func (p *processor) observeTrace(t *engine.Task, tr *trace, sum *summary) {
+	if p.alerts == nil && p.cfg.LLM == nil {
+		return
+	}
+	e := &p.emitter
+	id := p.traceIdentity(sum)
+	if p.cfg.LLM != nil {
+		p.cfg.LLM.ObserveTrace(llmmetrics.FromDerived(e.derived, instanceOf(&id), string(otlp.AppendTraceIDHex(nil, tr.id)), tr.last))
+	}
+	if p.alerts == nil {
+		return
+	}
+	o := alerts.NewTraceObs()
+	o.Labels = alerts.Labels{Model: id.Model, Instance: instanceOf(&id), Host: id.Host, GPU: gpuOf(&id), Service: id.Service}
+	o.Time = tr.last
+	o.TraceID = string(otlp.AppendTraceIDHex(nil, tr.id))
+	if d := e.derived; d != nil {
+		if o.Labels.Model == "" {
+			o.Labels.Model = d.Model
+		}
+		sec := func(ns int64) float64 {
+			if ns <= 0 {
+				return math.NaN()
+			}
+			return float64(ns) / 1e9
+		}
+		o.Values[alerts.FigTTFT] = sec(d.TtftNanos)
+		o.Values[alerts.FigTPOT] = sec(d.TpotNanos)
+		o.Values[alerts.FigE2E] = sec(d.E2ENanos)
+		o.Values[alerts.FigQueue] = sec(d.QueueTimeNanos)
+		o.Values[alerts.FigPrefill] = sec(d.PrefillTimeNanos)
+		o.Values[alerts.FigDecode] = sec(d.DecodeTimeNanos)
+		if d.InputTokens > 0 {
+			o.Values[alerts.FigInputTokens] = float64(d.InputTokens)
+		}
+		if d.OutputTokens > 0 {
+			o.Values[alerts.FigOutputTokens] = float64(d.OutputTokens)
+		}
+		if d.KvCacheHitRatio != nil {
+			o.Values[alerts.FigCacheHit] = *d.KvCacheHitRatio
+		}
+		if ttft := o.Values[alerts.FigTTFT]; !math.IsNaN(ttft) {
+			o.Values[alerts.FigSlow] = b2f(ttft > p.s.cfg.Alerts.SlowTTFT().Seconds())
+		}
+	}
+	o.Values[alerts.FigError] = b2f(sum.errors > 0)
+	o.Values[alerts.FigPolluted] = b2f(len(e.incidents) > 0)
+	if !math.IsNaN(e.kvUsage) {
+		o.Values[alerts.FigKVUsage] = e.kvUsage
+	}
+	if p.s.cfg.Alerts.WantsGuardrail() {
+		checked, bypass := false, false
+		for i := range e.members {
+			m := &e.members[i]
+			if m.kind != kindSpan {
+				continue
+			}
+			if v, ok := semconv.Lookup(m.sortKey, 9, attrGuardrailDecision); ok {
+				checked = true
+				bypass = bypass || v == "bypass"
+			}
+			if v, ok := semconv.LookupValue(m.sortKey, 9, attrGuardrailBypassed); ok {
+				checked = true
+				if b, ok := v.Bool(); ok && b {
+					bypass = true
+				}
+			}
+		}
+		if checked {
+			o.Values[alerts.FigGuardrailChecked] = 1
+			o.Values[alerts.FigGuardrailBypass] = b2f(bypass)
+		}
+	}
+	p.alerts.ObserveTrace(t, &o)
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// observeSample hands a resource sample of canonical metric name to the
+// alerts stage, when a rule reads it.
+func (p *processor) observeSample(t *engine.Task, id *semconv.Identity, name string, v float64, at int64) {
+	if p.alerts == nil || !p.s.cfg.Alerts.Wants(name) {
+		return
+	}
+	l := alerts.Labels{Model: id.Model, Instance: instanceOf(id), Host: id.Host, GPU: gpuOf(id), Service: id.Service}
+	p.alerts.ObserveSample(t, &l, name, v, at)
+}
+
+// observeIncident hands a new incident to the alerts stage, timed at the
+// task's watermark less the stage's delay (see alerts.ObserveIncident).
+func (p *processor) observeIncident(t *engine.Task, inc *braidpb.Incident) {
+	if p.cfg.LLM != nil && inc.Revision == 0 {
+		p.cfg.LLM.ObserveIncident(inc.Pattern.String())
+	}
+	if p.alerts == nil || inc.Revision != 0 || !p.s.cfg.Alerts.WantsIncidents() {
+		return
+	}
+	wm := t.Watermark()
+	if !knownTime(wm) {
+		wm = int64(inc.LastUnixNano)
+	}
+	gpu := inc.Gpu
+	l := alerts.Labels{GPU: gpu, Host: inc.Host, Instance: inc.Host, Pattern: inc.Pattern.String()}
+	p.alerts.ObserveIncident(t, &l, inc.Id, wm-int64(p.s.cfg.Alerts.Config().Delay))
+}
