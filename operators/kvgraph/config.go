@@ -88,7 +88,8 @@ type Config struct {
 	// OnIncident, when set, is called on an emission of an incident that
 	// names polluted requests not given before: inc.Polluted holds only
 	// those (fuse tags the FusedTrace records of its polluted requests,
-	// each once). Called on the task's goroutine; inc must not be retained
+	// each once), inc.Revision is the revision written (0 for a new
+	// incident). Called on the task's goroutine; inc must not be retained
 	// or modified.
 	OnIncident func(t *engine.Task, inc *braidpb.Incident)
 	// Context, when set, returns the resource series in force on a GPU

@@ -45,17 +45,18 @@ func (p *Processor) emitIncident(t *engine.Task, inc *incident, wm int64) {
 		key := []byte(pb.Id)
 		t.Emit(&kgo.Record{Topic: p.cfg.IncidentsTopic, Partition: otlp.HashPartition(key, p.cfg.Partitions), Key: key, Value: v})
 	}
-	pb.Revision++
-	p.markInc(inc)
 	if p.cfg.OnIncident != nil && inc.notified < len(pb.Polluted) {
 		// Each polluted request once: a trace is tagged once per
-		// incident, not once per revision.
+		// incident, not once per revision. pb is the revision just
+		// written (revision 0: the incident is new).
 		all := pb.Polluted
 		pb.Polluted = all[inc.notified:]
 		p.cfg.OnIncident(t, pb)
 		pb.Polluted = all
 		inc.notified = len(all)
 	}
+	pb.Revision++
+	p.markInc(inc)
 }
 
 // fit shortens pb's lists (polluted requests, edges, supporting lines,

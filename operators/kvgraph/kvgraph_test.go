@@ -1,6 +1,7 @@
 package kvgraph
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -235,7 +236,7 @@ func TestIncidentRevisionsAndClose(t *testing.T) {
 	var traces int
 	h := newHarness(t, func(c *Config) {
 		c.OnIncident = func(_ *engine.Task, inc *braidpb.Incident) {
-			calls = append(calls, inc.Id)
+			calls = append(calls, fmt.Sprintf("%s/%d", inc.Id, inc.Revision))
 			for _, v := range inc.Polluted {
 				if len(v.TraceId) == 16 {
 					traces++
@@ -260,8 +261,8 @@ func TestIncidentRevisionsAndClose(t *testing.T) {
 	}
 	// OnIncident gets each polluted request once: r2 (with its trace) in
 	// revision 0, r3 in revision 1, none in the closing revision.
-	if len(calls) != 2 || traces != 1 {
-		t.Fatalf("OnIncident calls %v, %d trace ids", calls, traces)
+	if want := []string{all[0].Id + "/0", all[0].Id + "/1"}; !slices.Equal(calls, want) || traces != 1 {
+		t.Fatalf("OnIncident calls %v, %d trace ids; want %v, 1", calls, traces, want)
 	}
 	// A new fault on the same block opens a new incident.
 	h.feed(gpu0, seq(free(20001, "r3", 2), alloc(20002, "r4", 2), readAll(20003, "r4", 2))...)
