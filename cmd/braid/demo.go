@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"slices"
@@ -20,10 +21,17 @@ import (
 )
 
 func cmdDemo(ctx context.Context, args []string, log *slog.Logger) error {
+	return runDemo(ctx, args, log, os.Stdout, os.Stderr)
+}
+
+// runDemo runs the demo: fused records on out, incidents, alerts and the
+// stats line on errOut.
+func runDemo(ctx context.Context, args []string, log *slog.Logger, out, errOut io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(errOut)
 	addr := fs.String("addr", "127.0.0.1:19092", "loopback address of the in-process Kafka broker")
 	partitions := fs.Int("partitions", 4, "partitions of the input topics")
-	rate := fs.Float64("rate", 40, "simulated requests per second of event time: 0.2 is a trickle; a few hundred saturate the default fleet")
+	rate := fs.Float64("rate", 20, "simulated requests per second of event time: 0.2 is a trickle; from about 40 the two servers of gpu-node-02 saturate (their TTFT passes BraidTTFTHigh's 2.5s); a few hundred saturate the default fleet")
 	realistic := fs.Bool("realistic", true, "simulate the realistic fleet (FORMAT.md: engine logs without trace ids, aborted requests, Prometheus and DCGM scrapes); false: the original four servers")
 	hosts := fs.Int("hosts", 0, "hosts of the realistic fleet, two GPUs each (0: the simulator's default, 4)")
 	kvEvents := fs.Bool("kv-events", false, "write KV-block events (KV.md) of every request on the logs topic (realistic fleet only)")
@@ -34,15 +42,36 @@ func cmdDemo(ctx context.Context, args []string, log *slog.Logger) error {
 	stateDir := fs.String("state-dir", "", "state directory (default: a temporary one)")
 	quiet := fs.Bool("quiet", false, "do not print fused records, only the stats line")
 	adminAddr := fs.String("admin-addr", "127.0.0.1:9464", "admin HTTP server (/metrics, /healthz, /readyz); empty: none")
+	regression := fs.String("regression", defaultRegression, "TTFT regression to inject (realistic fleet only): server=INDEX (host·2 + GPU index),factor=F (TTFT × F),from=D,to=D (event time after the start); \"\": none")
+	leak := fs.String("leak", defaultLeak, "GPU memory leak to inject (realistic fleet only): gpu=INDEX (host·2 + GPU index),rate=MiB per minute,from=D,to=D (event time after the start); \"\": none")
+	speed := fs.Float64("speed", 5, "how many times faster than the wall clock event time runs during --fast-forward")
+	fastForward := fs.Duration("fast-forward", 10*time.Minute, "play this much event time from the start at --speed times the wall clock (event time starts that much behind the wall clock and catches up with it), then follow the wall clock; 0: follow it from the start")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *rate <= 0 || !*realistic && *rate < 5 {
 		return fmt.Errorf("demo: --rate %v: want more than 0 (at least 5 with --realistic=false)", *rate)
 	}
+	if !(*speed >= 1 && *speed <= 100) || *fastForward < 0 {
+		return fmt.Errorf("demo: --speed %v --fast-forward %v: want a speed from 1 to 100 and a duration of at least 0", *speed, *fastForward)
+	}
 	triggers, err := parseFaults(*faults)
 	if err != nil {
 		return err
+	}
+	regs, err := parseRegression(*regression)
+	if err != nil {
+		return err
+	}
+	leaks, err := parseLeak(*leak)
+	if err != nil {
+		return err
+	}
+	if !*realistic {
+		if flagSet(fs, "regression") && len(regs) > 0 || flagSet(fs, "leak") && len(leaks) > 0 {
+			return errors.New("demo: --regression and --leak need --realistic")
+		}
+		regs, leaks = nil, nil
 	}
 	if (*kvEvents || len(triggers) > 0) && !*realistic {
 		return errors.New("demo: --kv-events and --faults need --realistic")
@@ -61,18 +90,20 @@ func cmdDemo(ctx context.Context, args []string, log *slog.Logger) error {
 		*stateDir = d
 	}
 
+	clk := newDemoClock(time.Now(), *speed, *fastForward)
+	sim := simOptions{rate: *rate, encoding: *encoding, keyed: *keyed, realistic: *realistic, hosts: *hosts,
+		kvEvents: *kvEvents || len(triggers) > 0, faults: triggers, regressions: regs, leaks: leaks}
+	sm, err := simulator.New(sim.simConfig(time.Now().UnixNano(), clk.start))
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+
 	topics := []string{"otlp_spans", "otlp_logs", "otlp_metrics"}
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.SeedTopics(int32(*partitions), topics...))
 	if err != nil {
 		return fmt.Errorf("demo: start in-process Kafka on %s: %w", *addr, err)
 	}
 	defer cluster.Close()
-	fmt.Printf("braid demo: in-process Kafka listening on %s\n", *addr)
-	fmt.Printf("  read fused records with: kcat -C -b %s -t braid.fused   or   braid tail --brokers %s\n", *addr, *addr)
-	if *adminAddr != "" {
-		fmt.Printf("  metrics: curl http://%s/metrics\n", *adminAddr)
-	}
-	fmt.Println()
 
 	cfg := &job.Config{}
 	cfg.Kafka.Brokers = []string{*addr}
@@ -89,10 +120,36 @@ func cmdDemo(ctx context.Context, args []string, log *slog.Logger) error {
 	for _, in := range []*job.InputConfig{&cfg.Inputs.Spans, &cfg.Inputs.Logs, &cfg.Inputs.Metrics} {
 		in.Encoding = *encoding
 	}
+	// The alerts stage runs with its default rules (alerts.default_rules);
+	// a local Alertmanager (deploy/local/alertmanager.sh env) gets them.
+	if u := os.Getenv("BRAID_ALERTMANAGER_URL"); u != "" {
+		cfg.Alerts.Alertmanager.URLs = []string{u}
+	}
 	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+
+	fmt.Fprintf(out, "braid demo: in-process Kafka listening on %s\n", *addr)
+	fmt.Fprintf(out, "  read fused records with: kcat -C -b %s -t %s   or   braid tail --brokers %s\n", *addr, cfg.Outputs.Fused, *addr)
+	fmt.Fprintf(out, "  alert state changes (pending, firing, resolved) are printed as they are committed to %s (lines \"** ALERT\")\n", cfg.Outputs.Alerts)
+	if *adminAddr != "" {
+		fmt.Fprintf(out, "  metrics: curl http://%s/metrics   (braid_alerts_*, braid_llm_*; exemplars: -H 'Accept: application/openmetrics-text')\n", *adminAddr)
+	}
+	if urls := cfg.Alerts.Alertmanager.URLs; len(urls) > 0 {
+		fmt.Fprintf(out, "  alerts go to Alertmanager at %s (BRAID_ALERTMANAGER_URL)\n", strings.Join(urls, ", "))
+	} else {
+		fmt.Fprintf(out, "  to send the alerts to a local Alertmanager: bash deploy/local/alertmanager.sh start && eval \"$(bash deploy/local/alertmanager.sh env)\", then run the demo again\n")
+	}
+	if clk.catchUp > 0 {
+		fmt.Fprintf(out, "  event time starts %v behind the wall clock and runs %g× faster until it catches up, %v from now (--speed, --fast-forward)\n",
+			clk.wall0.Sub(clk.start).Round(time.Second), *speed, clk.catchUp.Round(time.Second))
+	}
+	for _, line := range describeOps(sm.Truth(), clk.start) {
+		fmt.Fprintln(out, "  "+line)
+	}
+	fmt.Fprintln(out)
+
 	j, err := job.Prepare(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -100,16 +157,17 @@ func cmdDemo(ctx context.Context, args []string, log *slog.Logger) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errc := make(chan error, 4)
+	errc := make(chan error, 5)
 	go func() { errc <- j.Run(ctx) }()
-	sim := simOptions{rate: *rate, encoding: *encoding, keyed: *keyed, realistic: *realistic, hosts: *hosts, truth: *truthFile,
-		kvEvents: *kvEvents || len(triggers) > 0, faults: triggers}
-	go func() { errc <- simulate(ctx, *addr, sim) }()
-	go func() { errc <- watchIncidents(ctx, *addr, cfg.Outputs.Incidents, os.Stderr) }()
-	workers := 3 // job, simulator, incidents
+	go func() { errc <- simulate(ctx, *addr, sm, clk, *truthFile) }()
+	go func() { errc <- watchIncidents(ctx, *addr, cfg.Outputs.Incidents, errOut, clk.now) }()
+	go func() { errc <- watchAlerts(ctx, *addr, cfg.Outputs.Alerts, errOut) }()
+	workers := 4 // job, simulator, incidents, alerts
 	if !*quiet {
 		workers++
-		go func() { errc <- cmdTail(ctx, []string{"--brokers", *addr, "--from-beginning"}, os.Stdout) }()
+		go func() {
+			errc <- cmdTail(ctx, []string{"--brokers", *addr, "--from-beginning", "--topic", cfg.Outputs.Fused}, out)
+		}()
 	}
 
 	tick := time.NewTicker(5 * time.Second)
@@ -128,9 +186,14 @@ func cmdDemo(ctx context.Context, args []string, log *slog.Logger) error {
 		case <-tick.C:
 			st := j.Engine().Stats()
 			kc := j.KVCounters()
-			fmt.Fprintf(os.Stderr, "-- messages %d  members %d  fused %d (revisions %d)  late %d  dlq %d  logs joined by request id %d (unresolved %d)  resource points %d  KV events %d  incidents %d  open traces %d  checkpoints %d  last pause %v\n",
-				c.Messages.Load(), c.Members.Load(), c.Fused.Load(), c.Revisions.Load(), c.Late.Load(), c.DLQ.Load(),
-				c.Resolved.Load(), c.Unresolved.Load(), c.ResourcePoint.Load(), c.KVLogs.Load(), kc.Incidents.Load(), c.OpenTraces.Load(), st.Checkpoints.Load(),
+			alertsLine := ""
+			if as := j.Stage().Config().Alerts; as != nil {
+				ac := as.Counters()
+				alertsLine = fmt.Sprintf("  alerts firing %d (changes %d)", ac.Firing.Load(), ac.Changes.Load())
+			}
+			fmt.Fprintf(errOut, "-- event time %s  messages %d  members %d  fused %d (revisions %d)  late %d  dlq %d  logs joined by request id %d (unresolved %d)  resource points %d  KV events %d  incidents %d%s  open traces %d  checkpoints %d  last pause %v\n",
+				clk.now().Format("15:04:05"), c.Messages.Load(), c.Members.Load(), c.Fused.Load(), c.Revisions.Load(), c.Late.Load(), c.DLQ.Load(),
+				c.Resolved.Load(), c.Unresolved.Load(), c.ResourcePoint.Load(), c.KVLogs.Load(), kc.Incidents.Load(), alertsLine, c.OpenTraces.Load(), st.Checkpoints.Load(),
 				time.Duration(st.LastPauseNanos.Load()).Round(time.Microsecond))
 		}
 	}
@@ -154,13 +217,15 @@ func drain(errc chan error, n int) error {
 
 // simOptions are the demo's simulator flags.
 type simOptions struct {
-	rate            float64
-	encoding, truth string
-	keyed           bool
-	realistic       bool
-	hosts           int
-	kvEvents        bool
-	faults          []simulator.KVTrigger
+	rate        float64
+	encoding    string
+	keyed       bool
+	realistic   bool
+	hosts       int
+	kvEvents    bool
+	faults      []simulator.KVTrigger
+	regressions []simulator.Regression
+	leaks       []simulator.Leak
 }
 
 func triggerNames() string {
@@ -191,6 +256,99 @@ func parseFaults(v string) ([]simulator.KVTrigger, error) {
 	return out, nil
 }
 
+// The demo's operational faults. The regression takes server 1's TTFT
+// p99 from about 0.2s to 4.5s for 5 minutes, long enough for
+// BraidTTFTHigh (p99 > 2.5s for 3m over 1m windows) to fire and resolve.
+// The leak is fast enough for BraidKVMemoryGrowth (more than 1.2 GB/min
+// for 5m, from the first and last sample of 1m windows) to hold through
+// the framebuffer's swings with the KV cache's use (several GB/min from
+// one minute to the next), and stops before the framebuffer is full.
+const (
+	defaultRegression = "server=1,factor=20,from=1m,to=6m"
+	defaultLeak       = "gpu=0,rate=8000,from=90s,to=8m"
+)
+
+// parseOps reads "name=value,…" with exactly the names of want (an index,
+// a number and two durations from and to).
+func parseOps(flagName, v string, index, number string) (idx int, num float64, from, to time.Duration, err error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("demo: --%s %q: %s (want %s=N,%s=X,from=D,to=D, or \"\")", flagName, v, fmt.Sprintf(format, args...), index, number)
+	}
+	seen := map[string]bool{}
+	for _, kv := range strings.Split(v, ",") {
+		k, val, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok {
+			return 0, 0, 0, 0, bad("%q is not name=value", kv)
+		}
+		if seen[k] {
+			return 0, 0, 0, 0, bad("%s given twice", k)
+		}
+		seen[k] = true
+		var perr error
+		switch k {
+		case index:
+			idx, perr = strconv.Atoi(val)
+		case number:
+			num, perr = strconv.ParseFloat(val, 64)
+		case "from":
+			from, perr = time.ParseDuration(val)
+		case "to":
+			to, perr = time.ParseDuration(val)
+		default:
+			return 0, 0, 0, 0, bad("unknown name %q", k)
+		}
+		if perr != nil {
+			return 0, 0, 0, 0, bad("%s: %v", k, perr)
+		}
+	}
+	for _, k := range []string{index, number, "from", "to"} {
+		if !seen[k] {
+			return 0, 0, 0, 0, bad("%s is missing", k)
+		}
+	}
+	return idx, num, from, to, nil
+}
+
+// parseRegression reads --regression.
+func parseRegression(v string) ([]simulator.Regression, error) {
+	if strings.TrimSpace(v) == "" {
+		return nil, nil
+	}
+	i, f, from, to, err := parseOps("regression", v, "server", "factor")
+	if err != nil {
+		return nil, err
+	}
+	return []simulator.Regression{{Instance: i, Factor: f, From: from, To: to}}, nil
+}
+
+// parseLeak reads --leak.
+func parseLeak(v string) ([]simulator.Leak, error) {
+	if strings.TrimSpace(v) == "" {
+		return nil, nil
+	}
+	i, r, from, to, err := parseOps("leak", v, "gpu", "rate")
+	if err != nil {
+		return nil, err
+	}
+	return []simulator.Leak{{GPU: i, MiBPerMinute: r, From: from, To: to}}, nil
+}
+
+// describeOps says which fault is injected where and when, and which
+// alert it should raise.
+func describeOps(tr simulator.Truth, start time.Time) []string {
+	var out []string
+	clock := func(t time.Time) string { return t.Local().Format("15:04:05") }
+	for _, r := range tr.Regressions {
+		out = append(out, fmt.Sprintf("TTFT regression ×%g on %s (%s) from %s to %s of event time (+%v to +%v): expect BraidTTFTHigh on instance=%q",
+			r.Factor, r.Instance, r.Model, clock(r.From), clock(r.To), r.From.Sub(start), r.To.Sub(start), r.Instance))
+	}
+	for _, l := range tr.Leaks {
+		out = append(out, fmt.Sprintf("GPU memory leak of %g MiB/min on GPU %s (%s) from %s to %s of event time (+%v to +%v): expect BraidKVMemoryGrowth on gpu=%q",
+			l.MiBPerMinute, l.UUID, l.Host, clock(l.From), clock(l.To), l.From.Sub(start), l.To.Sub(start), l.UUID))
+	}
+	return out
+}
+
 // simConfig returns the simulator configuration for the demo's flags, with
 // event time starting at start.
 func (o simOptions) simConfig(seed int64, start time.Time) simulator.Config {
@@ -208,6 +366,8 @@ func (o simOptions) simConfig(seed int64, start time.Time) simulator.Config {
 		for i, t := range o.faults {
 			scfg.KV.Faults = append(scfg.KV.Faults, simulator.KVFault{Trigger: t, At: start.Add(10*time.Second + time.Duration(i)*20*time.Second), GPU: -1})
 		}
+		scfg.Regressions = slices.Clone(o.regressions)
+		scfg.Leaks = slices.Clone(o.leaks)
 	} else {
 		scfg.RequestsPerBatch = max(1, int(o.rate/5))
 	}
@@ -217,17 +377,44 @@ func (o simOptions) simConfig(seed int64, start time.Time) simulator.Config {
 	return scfg
 }
 
-// simulate writes Collector-shaped telemetry at o.rate requests per second,
-// with event times following the wall clock, and the ground truth to
-// o.truth (if set) when ctx ends.
-func simulate(ctx context.Context, addr string, o simOptions) error {
-	sim, err := simulator.New(o.simConfig(time.Now().UnixNano(), time.Now()))
-	if err != nil {
-		return err
+// demoClock maps the wall clock onto the demo's event time: the first
+// fastForward of event time runs speed times faster than the wall clock,
+// from start (that far behind the wall clock), until it catches up with
+// the wall clock; from then on event time is the wall clock.
+type demoClock struct {
+	wall0, start time.Time
+	speed        float64
+	// catchUp: wall time from wall0 until event time is the wall clock.
+	catchUp time.Duration
+}
+
+func newDemoClock(wall0 time.Time, speed float64, fastForward time.Duration) *demoClock {
+	c := &demoClock{wall0: wall0, start: wall0, speed: speed}
+	if speed > 1 && fastForward > 0 {
+		c.catchUp = time.Duration(float64(fastForward) / speed)
+		c.start = wall0.Add(c.catchUp - fastForward)
 	}
-	if o.truth != "" {
+	return c
+}
+
+// at is the event time at wall time w.
+func (c *demoClock) at(w time.Time) time.Time {
+	if d := w.Sub(c.wall0); d < c.catchUp {
+		return c.start.Add(time.Duration(float64(d) * c.speed))
+	}
+	return w
+}
+
+// now is the event time now.
+func (c *demoClock) now() time.Time { return c.at(time.Now()) }
+
+// simulate writes sim's Collector-shaped telemetry, each batch once clk's
+// event time has reached it, and the ground truth to truth (if set) when
+// ctx ends.
+func simulate(ctx context.Context, addr string, sim *simulator.Simulator, clk *demoClock, truth string) error {
+	if truth != "" {
 		defer func() {
-			f, err := os.Create(o.truth)
+			f, err := os.Create(truth)
 			if err == nil {
 				err = errors.Join(sim.WriteTruth(f), f.Close())
 			}
@@ -241,18 +428,24 @@ func simulate(ctx context.Context, addr string, o simOptions) error {
 		return err
 	}
 	defer cl.Close()
-	tick := time.NewTicker(200 * time.Millisecond)
+	const interval = 200 * time.Millisecond // simConfig's BatchInterval
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
-	for {
+	for batch := 0; ; {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-tick.C:
-			if err := simulator.Produce(ctx, cl, sim.Next()); err != nil && ctx.Err() == nil {
-				return fmt.Errorf("simulator: %w", err)
-			}
-			if o.truth == "" && sim.EventTime().Unix()%60 == 0 {
-				sim.ForgetTraces()
+		case now := <-tick.C:
+			for et := clk.at(now); !clk.start.Add(time.Duration(batch) * interval).After(et); batch++ {
+				if err := simulator.Produce(ctx, cl, sim.Next()); err != nil {
+					if ctx.Err() != nil {
+						return nil
+					}
+					return fmt.Errorf("simulator: %w", err)
+				}
+				if truth == "" && sim.EventTime().Unix()%60 == 0 {
+					sim.ForgetTraces()
+				}
 			}
 		}
 	}

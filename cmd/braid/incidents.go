@@ -14,8 +14,9 @@ import (
 )
 
 // watchIncidents prints every new KV-cache pollution incident of topic on
-// addr, and its growth, as the kvgraph stage commits it.
-func watchIncidents(ctx context.Context, addr, topic string, out io.Writer) error {
+// addr, and its growth, as the kvgraph stage commits it; now is the event
+// time now (how long after its root event an incident is known).
+func watchIncidents(ctx context.Context, addr, topic string, out io.Writer, now func() time.Time) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumeTopics(topic),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
@@ -38,7 +39,7 @@ func watchIncidents(ctx context.Context, addr, topic string, out io.Writer) erro
 				return // a revision that adds no victim (evidence, close)
 			}
 			polluted[inc.Id] = len(inc.Polluted)
-			fmt.Fprintln(out, describeIncident(&inc, seen, time.Now()))
+			fmt.Fprintln(out, describeIncident(&inc, seen, now()))
 		})
 	}
 }
