@@ -1,162 +1,15 @@
 package alertmanager
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/braidlabs/braid/connectors/alertmanager/amtest"
 )
-
-// unavailable ends a test that lacks a tool: it fails in CI (CI set), so
-// that CI never passes by skipping, and is skipped elsewhere.
-func unavailable(t *testing.T, format string, args ...any) {
-	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if os.Getenv("CI") != "" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-}
-
-// alertmanagerBinary returns the Alertmanager binary that
-// deploy/local/alertmanager.sh would run.
-func alertmanagerBinary(t *testing.T) string {
-	t.Helper()
-	if b := os.Getenv("BRAID_ALERTMANAGER_BIN"); b != "" {
-		return b
-	}
-	for _, name := range []string{"prometheus-alertmanager", "alertmanager"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	unavailable(t, "no Alertmanager binary (prometheus-alertmanager or alertmanager on PATH, or BRAID_ALERTMANAGER_BIN): "+
-		"this test runs a real one with deploy/local/alertmanager.sh (Debian: apt-get install prometheus-alertmanager)")
-	return ""
-}
-
-// startAlertmanager starts an Alertmanager of the test's own with
-// deploy/local/alertmanager.sh, on a free port, notifying webhook; it
-// returns its URL and stops it when the test ends.
-func startAlertmanager(t *testing.T, webhook string) string {
-	t.Helper()
-	bin := alertmanagerBinary(t)
-	if _, err := exec.LookPath("bash"); err != nil {
-		unavailable(t, "bash not found: deploy/local/alertmanager.sh needs it")
-	}
-	script, err := filepath.Abs(filepath.Join("..", "..", "deploy", "local", "alertmanager.sh"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(t.TempDir(), "alertmanager")
-	run := func(port int, cmd string) (string, error) {
-		c := exec.Command("bash", script, cmd)
-		c.Env = append(os.Environ(),
-			fmt.Sprintf("BRAID_ALERTMANAGER_PORT=%d", port),
-			"BRAID_ALERTMANAGER_DIR="+dir,
-			"BRAID_ALERTMANAGER_WEBHOOK="+webhook,
-			"BRAID_ALERTMANAGER_BIN="+bin)
-		var stdout, stderr bytes.Buffer
-		c.Stdout, c.Stderr = &stdout, &stderr
-		err := c.Run()
-		if err != nil {
-			return "", fmt.Errorf("alertmanager.sh %s: %w\n%s", cmd, err, stderr.String())
-		}
-		t.Logf("alertmanager.sh %s: %s", cmd, strings.TrimSpace(stderr.String()))
-		return strings.TrimSpace(stdout.String()), nil
-	}
-	// A free port may be taken between the check and the start: try thrice.
-	for attempt := 1; ; attempt++ {
-		port := freePort(t)
-		u, err := run(port, "start")
-		if err == nil {
-			t.Cleanup(func() {
-				if _, err := run(port, "stop"); err != nil {
-					t.Errorf("stop the Alertmanager: %v", err)
-				}
-			})
-			return u
-		}
-		if attempt == 3 || !strings.Contains(err.Error(), "is taken") {
-			t.Fatal(err)
-		}
-	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// webhookAlert is an alert of Alertmanager's webhook payload.
-type webhookAlert struct {
-	Status      string            `json:"status"`
-	Labels      map[string]string `json:"labels"`
-	StartsAt    time.Time         `json:"startsAt"`
-	EndsAt      time.Time         `json:"endsAt"`
-	Fingerprint string            `json:"fingerprint"`
-	arrived     time.Time
-}
-
-// webhook is a receiver of Alertmanager notifications.
-type webhook struct {
-	srv *httptest.Server
-	mu  sync.Mutex
-	got []webhookAlert // every alert of every notification, in arrival order
-}
-
-func newWebhook(t *testing.T) *webhook {
-	w := &webhook{}
-	w.srv = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		var msg struct {
-			Version string         `json:"version"`
-			Status  string         `json:"status"`
-			Alerts  []webhookAlert `json:"alerts"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&msg); err != nil || r.URL.Path != "/hook" {
-			t.Errorf("webhook got %s %s: %v", r.Method, r.URL.Path, err)
-			rw.WriteHeader(http.StatusBadRequest)
-			return
-		}
-		now := time.Now()
-		for i := range msg.Alerts {
-			msg.Alerts[i].arrived = now
-		}
-		w.mu.Lock()
-		w.got = append(w.got, msg.Alerts...)
-		w.mu.Unlock()
-	}))
-	t.Cleanup(w.srv.Close)
-	return w
-}
-
-// notified returns the notifications of alertname with status.
-func (w *webhook) notified(alertname, status string) []webhookAlert {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var out []webhookAlert
-	for _, a := range w.got {
-		if a.Labels["alertname"] == alertname && a.Status == status {
-			out = append(out, a)
-		}
-	}
-	return out
-}
 
 // gettableAlert is the part of the v2 API's gettableAlert that the test
 // reads.
@@ -192,8 +45,8 @@ func getAlerts(t *testing.T, base, alertname string) []gettableAlert {
 // one, and then resolved, is notified exactly once firing and once
 // resolved.
 func TestAlertmanagerNotifiesOncePerEpisode(t *testing.T) {
-	hook := newWebhook(t)
-	amURL := startAlertmanager(t, hook.srv.URL+"/hook")
+	hook := amtest.NewWebhook(t)
+	amURL := amtest.Start(t, hook.URL()+"/hook")
 
 	newSink := func() *Sink {
 		return start(t, Config{URLs: []string{amURL}, BackoffMin: 20 * time.Millisecond, BackoffMax: time.Second})
@@ -210,8 +63,8 @@ func TestAlertmanagerNotifiesOncePerEpisode(t *testing.T) {
 
 	first := newSink()
 	mustUpdate(t, first, a)
-	waitFor(t, "the firing notification", func() bool { return len(hook.notified("BraidTTFTHigh", "firing")) == 1 })
-	got := hook.notified("BraidTTFTHigh", "firing")[0]
+	waitFor(t, "the firing notification", func() bool { return len(hook.Notified("BraidTTFTHigh", "firing")) == 1 })
+	got := hook.Notified("BraidTTFTHigh", "firing")[0]
 	if !got.StartsAt.Equal(startsAt) || got.Labels["model"] != "llama" || got.Labels["instance"] != "gpu-0" {
 		t.Errorf("notified %+v, want startsAt %v and the alert's labels", got, startsAt)
 	}
@@ -238,28 +91,27 @@ func TestAlertmanagerNotifiesOncePerEpisode(t *testing.T) {
 	b := a
 	b.Key, b.Labels, b.StartsAt = "barrier/1", map[string]string{"alertname": "BraidBarrierOne"}, time.Now()
 	mustUpdate(t, second, b)
-	waitFor(t, "the first barrier's notification", func() bool { return len(hook.notified("BraidBarrierOne", "firing")) == 1 })
-	if n := len(hook.notified("BraidTTFTHigh", "firing")); n != 1 {
+	waitFor(t, "the first barrier's notification", func() bool { return len(hook.Notified("BraidBarrierOne", "firing")) == 1 })
+	if n := len(hook.Notified("BraidTTFTHigh", "firing")); n != 1 {
 		t.Fatalf("%d firing notifications after the re-post, want 1", n)
 	}
 
 	end := time.Now().Truncate(time.Millisecond)
 	mustUpdate(t, second, resolved(a, end))
-	waitFor(t, "the resolved notification", func() bool { return len(hook.notified("BraidTTFTHigh", "resolved")) == 1 })
-	if r := hook.notified("BraidTTFTHigh", "resolved")[0]; !r.EndsAt.Equal(end) || !r.StartsAt.Equal(startsAt) {
+	waitFor(t, "the resolved notification", func() bool { return len(hook.Notified("BraidTTFTHigh", "resolved")) == 1 })
+	if r := hook.Notified("BraidTTFTHigh", "resolved")[0]; !r.EndsAt.Equal(end) || !r.StartsAt.Equal(startsAt) {
 		t.Errorf("resolved notification %+v, want startsAt %v endsAt %v", r, startsAt, end)
 	}
 	c := a
 	c.Key, c.Labels, c.StartsAt = "barrier/2", map[string]string{"alertname": "BraidBarrierTwo"}, time.Now()
 	mustUpdate(t, second, c)
-	waitFor(t, "the second barrier's notification", func() bool { return len(hook.notified("BraidBarrierTwo", "firing")) == 1 })
+	waitFor(t, "the second barrier's notification", func() bool { return len(hook.Notified("BraidBarrierTwo", "firing")) == 1 })
 
-	hook.mu.Lock()
-	for _, n := range hook.got {
-		t.Logf("notified %s %s at +%v", n.Labels["alertname"], n.Status, n.arrived.Sub(hook.got[0].arrived).Round(time.Millisecond))
+	all := append(hook.Notified("", "firing"), hook.Notified("", "resolved")...)
+	for _, n := range all {
+		t.Logf("notified %s %s at +%v", n.Labels["alertname"], n.Status, n.Arrived.Sub(all[0].Arrived).Round(time.Millisecond))
 	}
-	hook.mu.Unlock()
-	if f, r := len(hook.notified("BraidTTFTHigh", "firing")), len(hook.notified("BraidTTFTHigh", "resolved")); f != 1 || r != 1 {
+	if f, r := len(hook.Notified("BraidTTFTHigh", "firing")), len(hook.Notified("BraidTTFTHigh", "resolved")); f != 1 || r != 1 {
 		t.Errorf("notified %d firing and %d resolved, want exactly 1 and 1", f, r)
 	}
 	waitFor(t, "the resolved alert forgotten", func() bool { return second.Pending() == 2 }) // the barriers fire

@@ -100,7 +100,16 @@ func (p *processor) observeTrace(t *engine.Task, tr *trace, sum *summary) {
 	}
 	o := alerts.NewTraceObs()
 	o.Labels = alerts.Labels{Model: id.Model, Instance: instanceOf(&id), Host: id.Host, GPU: gpuOf(&id), Service: id.Service}
+	// A trace is observed when it is emitted, at its end — or, when its
+	// emission came late (the resources table's watermark held it back
+	// while a backlog is read), at the task's watermark less the stage's
+	// delay: the owner never evaluates past that before the task's next
+	// marker, so the trace is counted (in a later window) rather than
+	// dropped as late.
 	o.Time = tr.last
+	if wm := t.Watermark(); knownTime(wm) {
+		o.Time = max(o.Time, wm-int64(p.s.cfg.Alerts.Config().Delay))
+	}
 	o.TraceID = string(otlp.AppendTraceIDHex(nil, tr.id))
 	if d := e.derived; d != nil {
 		if o.Labels.Model == "" {

@@ -34,6 +34,13 @@ type testJob struct {
 
 func startJob(t *testing.T, encoding string, partitions int32) *testJob {
 	t.Helper()
+	return startJobWith(t, encoding, partitions, nil)
+}
+
+// startJobWith is startJob with mod applied to the configuration before
+// defaults are filled and the job is prepared.
+func startJobWith(t *testing.T, encoding string, partitions int32, mod func(*Config)) *testJob {
+	t.Helper()
 	brokers := kafkatest.Brokers(t)
 	in := kafkatest.NewTopics(t, brokers, partitions, "otlp_spans", "otlp_logs", "otlp_metrics")
 	out := kafkatest.NewTopics(t, brokers, partitions, "braid.fused", "braid.late", "braid.dlq", "repartition")
@@ -54,6 +61,9 @@ func startJob(t *testing.T, encoding string, partitions int32) *testJob {
 	// Above the two checkpoints a log joined by request id takes (two
 	// hops), so that only the watermark closes traces while data flows.
 	cfg.EventTime.FlushAfter = 10 * time.Second
+	if mod != nil {
+		mod(cfg)
+	}
 	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -119,6 +129,14 @@ func (r *reader) describe() string {
 func (tj *testJob) reader(topic string) *reader {
 	return &reader{job: tj.job, cl: kafkatest.Client(tj.t, tj.brokers, kgo.ConsumeTopics(topic),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))}
+}
+
+// poll reads what arrives within half a second.
+func (r *reader) poll() {
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	fs := r.cl.PollFetches(ctx)
+	cancel()
+	fs.EachRecord(func(rec *kgo.Record) { r.recs = append(r.recs, rec) })
 }
 
 // until polls until cond holds or the deadline passes.
