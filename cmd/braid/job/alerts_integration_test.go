@@ -1,14 +1,18 @@
 package job
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +22,7 @@ import (
 	"github.com/braidlabs/braid/connectors/alertmanager/amtest"
 	"github.com/braidlabs/braid/connectors/kafka/kafkatest"
 	"github.com/braidlabs/braid/connectors/simulator"
+	"github.com/braidlabs/braid/operators/alerts"
 	"github.com/braidlabs/braid/operators/braidpb"
 )
 
@@ -26,6 +31,7 @@ import (
 // test, and a real Prometheus scraping the job.
 type alertsRun struct {
 	tj        *testJob
+	actions   *actionSink
 	hook      *amtest.Webhook
 	am, prom  string
 	sim       *simulator.Simulator
@@ -46,14 +52,23 @@ const (
 
 func newAlertsRun(t *testing.T, faults bool) *alertsRun {
 	t.Helper()
-	r := &alertsRun{hook: amtest.NewWebhook(t)}
+	r := &alertsRun{hook: amtest.NewWebhook(t), actions: newActionSink(t)}
 	r.am = amtest.Start(t, r.hook.URL()+"/hook")
+	// The default TTFT rule, with the design's action: route traffic away.
+	var ttft alerts.Rule
+	for _, d := range alerts.DefaultRules() {
+		if d.Name == "BraidTTFTHigh" {
+			ttft = d
+		}
+	}
+	ttft.Action = &alerts.Action{Name: "route_away", URL: r.actions.srv.URL + "/route", OnResolved: true}
 	brokers := kafkatest.Brokers(t)
 	outs := append(kafkatest.NewTopics(t, brokers, 4, "braid.alerts"), kafkatest.NewTopics(t, brokers, 1, "braid.incidents", "braid.pollution")...)
 	r.tj = startJobWith(t, simulator.EncodingProto, 4, func(c *Config) {
 		c.Outputs.Alerts, c.Outputs.Incidents, c.Outputs.Pollution = outs[0], outs[1], outs[2]
 		c.Alerts.Alertmanager.URLs = []string{r.am}
 		c.Alerts.ViewURL = "http://braid.example:9464"
+		c.Alerts.Rules = []alerts.Rule{ttft}
 		c.Admin.Addr = "127.0.0.1:0"
 		// The default idleness: a partition the busy job has not fetched
 		// from for a few seconds (a backlog of KV events on another) is
@@ -94,6 +109,35 @@ func newAlertsRun(t *testing.T, faults bool) *alertsRun {
 	r.incidents = r.tj.reader(outs[1])
 	r.fused = r.tj.reader(r.tj.cfg.Outputs.Fused)
 	return r
+}
+
+// actionSink receives the actions braid posts.
+type actionSink struct {
+	srv  *httptest.Server
+	mu   sync.Mutex
+	got  []ActionBody
+	path []string
+}
+
+func newActionSink(t *testing.T) *actionSink {
+	a := &actionSink{}
+	a.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var b ActionBody
+		if err := json.NewDecoder(r.Body).Decode(&b); err != nil || r.Method != http.MethodPost {
+			t.Errorf("action post %s %s: %v", r.Method, r.URL.Path, err)
+		}
+		a.mu.Lock()
+		a.got, a.path = append(a.got, b), append(a.path, r.URL.Path)
+		a.mu.Unlock()
+	}))
+	t.Cleanup(a.srv.Close)
+	return a
+}
+
+func (a *actionSink) posts() ([]ActionBody, []string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.got), slices.Clone(a.path)
 }
 
 // produce writes phase i at ten times real time (a batch of one second of
@@ -264,6 +308,23 @@ func TestIntegrationAlerts(t *testing.T) {
 		}
 	}
 
+	// The action: posted once firing and once resolved, naming the
+	// regressed instance and its slow traces.
+	posts, paths := r.actions.posts()
+	var states []string
+	for i, p := range posts {
+		states = append(states, p.State)
+		if paths[i] != "/route" || p.Action != "route_away" || p.Rule != "BraidTTFTHigh" || p.Labels["instance"] != reg.Instance || len(p.TraceIDs) == 0 {
+			t.Errorf("action post %s %+v", paths[i], p)
+		}
+	}
+	if !slices.Equal(states, []string{"firing", "resolved"}) {
+		t.Errorf("actions posted %v, want firing then resolved", states)
+	}
+
+	// promtool accepts the job's /metrics.
+	promtoolCheck(t, "http://"+r.tj.job.AdminAddr()+"/metrics")
+
 	// braid.alerts: each episode's records in lifecycle order.
 	r.alerts.poll()
 	byKey := map[string][]braidpb.AlertState{}
@@ -308,6 +369,32 @@ func TestIntegrationAlerts(t *testing.T) {
 	}
 	t.Logf("notified %d firing, %d resolved; %d TTFT exemplars in Prometheus, %d of fused traces",
 		len(r.hook.Notified("", "firing")), len(r.hook.Notified("", "resolved")), len(exemplars), matched)
+}
+
+// promtoolCheck runs `promtool check metrics` on what url serves.
+func promtoolCheck(t *testing.T, url string) {
+	t.Helper()
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		amtest.Unavailable(t, "promtool not found (Debian: apt-get install -y prometheus)")
+	}
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(body, []byte("braid_llm_ttft_seconds_bucket")) || !bytes.Contains(body, []byte("braid_alerts_firing")) {
+		t.Fatalf("/metrics lacks the LLM or alerts metrics")
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = bytes.NewReader(body)
+	if out, err := cmd.CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
 }
 
 // promExemplars polls Prometheus until query has series and exemplars and
