@@ -79,6 +79,7 @@ type options struct {
 	eventTime   string
 	profileOff  string
 	settle      int
+	budget      int64
 
 	completeTimeout time.Duration
 }
@@ -101,6 +102,7 @@ func main() {
 	flag.StringVar(&o.description, "note", "", "free text stored in the result")
 	flag.BoolVar(&o.alo, "at-least-once", true, "also run braid with exactly-once off (engine AtLeastOnce: no transactions) in each round")
 	flag.BoolVar(&o.alertsOff, "alerts-off", true, "also run braid with the alerts stage off (alerts.disabled) in each round: the cost of the default rules")
+	flag.Int64Var(&o.budget, "memory-budget", 0, "braid's state.memory_budget, bytes (0: the job's default, 512 MiB); a backlog of more than ~150,000 requests read within one checkpoint interval needs more")
 	flag.IntVar(&o.settle, "settle", 3, "braid's third window: this many more checkpoints after the second (the alerts stage evaluates the last partial aggregates)")
 	flag.StringVar(&o.profileOff, "cpuprofile-alerts-off", "", "write a CPU profile of braid-noalerts' run of the last round to this file")
 	flag.StringVar(&o.eventTime, "event-time", "short", "braid's event-time settings: short (out-of-orderness 1s, idle gap 1s, allowed lateness 30s, flush after 2s, idleness 30s) | default (the job's defaults)")
@@ -229,6 +231,7 @@ type Settings struct {
 	AtLeastOnce        bool   `json:"at_least_once_contender"`
 	AlertsOff          bool   `json:"alerts_off_contender"`
 	Settle             int    `json:"settle_checkpoints"`
+	MemoryBudget       int64  `json:"memory_budget,omitempty"`
 }
 
 type Workload struct {
@@ -314,7 +317,7 @@ func run(o options) error {
 	res := &Result{Benchmark: "e2e", Time: time.Now().UTC(), Note: o.description, Machine: machine.Read()}
 	res.Settings = Settings{Encoding: o.encoding, Keying: o.keying, Partitions: o.partitions, Requests: o.requests,
 		RequestsPerBatch: simulator.DefaultRequestsPerBatch, Seed: o.seed, Rounds: o.rounds, CheckpointInterval: o.checkpoint.String(),
-		EventTime: o.eventTime, AtLeastOnce: o.alo, AlertsOff: o.alertsOff, Settle: o.settle}
+		EventTime: o.eventTime, AtLeastOnce: o.alo, AlertsOff: o.alertsOff, Settle: o.settle, MemoryBudget: o.budget}
 	if o.brokerPID == 0 {
 		o.brokerPID = brokerPID()
 	}
@@ -734,6 +737,7 @@ func braidJob(ctx context.Context, o options, in simulator.Topics, group string,
 	cfg.Group = group
 	cfg.InstanceID = "0"
 	cfg.State.Dir = dir
+	cfg.State.MemoryBudget = o.budget
 	cfg.Inputs.Spans = job.InputConfig{Topic: in.Spans, Encoding: enc}
 	cfg.Inputs.Logs = job.InputConfig{Topic: in.Logs, Encoding: enc}
 	cfg.Inputs.Metrics = job.InputConfig{Topic: in.Metrics, Encoding: enc}
