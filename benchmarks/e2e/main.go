@@ -18,7 +18,11 @@
 //     every trace has been emitted and a checkpoint committed after that);
 //   - braid-alo (-at-least-once, on by default): the same with the engine's
 //     AtLeastOnce mode (no transactions; a checkpoint flushes the producer,
-//     then commits the offsets).
+//     then commits the offsets);
+//   - braid-noalerts (-alerts-off, on by default): exactly-once with the
+//     alerts stage off (alerts.disabled), so that the CPU time of the
+//     default rules is braid's over braid-noalerts' (Result.Alerts); braid
+//     and braid-noalerts take turns going first, round by round.
 //
 // A braid run that fails or times out is recorded with its error and left
 // out of the median. The program prints a table and writes the result as
@@ -71,7 +75,11 @@ type options struct {
 	description string
 	verbose     bool
 	alo         bool
+	alertsOff   bool
 	eventTime   string
+	profileOff  string
+	settle      int
+	budget      int64
 
 	completeTimeout time.Duration
 }
@@ -93,6 +101,10 @@ func main() {
 	flag.BoolVar(&o.keepTopics, "keep-topics", false, "do not delete the topics at the end")
 	flag.StringVar(&o.description, "note", "", "free text stored in the result")
 	flag.BoolVar(&o.alo, "at-least-once", true, "also run braid with exactly-once off (engine AtLeastOnce: no transactions) in each round")
+	flag.BoolVar(&o.alertsOff, "alerts-off", true, "also run braid with the alerts stage off (alerts.disabled) in each round: the cost of the default rules")
+	flag.Int64Var(&o.budget, "memory-budget", 0, "braid's state.memory_budget, bytes (0: the job's default, 512 MiB); a backlog of more than ~150,000 requests read within one checkpoint interval needs more")
+	flag.IntVar(&o.settle, "settle", 3, "braid's third window: this many more checkpoints after the second (the alerts stage evaluates the last partial aggregates)")
+	flag.StringVar(&o.profileOff, "cpuprofile-alerts-off", "", "write a CPU profile of braid-noalerts' run of the last round to this file")
 	flag.StringVar(&o.eventTime, "event-time", "short", "braid's event-time settings: short (out-of-orderness 1s, idle gap 1s, allowed lateness 30s, flush after 2s, idleness 30s) | default (the job's defaults)")
 	flag.BoolVar(&o.verbose, "v", false, "log the job's info lines (progress every 10s)")
 	brokers := flag.String("brokers", os.Getenv("BRAID_KAFKA_BROKERS"), "bootstrap brokers, comma separated (default $BRAID_KAFKA_BROKERS)")
@@ -142,11 +154,18 @@ type Result struct {
 	Braid []Phase `json:"braid"`
 	// BraidALO is braid with exactly-once off (-at-least-once).
 	BraidALO []Phase `json:"braid_at_least_once,omitempty"`
-	Median   struct {
-		Raw      Phase  `json:"raw"`
-		Braid    Phase  `json:"braid"`
-		BraidALO *Phase `json:"braid_at_least_once,omitempty"`
+	// BraidNoAlerts is braid (exactly-once) with the alerts stage off
+	// (-alerts-off).
+	BraidNoAlerts []Phase `json:"braid_alerts_off,omitempty"`
+	Median        struct {
+		Raw           Phase  `json:"raw"`
+		Braid         Phase  `json:"braid"`
+		BraidALO      *Phase `json:"braid_at_least_once,omitempty"`
+		BraidNoAlerts *Phase `json:"braid_alerts_off,omitempty"`
 	} `json:"median"`
+	// Alerts is the cost of the alerts stage with the default rules:
+	// braid against braid-noalerts.
+	Alerts *AlertsCost `json:"alerts,omitempty"`
 	// Ratio is median braid msgs/s over median raw msgs/s; RatioALO the
 	// same for braid at-least-once.
 	Ratio    float64 `json:"ratio"`
@@ -156,6 +175,44 @@ type Result struct {
 	RatioAllFused    float64 `json:"ratio_all_fused,omitempty"`
 	RatioAllFusedALO float64 `json:"ratio_all_fused_at_least_once,omitempty"`
 	Profile          string  `json:"profile,omitempty"`
+}
+
+// AlertsCost compares braid's CPU time with the alerts stage on (the
+// default rules) and off, over the same records: the ratio of the median
+// CPU-s of braid over braid-noalerts (per million input messages or per
+// million spans: the same ratio, the workload is the same). The figure is
+// SettledCPURatio, window 3 (the stage's last evaluations included); the
+// target is at most 1.15.
+type AlertsCost struct {
+	SettledCPURatio  float64 `json:"settled_cpu_ratio"`
+	CPURatio         float64 `json:"cpu_ratio"`                     // window 1
+	AllFusedCPURatio float64 `json:"all_fused_cpu_ratio,omitempty"` // window 2
+	// Per round: the ratio of each round's pair of runs.
+	SettledPerRound  []float64 `json:"settled_cpu_ratio_per_round,omitempty"`
+	PerRound         []float64 `json:"cpu_ratio_per_round,omitempty"`
+	AllFusedPerRound []float64 `json:"all_fused_cpu_ratio_per_round,omitempty"`
+	// Median CPU-s of window 3 per million input messages and per million
+	// spans, on and off.
+	OnCPUSecPerMMsgs   float64 `json:"on_settled_cpu_s_per_million_messages"`
+	OffCPUSecPerMMsgs  float64 `json:"off_settled_cpu_s_per_million_messages"`
+	OnCPUSecPerMSpans  float64 `json:"on_settled_cpu_s_per_million_spans"`
+	OffCPUSecPerMSpans float64 `json:"off_settled_cpu_s_per_million_spans"`
+}
+
+// AlertsCounters are the alerts stage's counters (braid_alerts_*) at the
+// end of a run's measurement.
+type AlertsCounters struct {
+	Observations int64 `json:"observations"`
+	Partials     int64 `json:"partials"`
+	Evaluations  int64 `json:"evaluations"`
+	Changes      int64 `json:"changes"`
+	Late         int64 `json:"late"`
+	Revised      int64 `json:"revised"`
+	Overflow     int64 `json:"overflow"`
+	Invalid      int64 `json:"invalid"`
+	Firing       int64 `json:"firing"`
+	Groups       int64 `json:"groups"`
+	Bytes        int64 `json:"memory_bytes"`
 }
 
 // Machine is the machine the benchmark ran on.
@@ -172,6 +229,9 @@ type Settings struct {
 	CheckpointInterval string `json:"checkpoint_interval"`
 	EventTime          string `json:"event_time"`
 	AtLeastOnce        bool   `json:"at_least_once_contender"`
+	AlertsOff          bool   `json:"alerts_off_contender"`
+	Settle             int    `json:"settle_checkpoints"`
+	MemoryBudget       int64  `json:"memory_budget,omitempty"`
 }
 
 type Workload struct {
@@ -205,8 +265,10 @@ type Phase struct {
 	BrokerCPUSec float64 `json:"broker_cpu_s,omitempty"`
 	// Error says why a run failed (it is left out of the median).
 	Error string `json:"error,omitempty"`
-	// CPUSecPerMSpans is CPUSec per million spans of the workload.
+	// CPUSecPerMSpans is CPUSec per million spans of the workload,
+	// CPUSecPerMMsgs per million input messages.
 	CPUSecPerMSpans float64 `json:"cpu_s_per_million_spans"`
+	CPUSecPerMMsgs  float64 `json:"cpu_s_per_million_messages"`
 
 	// braid only.
 	ReadSec      float64 `json:"read_s,omitempty"` // until every message was read
@@ -223,6 +285,11 @@ type Phase struct {
 	Aborts       int64   `json:"aborts,omitempty"`
 	LastCommitMS float64 `json:"last_commit_ms,omitempty"`
 	StopSec      float64 `json:"stop_s,omitempty"` // final checkpoint and close, after the measurement
+	// Alerts: the alerts stage's counters at the end of the measurement
+	// (window 3), AlertsAllFused at the end of window 2 (nil: the stage is
+	// off).
+	Alerts         *AlertsCounters `json:"alerts,omitempty"`
+	AlertsAllFused *AlertsCounters `json:"alerts_all_fused,omitempty"`
 
 	// braid, second window: from Run until every trace was emitted and a
 	// checkpoint committed after that (0: not within -complete-timeout).
@@ -231,7 +298,16 @@ type Phase struct {
 	AllFusedCPUSec          float64 `json:"all_fused_cpu_s,omitempty"`
 	AllFusedBrokerCPUSec    float64 `json:"all_fused_broker_cpu_s,omitempty"`
 	AllFusedCPUSecPerMSpans float64 `json:"all_fused_cpu_s_per_million_spans,omitempty"`
+	AllFusedCPUSecPerMMsgs  float64 `json:"all_fused_cpu_s_per_million_messages,omitempty"`
 	FusedAtEnd              int64   `json:"fused_at_end,omitempty"` // FusedTrace records emitted by the end of the second window
+
+	// braid, third window: from Run until -settle more checkpoints have
+	// committed after the second window (0: not within -complete-timeout).
+	SettledSec             float64 `json:"settled_s,omitempty"`
+	SettledCPUSec          float64 `json:"settled_cpu_s,omitempty"`
+	SettledBrokerCPUSec    float64 `json:"settled_broker_cpu_s,omitempty"`
+	SettledCPUSecPerMSpans float64 `json:"settled_cpu_s_per_million_spans,omitempty"`
+	SettledCPUSecPerMMsgs  float64 `json:"settled_cpu_s_per_million_messages,omitempty"`
 }
 
 func run(o options) error {
@@ -241,7 +317,7 @@ func run(o options) error {
 	res := &Result{Benchmark: "e2e", Time: time.Now().UTC(), Note: o.description, Machine: machine.Read()}
 	res.Settings = Settings{Encoding: o.encoding, Keying: o.keying, Partitions: o.partitions, Requests: o.requests,
 		RequestsPerBatch: simulator.DefaultRequestsPerBatch, Seed: o.seed, Rounds: o.rounds, CheckpointInterval: o.checkpoint.String(),
-		EventTime: o.eventTime, AtLeastOnce: o.alo}
+		EventTime: o.eventTime, AtLeastOnce: o.alo, AlertsOff: o.alertsOff, Settle: o.settle, MemoryBudget: o.budget}
 	if o.brokerPID == 0 {
 		o.brokerPID = brokerPID()
 	}
@@ -299,33 +375,52 @@ func run(o options) error {
 		res.Raw = append(res.Raw, ph)
 		fmt.Printf("round %d %-10s %6.2fs %8.0f msgs/s %6.1f MB/s  cpu %5.2fs%s\n", r, "raw", ph.Seconds, ph.MsgsPS, ph.MBPS, ph.CPUSec, brokerCPU(ph))
 
-		for _, alo := range []bool{false, true} {
-			if alo && !o.alo {
+		// braid and braid-noalerts take turns going first.
+		kinds := []contender{braidEO, braidNoAlerts}
+		if r%2 == 0 {
+			kinds[0], kinds[1] = kinds[1], kinds[0]
+		}
+		kinds = append(kinds, braidALO)
+		for _, k := range kinds {
+			if k == braidALO && !o.alo || k == braidNoAlerts && !o.alertsOff {
 				continue
 			}
-			name, group, profile := "braid", fmt.Sprintf("%s.braid-%d", run, r), ""
-			if alo {
-				name, group = "braid-alo", fmt.Sprintf("%s.braid-alo-%d", run, r)
-			} else if r == o.rounds {
-				profile = o.cpuprofile
+			name := k.String()
+			group, profile := fmt.Sprintf("%s.%s-%d", run, name, r), ""
+			if r == o.rounds {
+				switch k {
+				case braidEO:
+					profile = o.cpuprofile
+				case braidNoAlerts:
+					profile = o.profileOff
+				}
 			}
-			ph, err = braidJob(ctx, o, topics, group, alo, wl, profile)
+			ph, err = braidJob(ctx, o, topics, group, k, wl, profile)
 			if err != nil && ph.Error == "" {
 				return fmt.Errorf("round %d %s: %w", r, name, err)
 			}
 			ph.Round = r
-			if alo {
+			switch k {
+			case braidALO:
 				res.BraidALO = append(res.BraidALO, ph)
-			} else {
+			case braidNoAlerts:
+				res.BraidNoAlerts = append(res.BraidNoAlerts, ph)
+			default:
 				res.Braid = append(res.Braid, ph)
 			}
+			if !o.keepTopics {
+				deleteTopics(adm, group+".") // their data is not needed again: less for the broker to keep
+			}
 			if ph.Error != "" {
-				fmt.Printf("round %d %-10s FAILED after %.2fs, cpu %5.2fs%s: %s\n", r, name, ph.Seconds, ph.CPUSec, brokerCPU(ph), ph.Error)
+				fmt.Printf("round %d %-14s FAILED after %.2fs, cpu %5.2fs%s: %s\n", r, name, ph.Seconds, ph.CPUSec, brokerCPU(ph), ph.Error)
 				continue
 			}
-			fmt.Printf("round %d %-10s %6.2fs %8.0f msgs/s %6.1f MB/s  cpu %5.2fs%s  (read all in %.2fs, %d fused of which %d revisions, %d checkpoints, %d aborts); all fused+committed %.2fs %.0f msgs/s cpu %.2fs\n",
+			fmt.Printf("round %d %-14s %6.2fs %8.0f msgs/s %6.1f MB/s  cpu %5.2fs%s  (read all in %.2fs, %d fused of which %d revisions, %d checkpoints, %d aborts); all fused+committed %.2fs %.0f msgs/s cpu %.2fs%s\n",
 				r, name, ph.Seconds, ph.MsgsPS, ph.MBPS, ph.CPUSec, brokerCPU(ph), ph.ReadSec, ph.Fused, ph.Revisions, ph.Checkpoints, ph.Aborts,
-				ph.AllFusedSec, ph.AllFusedMsgsPS, ph.AllFusedCPUSec)
+				ph.AllFusedSec, ph.AllFusedMsgsPS, ph.AllFusedCPUSec, alertsLine(ph.Alerts))
+		}
+		if !o.keepTopics {
+			deleteTopics(adm, out)
 		}
 	}
 	res.Median.Raw, res.Median.Braid = median(res.Raw), median(res.Braid)
@@ -336,6 +431,11 @@ func run(o options) error {
 		res.Median.BraidALO = &m
 		res.RatioALO = m.MsgsPS / res.Median.Raw.MsgsPS
 		res.RatioAllFusedALO = m.AllFusedMsgsPS / res.Median.Raw.MsgsPS
+	}
+	if len(res.BraidNoAlerts) > 0 {
+		m := median(res.BraidNoAlerts)
+		res.Median.BraidNoAlerts = &m
+		res.Alerts = alertsCost(res.Braid, res.BraidNoAlerts, res.Median.Braid, m)
 	}
 	if o.cpuprofile != "" {
 		res.Profile = o.cpuprofile
@@ -358,6 +458,68 @@ func run(o options) error {
 		fmt.Println("result written to", path)
 	}
 	return nil
+}
+
+// contender is a kind of braid run.
+type contender int
+
+const (
+	braidEO       contender = iota // exactly-once, alerts on (the job's defaults)
+	braidALO                       // at-least-once
+	braidNoAlerts                  // exactly-once, alerts off
+)
+
+func (k contender) String() string {
+	switch k {
+	case braidALO:
+		return "braid-alo"
+	case braidNoAlerts:
+		return "braid-noalerts"
+	}
+	return "braid"
+}
+
+// alertsCost compares the runs with the alerts stage on and off: medians,
+// and the ratio of each round's pair.
+func alertsCost(on, off []Phase, mOn, mOff Phase) *AlertsCost {
+	ratio := func(a, b float64) float64 {
+		if a <= 0 || b <= 0 {
+			return 0
+		}
+		return a / b
+	}
+	c := &AlertsCost{
+		SettledCPURatio:  ratio(mOn.SettledCPUSec, mOff.SettledCPUSec),
+		CPURatio:         ratio(mOn.CPUSec, mOff.CPUSec),
+		AllFusedCPURatio: ratio(mOn.AllFusedCPUSec, mOff.AllFusedCPUSec),
+		OnCPUSecPerMMsgs: mOn.SettledCPUSecPerMMsgs, OffCPUSecPerMMsgs: mOff.SettledCPUSecPerMMsgs,
+		OnCPUSecPerMSpans: mOn.SettledCPUSecPerMSpans, OffCPUSecPerMSpans: mOff.SettledCPUSecPerMSpans,
+	}
+	for _, p := range on {
+		for _, q := range off {
+			if p.Round != q.Round || p.Error != "" || q.Error != "" {
+				continue
+			}
+			if r := ratio(p.SettledCPUSec, q.SettledCPUSec); r > 0 {
+				c.SettledPerRound = append(c.SettledPerRound, r)
+			}
+			if r := ratio(p.CPUSec, q.CPUSec); r > 0 {
+				c.PerRound = append(c.PerRound, r)
+			}
+			if r := ratio(p.AllFusedCPUSec, q.AllFusedCPUSec); r > 0 {
+				c.AllFusedPerRound = append(c.AllFusedPerRound, r)
+			}
+		}
+	}
+	return c
+}
+
+func alertsLine(c *AlertsCounters) string {
+	if c == nil {
+		return ""
+	}
+	return fmt.Sprintf("; alerts: %d observations, %d partials, %d evaluations, %d changes, %d late, %d groups",
+		c.Observations, c.Partials, c.Evaluations, c.Changes, c.Late, c.Groups)
 }
 
 func brokerCPU(ph Phase) string {
@@ -496,6 +658,7 @@ func (m meter) stop(wl Workload) Phase {
 	ph.MBPS = float64(wl.Bytes) / sec / 1e6
 	ph.SpansPS = float64(wl.Spans) / sec
 	ph.CPUSecPerMSpans = ph.CPUSec / float64(wl.Spans) * 1e6
+	ph.CPUSecPerMMsgs = ph.CPUSec / float64(wl.Messages) * 1e6
 	return ph
 }
 
@@ -559,7 +722,7 @@ func rawCopy(ctx context.Context, o options, in simulator.Topics, out, group str
 
 // braidJob runs the braid job on the workload until every input message was
 // read and a checkpoint committed after that.
-func braidJob(ctx context.Context, o options, in simulator.Topics, group string, alo bool, wl Workload, profile string) (Phase, error) {
+func braidJob(ctx context.Context, o options, in simulator.Topics, group string, kind contender, wl Workload, profile string) (Phase, error) {
 	dir, err := os.MkdirTemp("", "braid-bench-state-")
 	if err != nil {
 		return Phase{}, err
@@ -574,12 +737,15 @@ func braidJob(ctx context.Context, o options, in simulator.Topics, group string,
 	cfg.Group = group
 	cfg.InstanceID = "0"
 	cfg.State.Dir = dir
+	cfg.State.MemoryBudget = o.budget
 	cfg.Inputs.Spans = job.InputConfig{Topic: in.Spans, Encoding: enc}
 	cfg.Inputs.Logs = job.InputConfig{Topic: in.Logs, Encoding: enc}
 	cfg.Inputs.Metrics = job.InputConfig{Topic: in.Metrics, Encoding: enc}
 	cfg.Outputs.Fused, cfg.Outputs.Late, cfg.Outputs.DLQ = group+".fused", group+".late", group+".dlq"
+	cfg.Outputs.Pollution, cfg.Outputs.Incidents, cfg.Outputs.Alerts = group+".pollution", group+".incidents", group+".alerts"
 	cfg.CheckpointInterval = o.checkpoint
-	cfg.AtLeastOnce = alo
+	cfg.AtLeastOnce = kind == braidALO
+	cfg.Alerts.Disabled = kind == braidNoAlerts
 	if o.eventTime == "short" {
 		// Short, as in the integration tests, so that traces close soon
 		// after their data and their emission falls in the measured
@@ -621,6 +787,10 @@ func braidJob(ctx context.Context, o options, in simulator.Topics, group string,
 		defer prof.Close()
 	}
 	c, st := j.Counters(), j.Engine().Stats()
+	alertsStage := j.Stage().Config().Alerts
+	if (alertsStage == nil) != (kind == braidNoAlerts) {
+		return Phase{}, fmt.Errorf("alerts stage on: %v, want %v", alertsStage != nil, kind != braidNoAlerts)
+	}
 	m := startMeter(o.brokerPID)
 	if prof != nil {
 		if err := pprof.StartCPUProfile(prof); err != nil {
@@ -733,14 +903,52 @@ func braidJob(ctx context.Context, o options, in simulator.Topics, group string,
 			ph.AllFusedCPUSec = all.CPUSec
 			ph.AllFusedBrokerCPUSec = all.BrokerCPUSec
 			ph.AllFusedCPUSecPerMSpans = all.CPUSecPerMSpans
+			ph.AllFusedCPUSecPerMMsgs = all.CPUSecPerMMsgs
 			break
 		}
 		if expired {
 			break
 		}
 	}
-	stopProfile()
 	ph.FusedAtEnd = c.Fused.Load()
+	alertsNow := func() *AlertsCounters {
+		if alertsStage == nil {
+			return nil
+		}
+		ac := alertsStage.Counters()
+		return &AlertsCounters{
+			Observations: ac.Observations.Load(), Partials: ac.Partials.Load(), Evaluations: ac.Evaluations.Load(),
+			Changes: ac.Changes.Load(), Late: ac.Late.Load(), Revised: ac.Revised.Load(), Overflow: ac.Overflow.Load(),
+			Invalid: ac.Invalid.Load(), Firing: ac.Firing.Load(), Groups: ac.Groups.Load(), Bytes: ac.Bytes.Load(),
+		}
+	}
+	ph.AlertsAllFused = alertsNow()
+	// Window 3: -settle more checkpoints after window 2, so that the
+	// alerts stage's partial aggregates of the last checkpoints reach
+	// their owners over its internal topic and the windows the
+	// watermark has passed are evaluated. The same for every contender.
+	if !expired && o.settle > 0 {
+		target := st.Checkpoints.Load() + int64(o.settle)
+		limit := time.After(o.completeTimeout)
+	settle:
+		for st.Checkpoints.Load() < target {
+			select {
+			case err := <-done:
+				return failed(fmt.Errorf("job ended early: %v", err))
+			case <-limit:
+				fmt.Fprintf(os.Stderr, "e2e: %d more checkpoints not within %v\n", o.settle, o.completeTimeout)
+				break settle
+			case <-tick.C:
+			}
+		}
+		if st.Checkpoints.Load() >= target {
+			set := m.stop(wl)
+			ph.SettledSec, ph.SettledCPUSec, ph.SettledBrokerCPUSec = set.Seconds, set.CPUSec, set.BrokerCPUSec
+			ph.SettledCPUSecPerMSpans, ph.SettledCPUSecPerMMsgs = set.CPUSecPerMSpans, set.CPUSecPerMMsgs
+		}
+	}
+	stopProfile()
+	ph.Alerts = alertsNow()
 
 	t0 = time.Now()
 	cancel()
@@ -853,6 +1061,7 @@ func median(all []Phase) Phase {
 		CPUSec:          med(func(p Phase) float64 { return p.CPUSec }),
 		BrokerCPUSec:    med(func(p Phase) float64 { return p.BrokerCPUSec }),
 		CPUSecPerMSpans: med(func(p Phase) float64 { return p.CPUSecPerMSpans }),
+		CPUSecPerMMsgs:  med(func(p Phase) float64 { return p.CPUSecPerMMsgs }),
 		ReadSec:         med(func(p Phase) float64 { return p.ReadSec }),
 		PrepareSec:      med(func(p Phase) float64 { return p.PrepareSec }),
 
@@ -861,6 +1070,13 @@ func median(all []Phase) Phase {
 		AllFusedCPUSec:          med(func(p Phase) float64 { return p.AllFusedCPUSec }),
 		AllFusedBrokerCPUSec:    med(func(p Phase) float64 { return p.AllFusedBrokerCPUSec }),
 		AllFusedCPUSecPerMSpans: med(func(p Phase) float64 { return p.AllFusedCPUSecPerMSpans }),
+		AllFusedCPUSecPerMMsgs:  med(func(p Phase) float64 { return p.AllFusedCPUSecPerMMsgs }),
+
+		SettledSec:             med(func(p Phase) float64 { return p.SettledSec }),
+		SettledCPUSec:          med(func(p Phase) float64 { return p.SettledCPUSec }),
+		SettledBrokerCPUSec:    med(func(p Phase) float64 { return p.SettledBrokerCPUSec }),
+		SettledCPUSecPerMSpans: med(func(p Phase) float64 { return p.SettledCPUSecPerMSpans }),
+		SettledCPUSecPerMMsgs:  med(func(p Phase) float64 { return p.SettledCPUSecPerMMsgs }),
 	}
 	m.Fused = int64(med(func(p Phase) float64 { return float64(p.Fused) }))
 	return m
@@ -888,6 +1104,9 @@ func printTable(res *Result) {
 	}
 	row("raw copy", res.Median.Raw, res.Raw)
 	row("braid (exactly-once)", res.Median.Braid, res.Braid)
+	if res.Median.BraidNoAlerts != nil {
+		row("braid, alerts off", *res.Median.BraidNoAlerts, res.BraidNoAlerts)
+	}
 	if res.Median.BraidALO != nil {
 		row("braid (at-least-once)", *res.Median.BraidALO, res.BraidALO)
 	}
@@ -898,14 +1117,45 @@ func printTable(res *Result) {
 		fmt.Fprintf(w, "%s\t%.2f\t%.0f\t%.2f\t%.1f\t%.2f\t\n", name, p.AllFusedSec, p.AllFusedMsgsPS, p.AllFusedCPUSec, p.AllFusedCPUSecPerMSpans, p.AllFusedBrokerCPUSec)
 	}
 	row2("braid (exactly-once)", res.Median.Braid)
+	if res.Median.BraidNoAlerts != nil {
+		row2("braid, alerts off", *res.Median.BraidNoAlerts)
+	}
 	if res.Median.BraidALO != nil {
 		row2("braid (at-least-once)", *res.Median.BraidALO)
+	}
+	w.Flush()
+	fmt.Printf("braid's third window, until %d more checkpoints have committed:\n", res.Settings.Settle)
+	fmt.Fprintln(w, "contender\tseconds\tCPU-s\tCPU-s/M msgs\tCPU-s/M spans\tbroker CPU-s\t")
+	row3 := func(name string, p Phase) {
+		fmt.Fprintf(w, "%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", name, p.SettledSec, p.SettledCPUSec, p.SettledCPUSecPerMMsgs, p.SettledCPUSecPerMSpans, p.SettledBrokerCPUSec)
+	}
+	row3("braid (exactly-once)", res.Median.Braid)
+	if res.Median.BraidNoAlerts != nil {
+		row3("braid, alerts off", *res.Median.BraidNoAlerts)
+	}
+	if res.Median.BraidALO != nil {
+		row3("braid (at-least-once)", *res.Median.BraidALO)
 	}
 	w.Flush()
 	fmt.Printf("ratio braid/raw (msgs/s): %.2f×  (target ≥ 0.5×); every trace fused: %.2f×\n", res.Ratio, res.RatioAllFused)
 	if res.Median.BraidALO != nil {
 		fmt.Printf("ratio braid at-least-once/raw (msgs/s): %.2f×; every trace fused: %.2f×\n", res.RatioALO, res.RatioAllFusedALO)
 	}
+	if a := res.Alerts; a != nil {
+		fmt.Printf("alerts on/off, CPU-s with the default rules, until %d checkpoints after every trace fused: %.3f×  (target ≤ 1.15×; per round %s)\n",
+			res.Settings.Settle, a.SettledCPURatio, ratios(a.SettledPerRound))
+		fmt.Printf("  CPU-s per million input messages: on %.2f, off %.2f; per million spans: on %.2f, off %.2f\n",
+			a.OnCPUSecPerMMsgs, a.OffCPUSecPerMMsgs, a.OnCPUSecPerMSpans, a.OffCPUSecPerMSpans)
+		fmt.Printf("  window 1 (all read and committed): %.3f× (per round %s); window 2 (every trace fused): %.3f× (per round %s)\n",
+			a.CPURatio, ratios(a.PerRound), a.AllFusedCPURatio, ratios(a.AllFusedPerRound))
+	}
 	fmt.Printf("load average at start %s, at end %s (%d CPUs)\n", res.Machine.LoadAvgStart, res.Machine.LoadAvgEnd, res.Machine.CPUs)
+}
 
+func ratios(v []float64) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = fmt.Sprintf("%.3f", x)
+	}
+	return strings.Join(s, ", ")
 }
