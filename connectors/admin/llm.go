@@ -1,6 +1,8 @@
 package admin
 
 import (
+	"math"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/braidlabs/braid/operators/llmmetrics"
@@ -96,9 +98,14 @@ func (c *LLMCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- histogram(descLayerDecode, l.Hist, l.Model, l.Layer)
 	}
 	for _, kv := range snap.KV {
-		ch <- prometheus.MustNewConstMetric(descKVUtilisation, prometheus.GaugeValue, kv.Utilisation, kv.GPU, kv.Instance)
-		ch <- prometheus.MustNewConstMetric(descKVFragmentation, prometheus.GaugeValue, kv.Fragmentation, kv.GPU, kv.Instance)
-		ch <- prometheus.MustNewConstMetric(descKVHealth, prometheus.GaugeValue, kv.Health, kv.GPU, kv.Instance)
+		for _, g := range []struct {
+			d *prometheus.Desc
+			v float64
+		}{{descKVUtilisation, kv.Utilisation}, {descKVFragmentation, kv.Fragmentation}, {descKVHealth, kv.Health}} {
+			if !math.IsNaN(g.v) { // never set (SetKVFigure)
+				ch <- prometheus.MustNewConstMetric(g.d, prometheus.GaugeValue, g.v, kv.GPU, kv.Instance)
+			}
+		}
 	}
 	for _, in := range snap.Incidents {
 		ch <- prometheus.MustNewConstMetricWithCreatedTimestamp(descIncidentsByPattern, prometheus.CounterValue,

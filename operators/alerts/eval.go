@@ -237,6 +237,9 @@ func (p *Processor) evaluate(t *engine.Task, g *owned, j int, end int64, revised
 	v := p.window(g, r, end)
 	cond := truth(r.expr.root.eval(v))
 	value := r.expr.value.eval(v)
+	if f := p.s.cfg.OnValue; f != nil && !math.IsNaN(value) {
+		f(r.Name, g.labels, value)
+	}
 	st.lastEnd = max(st.lastEnd, end)
 	p.changed[g.key] = true
 	var to braidpb.AlertState

@@ -91,6 +91,10 @@ func isMetricFigure(fig string) bool {
 	return false
 }
 
+// HealthRule is the default rule whose value is the KV-cache health score
+// (0–100); the job exports it as braid_kv_health_score (0–1).
+const HealthRule = "BraidKVCacheHealthLow"
+
 // DefaultRules are the rules braid runs unless alerts.default_rules is
 // false: the design's SLO and KV-cache rules.
 func DefaultRules() []Rule {

@@ -179,6 +179,11 @@ type StageConfig struct {
 	AllowedLateness time.Duration
 	// MaxRecordBytes bounds every record written.
 	MaxRecordBytes int
+	// OnValue, when set, is called with the value of a rule's expression
+	// (the left side of its comparison) at each evaluation, by the owner
+	// of the group, e.g. to export the KV-cache health score as a gauge.
+	// It must be safe for concurrent use.
+	OnValue func(rule string, group Labels, value float64)
 }
 
 // Stage is the compiled alerts stage, shared by the tasks of a job.
@@ -250,6 +255,9 @@ func gcd(a, b int64) int64 {
 	}
 	return a
 }
+
+// SetOnValue sets StageConfig.OnValue; call it before the stage runs.
+func (s *Stage) SetOnValue(f func(rule string, group Labels, value float64)) { s.cfg.OnValue = f }
 
 // Rules returns the compiled rules, in name order.
 func (s *Stage) Rules() []Rule { return s.rules }

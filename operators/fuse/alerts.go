@@ -84,19 +84,23 @@ func gpuOf(id *semconv.Identity) string {
 	return ""
 }
 
-// observeTrace hands the trace being emitted (its first emission) to the
-// alerts stage.
-func (p *processor) observeTrace(t *engine.Task, tr *trace, sum *summary) {
+// observeTrace hands the trace being emitted to the alerts stage and the
+// LLM metrics, and reports whether it did: not before the trace has spans
+// (where it ran and its figures come from them).
+func (p *processor) observeTrace(t *engine.Task, tr *trace, sum *summary) bool {
 	if p.alerts == nil && p.cfg.LLM == nil {
-		return
+		return true
 	}
 	e := &p.emitter
+	if tr.spans == 0 {
+		return false
+	}
 	id := p.traceIdentity(sum)
 	if p.cfg.LLM != nil {
 		p.cfg.LLM.ObserveTrace(llmmetrics.FromDerived(e.derived, instanceOf(&id), string(otlp.AppendTraceIDHex(nil, tr.id)), tr.last))
 	}
 	if p.alerts == nil {
-		return
+		return true
 	}
 	o := alerts.NewTraceObs()
 	o.Labels = alerts.Labels{Model: id.Model, Instance: instanceOf(&id), Host: id.Host, GPU: gpuOf(&id), Service: id.Service}
@@ -169,6 +173,7 @@ func (p *processor) observeTrace(t *engine.Task, tr *trace, sum *summary) {
 		}
 	}
 	p.alerts.ObserveTrace(t, &o)
+	return true
 }
 
 func b2f(b bool) float64 {
@@ -181,6 +186,14 @@ func b2f(b bool) float64 {
 // observeSample hands a resource sample of canonical metric name to the
 // alerts stage, when a rule reads it.
 func (p *processor) observeSample(t *engine.Task, id *semconv.Identity, name string, v float64, at int64) {
+	if llm := p.cfg.LLM; llm != nil {
+		switch name {
+		case semconv.KVCacheUsage:
+			llm.SetKVFigure(gpuOf(id), instanceOf(id), llmmetrics.KVUtilisation, v)
+		case semconv.KVCacheFragmentation:
+			llm.SetKVFigure(gpuOf(id), instanceOf(id), llmmetrics.KVFragmentation, v)
+		}
+	}
 	if p.alerts == nil || !p.s.cfg.Alerts.Wants(name) {
 		return
 	}

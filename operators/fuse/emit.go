@@ -237,8 +237,10 @@ func (p *processor) emit(t *engine.Task, tr *trace, wm int64) error {
 	}
 	e.out = b
 
-	if tr.revision == 0 {
-		p.observeTrace(t, tr, &sum)
+	if !tr.observed {
+		// The first emission with spans (a trace whose logs came first
+		// is observed once its spans are in).
+		tr.observed = p.observeTrace(t, tr, &sum)
 	}
 	if err := p.emitTrace(t, tr, b); err != nil {
 		return err

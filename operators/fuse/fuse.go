@@ -148,6 +148,7 @@ type trace struct {
 	first, last int64
 	revision    uint32 // revision of the next emission
 	emitted     bool   // emitted at least once
+	observed    bool   // handed to the alerts stage and LLM metrics (an emission with spans)
 	dirty       bool   // changed since the last emission
 	changed     bool   // in processor.changed
 	spans, logs uint32
@@ -946,6 +947,9 @@ func decodeMeta(b []byte, tr *trace) error {
 	}
 	b = b[n:]
 	tr.emitted, tr.dirty = b[0]&1 != 0, b[0]&2 != 0
+	// Not persisted: a trace emitted before a restart counts as observed
+	// (rather than twice).
+	tr.observed = tr.emitted
 	b = b[1:]
 	for _, v := range []*uint32{&tr.revision, &tr.spans, &tr.logs, &tr.points, &tr.dropped[0], &tr.dropped[1], &tr.dropped[2], &tr.bytes, &tr.chunks} {
 		x, n := binary.Uvarint(b)

@@ -536,6 +536,37 @@ func (r *Recorder) SetKV(gpu, instance string, utilisation, fragmentation, healt
 	r.mu.kv.m[k] = KV{GPU: k.a, Instance: k.b, Utilisation: utilisation, Fragmentation: fragmentation, Health: health}
 }
 
+// KVFigure names one of the KV-cache gauges.
+type KVFigure int
+
+// KV-cache gauges.
+const (
+	KVUtilisation KVFigure = iota
+	KVFragmentation
+	KVHealth
+)
+
+// SetKVFigure sets one KV-cache gauge of (gpu, instance), leaving the
+// others as they are; a gauge never set is NaN and not exported.
+func (r *Recorder) SetKVFigure(gpu, instance string, f KVFigure, v float64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k, _ := slot(&r.mu.kv, seriesKey{orUnknown(gpu), orUnknown(instance)}, otherKey, r.cfg.MaxSeries)
+	kv, ok := r.mu.kv.m[k]
+	if !ok {
+		kv = KV{GPU: k.a, Instance: k.b, Utilisation: math.NaN(), Fragmentation: math.NaN(), Health: math.NaN()}
+	}
+	switch f {
+	case KVUtilisation:
+		kv.Utilisation = v
+	case KVFragmentation:
+		kv.Fragmentation = v
+	case KVHealth:
+		kv.Health = v
+	}
+	r.mu.kv.m[k] = kv
+}
+
 // HasEfficiency reports whether the Recorder has a theoretical peak for any
 // model, that is whether it can produce efficiency figures.
 func (r *Recorder) HasEfficiency() bool { return len(r.cfg.MaxTokensPerSecond) > 0 }

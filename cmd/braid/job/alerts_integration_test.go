@@ -387,8 +387,10 @@ func promtoolCheck(t *testing.T, url string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Contains(body, []byte("braid_llm_ttft_seconds_bucket")) || !bytes.Contains(body, []byte("braid_alerts_firing")) {
-		t.Fatalf("/metrics lacks the LLM or alerts metrics")
+	for _, m := range []string{"braid_llm_ttft_seconds_bucket", "braid_alerts_firing", "braid_kv_utilisation_ratio", "braid_kv_health_score", "braid_pollution_incidents_total{pattern="} {
+		if !bytes.Contains(body, []byte(m)) {
+			t.Errorf("/metrics lacks %s", m)
+		}
 	}
 	cmd := exec.Command(promtool, "check", "metrics")
 	cmd.Stdin = bytes.NewReader(body)

@@ -17,6 +17,7 @@ import (
 	"github.com/braidlabs/braid/connectors/admin"
 	"github.com/braidlabs/braid/connectors/kafka"
 	"github.com/braidlabs/braid/engine"
+	"github.com/braidlabs/braid/operators/alerts"
 	"github.com/braidlabs/braid/operators/fuse"
 	"github.com/braidlabs/braid/operators/kvgraph"
 	"github.com/braidlabs/braid/operators/llmmetrics"
@@ -59,6 +60,14 @@ func Prepare(ctx context.Context, cfg *Config, log *slog.Logger) (*Job, error) {
 	}
 	fcfg := cfg.FuseConfig(partitions)
 	fcfg.LLM = llm
+	if fcfg.Alerts != nil {
+		// braid_kv_health_score: the health rule's score, per instance.
+		fcfg.Alerts.SetOnValue(func(rule string, g alerts.Labels, v float64) {
+			if rule == alerts.HealthRule {
+				llm.SetKVFigure(g.GPU, g.Instance, llmmetrics.KVHealth, v/100)
+			}
+		})
+	}
 	stage, err := fuse.New(fcfg)
 	if err != nil {
 		return nil, err
