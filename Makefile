@@ -1,10 +1,10 @@
 # braid — see README.md. `make run` runs the demo; `make test` runs every test,
-# starting a real Kafka broker (deploy/local/kafka.sh) and a real Alertmanager
-# (deploy/local/alertmanager.sh) for the integration tests.
+# starting a real Kafka broker (deploy/local/kafka.sh) for the integration
+# tests; those that need a real Alertmanager or Prometheus start their own
+# (deploy/local/alertmanager.sh, deploy/local/prometheus.sh).
 
 GO        ?= go
 KAFKA     := bash deploy/local/kafka.sh
-ALERTMANAGER := bash deploy/local/alertmanager.sh
 PKGS      ?= ./...
 GO_TEST_FLAGS ?= -race -count=1 -timeout 40m
 
@@ -20,11 +20,10 @@ run:
 	$(GO) run ./cmd/braid demo
 
 ## test: unit tests and integration tests against a real Kafka 4.x broker
-## and a real Alertmanager.
+## (and the real Alertmanager and Prometheus the tests start).
 test:
-	@trap '$(KAFKA) stop; $(ALERTMANAGER) stop' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
+	@trap '$(KAFKA) stop' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
 	  $(KAFKA) start >/dev/null && eval "$$($(KAFKA) env)" && \
-	  $(ALERTMANAGER) start >/dev/null && eval "$$($(ALERTMANAGER) env)" && \
 	  $(GO) test $(GO_TEST_FLAGS) $(PKGS)
 
 ## test-unit: tests that need no broker (integration tests skip outside CI).

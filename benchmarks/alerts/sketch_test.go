@@ -18,7 +18,7 @@ import (
 )
 
 var (
-	requests = flag.Int("requests", 150000, "requests of the e2e workload to generate (benchmarks/e2e -requests); -short: 20000")
+	requests = flag.Int("requests", 20000, "requests of the e2e workload to generate (benchmarks/e2e -requests; the figures in benchmarks/README.md: 150000, 600000); -short: 5000")
 	maxError = flag.Float64("max-error", 0.01, "the largest relative quantile error allowed")
 )
 
@@ -62,7 +62,7 @@ type sample struct {
 func TestSketchError(t *testing.T) {
 	n := *requests
 	if testing.Short() {
-		n = min(n, 20000)
+		n = min(n, 5000)
 	}
 	cfg := simulator.Config{Seed: 1, Encoding: simulator.EncodingProto, Topics: simulator.DefaultTopics}
 	batches := (n + simulator.DefaultRequestsPerBatch - 1) / simulator.DefaultRequestsPerBatch
@@ -71,16 +71,16 @@ func TestSketchError(t *testing.T) {
 }
 
 // TestSketchErrorRealistic does the same over the simulator's realistic
-// fleet (8 servers, 100 requests/s of event time, modelled queues) with a
-// TTFT regression (×6 on one server for 3 minutes): the slow requests make
+// fleet (4 servers, 40 requests/s of event time, modelled queues) with a
+// TTFT regression (×6 on one server for 2 minutes): the slow requests make
 // a second mode far above the first, the shape the TTFT rule watches.
 func TestSketchErrorRealistic(t *testing.T) {
 	cfg := simulator.Config{Seed: 1, Encoding: simulator.EncodingProto, Topics: simulator.DefaultTopics,
-		Realistic: true, Rate: 100, Hosts: 4,
-		Regressions: []simulator.Regression{{Instance: 1, From: 2 * time.Minute, To: 5 * time.Minute, Factor: 6}}}
-	d := 10 * time.Minute
+		Realistic: true, Rate: 40, Hosts: 2,
+		Regressions: []simulator.Regression{{Instance: 1, From: time.Minute, To: 3 * time.Minute, Factor: 6}}}
+	d := 5 * time.Minute
 	if testing.Short() {
-		d = 6 * time.Minute
+		d = 4 * time.Minute
 	}
 	t.Logf("realistic fleet, %v of event time", d)
 	checkSketch(t, generate(t, cfg, int(d/simulator.DefaultBatchInterval)))

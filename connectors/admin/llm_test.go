@@ -5,15 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -25,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/braidlabs/braid/connectors/alertmanager/amtest"
 	"github.com/braidlabs/braid/engine"
 	"github.com/braidlabs/braid/operators/llmmetrics"
 )
@@ -293,17 +291,6 @@ func TestPromtoolCheckMetrics(t *testing.T) {
 	}
 }
 
-// freeLocalPort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freeLocalPort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // TestPrometheusScrapesExemplars runs a real Prometheus with
 // deploy/local/prometheus.sh, on a port and data dir of its own, scraping
 // an admin server over a populated Recorder, and waits until its HTTP API
@@ -325,50 +312,8 @@ func TestPrometheusScrapesExemplars(t *testing.T) {
 		}
 	})
 
-	script, err := filepath.Abs("../../deploy/local/prometheus.sh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := freeLocalPort(t)
-	env := append(os.Environ(),
-		"BRAID_PROMETHEUS_PORT="+strconv.Itoa(port),
-		"BRAID_PROMETHEUS_DIR="+filepath.Join(t.TempDir(), "prometheus"),
-		"BRAID_PROMETHEUS_TARGETS="+srv.Addr().String())
-	sh := func(arg string) (string, error) {
-		cmd := exec.Command("bash", script, arg)
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
-	out, err := sh("start")
-	t.Cleanup(func() {
-		if out, err := sh("stop"); err != nil {
-			t.Errorf("prometheus.sh stop: %v\n%s", err, out)
-		}
-	})
-	if err != nil {
-		t.Fatalf("prometheus.sh start: %v\n%s", err, out)
-	}
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	if out, err := sh("env"); err != nil || strings.TrimSpace(out) != "export BRAID_PROMETHEUS_URL="+base {
-		t.Fatalf("prometheus.sh env = %q, %v", out, err)
-	}
-
-	api := func(path string, q url.Values, v any) error {
-		resp, err := http.Get(base + path + "?" + q.Encode())
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return err
-		}
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("%s: %s: %s", path, resp.Status, b)
-		}
-		return json.Unmarshal(b, v)
-	}
+	base := amtest.StartPrometheus(t, srv.Addr().String())
+	api := func(path string, q url.Values, v any) error { return amtest.PromAPI(base, path, q, v) }
 	type sample struct {
 		Metric map[string]string `json:"metric"`
 	}
@@ -403,8 +348,7 @@ func TestPrometheusScrapesExemplars(t *testing.T) {
 			}
 		}
 		if time.Now().After(deadline) {
-			logs, _ := sh("logs")
-			t.Fatalf("Prometheus shows %d TTFT bucket series and no exemplars after 60s (last error: %v)\n%s", len(series), err, logs)
+			t.Fatalf("Prometheus shows %d TTFT bucket series and no exemplars after 60s (last error: %v)", len(series), err)
 		}
 		time.Sleep(200 * time.Millisecond) // polling Prometheus's API, bounded by the deadline
 	}

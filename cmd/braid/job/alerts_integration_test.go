@@ -2,6 +2,7 @@ package job
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -109,6 +110,21 @@ func newAlertsRun(t *testing.T, faults bool) *alertsRun {
 	r.incidents = r.tj.reader(outs[1])
 	r.fused = r.tj.reader(r.tj.cfg.Outputs.Fused)
 	return r
+}
+
+// restart stops the job (its last checkpoint commits) and starts it again
+// with the same configuration, as a rolling restart does.
+func (tj *testJob) restart(t *testing.T) {
+	t.Helper()
+	tj.stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	j, err := Prepare(ctx, tj.cfg, nil)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	tj.job, tj.cancel, tj.done = j, cancel, make(chan error, 1)
+	go func() { tj.done <- j.Run(ctx) }()
 }
 
 // actionSink receives the actions braid posts.
@@ -246,7 +262,8 @@ func barrier(t *testing.T, r *alertsRun, name string) {
 // Alertmanager and a real Prometheus: each fault's alert reaches
 // Alertmanager exactly once firing, with the labels of its place and the
 // trace or incident ids behind it, and once resolved after the fault
-// ended; braid.alerts holds their lifecycle; Prometheus shows braid's
+// ended — across a restart of the job between the two; braid.alerts holds
+// their lifecycle; Prometheus shows braid's
 // latency histograms with trace-id exemplars of fused traces.
 func TestIntegrationAlerts(t *testing.T) {
 	t.Parallel() // mostly waiting on the paced producer, as the clean run
@@ -260,6 +277,31 @@ func TestIntegrationAlerts(t *testing.T) {
 		return len(r.hook.Notified("BraidTTFTHigh", "firing")) > 0 && len(r.hook.Notified("BraidKVMemoryGrowth", "firing")) > 0 &&
 			len(r.hook.Notified("BraidKVCachePollution", "firing")) > 0
 	})
+	// Prometheus scraped braid's derived metrics, with exemplars naming
+	// fused traces.
+	r.fused.until(t, time.Minute, func(recs []*kgo.Record) bool { return len(recs) > 0 })
+	fusedIDs := map[string]bool{}
+	for k := range latest(t, r.fused.recs) {
+		fusedIDs[k] = true
+	}
+	exemplars := promExemplars(t, r.prom, "braid_llm_ttft_seconds_bucket")
+	matched := 0
+	for _, id := range exemplars {
+		if fusedIDs[id] {
+			matched++
+		}
+	}
+	if matched == 0 {
+		t.Errorf("Prometheus holds %d TTFT exemplars, none a fused trace's id", len(exemplars))
+	}
+	t.Logf("%d TTFT exemplars in Prometheus, %d of fused traces", len(exemplars), matched)
+	// promtool accepts the job's /metrics.
+	promtoolCheck(t, "http://"+r.tj.job.AdminAddr()+"/metrics")
+
+	// A rolling restart while the alerts fire: the new instance re-reads
+	// braid.alerts and posts the firing alerts again (same startsAt), which
+	// Alertmanager takes as the same alerts, and resolves them once.
+	r.tj.restart(t)
 	r.produce(1)
 	waitNotified(t, r, "resolved alerts of the three faults", 4*time.Minute, func() bool {
 		return len(r.hook.Notified("BraidTTFTHigh", "resolved")) > 0 && len(r.hook.Notified("BraidKVMemoryGrowth", "resolved")) > 0 &&
@@ -322,9 +364,6 @@ func TestIntegrationAlerts(t *testing.T) {
 		t.Errorf("actions posted %v, want firing then resolved", states)
 	}
 
-	// promtool accepts the job's /metrics.
-	promtoolCheck(t, "http://"+r.tj.job.AdminAddr()+"/metrics")
-
 	// braid.alerts: each episode's records in lifecycle order.
 	r.alerts.poll()
 	byKey := map[string][]braidpb.AlertState{}
@@ -350,25 +389,7 @@ func TestIntegrationAlerts(t *testing.T) {
 		t.Logf("braid.alerts %s: %v", k, st)
 	}
 
-	// Prometheus scraped braid's derived metrics, with exemplars naming
-	// fused traces.
-	r.fused.until(t, time.Minute, func(recs []*kgo.Record) bool { return len(recs) > 0 })
-	fusedIDs := map[string]bool{}
-	for k := range latest(t, r.fused.recs) {
-		fusedIDs[k] = true
-	}
-	exemplars := promExemplars(t, r.prom, "braid_llm_ttft_seconds_bucket")
-	matched := 0
-	for _, id := range exemplars {
-		if fusedIDs[id] {
-			matched++
-		}
-	}
-	if matched == 0 {
-		t.Errorf("Prometheus holds %d TTFT exemplars, none a fused trace's id", len(exemplars))
-	}
-	t.Logf("notified %d firing, %d resolved; %d TTFT exemplars in Prometheus, %d of fused traces",
-		len(r.hook.Notified("", "firing")), len(r.hook.Notified("", "resolved")), len(exemplars), matched)
+	t.Logf("notified %d firing, %d resolved", len(r.hook.Notified("", "firing")), len(r.hook.Notified("", "resolved")))
 }
 
 // promtoolCheck runs `promtool check metrics` on what url serves.
@@ -403,21 +424,7 @@ func promtoolCheck(t *testing.T, url string) {
 // returns the exemplars' trace ids.
 func promExemplars(t *testing.T, base, query string) []string {
 	t.Helper()
-	get := func(path string, q url.Values, v any) error {
-		resp, err := http.Get(base + path + "?" + q.Encode())
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return err
-		}
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("%s: %s: %s", path, resp.Status, b)
-		}
-		return json.Unmarshal(b, v)
-	}
+	get := func(path string, q url.Values, v any) error { return amtest.PromAPI(base, path, q, v) }
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		var qr struct {

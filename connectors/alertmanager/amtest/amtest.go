@@ -7,9 +7,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -216,4 +218,22 @@ func StartPrometheus(t testing.TB, targets ...string) string {
 		t.Fatalf("prometheus.sh start: %v\n%s", err, out)
 	}
 	return fmt.Sprintf("http://127.0.0.1:%d", port)
+}
+
+// PromAPI gets path (e.g. /api/v1/query) with query q from the Prometheus
+// at base and decodes its JSON answer into v.
+func PromAPI(base, path string, q url.Values, v any) error {
+	resp, err := http.Get(base + path + "?" + q.Encode())
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s: %s", path, resp.Status, b)
+	}
+	return json.Unmarshal(b, v)
 }
