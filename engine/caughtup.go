@@ -203,6 +203,9 @@ func (t *Task) judge(i int, end, start int64) {
 	}
 	next = max(next, start)
 	t.setCaught(i, end >= 0 && next >= end)
+	for _, w := range t.fed {
+		w.SetBehind(i, end >= 0 && next < end)
+	}
 }
 
 // takeEnds judges the sources by the end checker's latest answer.

@@ -48,6 +48,7 @@ type input struct {
 	idleFlag bool  // upstream says it is idle
 	caughtUp bool  // source confirmed caught up, no activity since
 	stale    bool  // its newest event was read long after it happened (SetStale)
+	behind   bool  // records are known to be waiting on it (SetBehind)
 	activity int64 // processing time of the last activity, ns
 }
 
@@ -122,6 +123,14 @@ func (w *Watermarks) Max(i int) int64 { return w.inputs[i].max }
 // to this partition or to one that has shown nothing yet, behind the
 // others — only by the regular idleness.
 func (w *Watermarks) SetStale(i int, stale bool) { w.inputs[i].stale = stale }
+
+// SetBehind records whether source input i is known to be behind: its
+// partition holds records the task has not processed yet (the broker's end
+// offset is past the task's position). An input that is behind is never
+// idle, however long it shows no activity — a partition starved of fetches
+// while others deliver a backlog is slow, not silent, and declaring it idle
+// would send what it holds late.
+func (w *Watermarks) SetBehind(i int, behind bool) { w.inputs[i].behind = behind }
 
 // Touch records activity on input i without an event time (a record that
 // could not be decoded still proves the input is alive).
@@ -281,6 +290,8 @@ func (w *Watermarks) isIdle(in *input, n int64, backlog bool) bool {
 			// silence. Only its own idle flag excludes it.
 			return false
 		}
+	} else if in.behind {
+		return false
 	} else if in.caughtUp && !backlog && w.caughtIdle > 0 && n-in.activity > w.caughtIdle {
 		return true
 	}

@@ -288,3 +288,24 @@ func TestBacklogHoldsEmptyCaughtUpInput(t *testing.T) {
 		}
 	}
 }
+
+// TestBehindInputIsNeverIdle: a source input with records waiting (behind)
+// holds the watermark however long it is silent; once caught up, the
+// regular idleness applies from its last activity.
+func TestBehindInputIsNeverIdle(t *testing.T) {
+	now := time.Unix(1000, 0)
+	w := NewWatermarks(2, 0, 5*time.Second, now)
+	w.Observe(0, 100, now)
+	w.Observe(1, 500, now)
+	w.SetBehind(0, true)
+	if got := w.Current(now.Add(time.Minute)); got != 100 {
+		t.Fatalf("watermark %d with input 0 behind, want 100", got)
+	}
+	if w.Idle(now.Add(time.Minute)) {
+		t.Fatal("idle with an input behind")
+	}
+	w.SetBehind(0, false)
+	if got := w.Current(now.Add(time.Minute)); got != 500 {
+		t.Fatalf("watermark %d once input 0 caught up and idle, want 500", got)
+	}
+}

@@ -280,6 +280,11 @@ func (p *processor) alertsInput() int      { return len(p.cfg.Sources) + 3 }
 
 // Process implements engine.Processor.
 func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
+	if input == p.alertsInput() {
+		// Partial aggregates of what the tasks emitted: not input that
+		// keeps traces open (flushIdle).
+		return p.processAlerts(t, rec)
+	}
 	p.lastInput = t.Now().UnixNano()
 	switch input {
 	case p.resolveInput():
@@ -288,8 +293,6 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 		return p.processKV(t, rec)
 	case p.repartitionInput():
 		return p.processRepartitioned(t, rec)
-	case p.alertsInput():
-		return p.processAlerts(t, rec)
 	}
 	src := &p.cfg.Sources[input]
 	p.s.counters.Messages.Add(1)
