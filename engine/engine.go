@@ -729,7 +729,21 @@ func (e *Engine) checkpoint(ctx context.Context, begin bool, step int) error {
 		e.log.Warn("end transaction", "err", endErr)
 	}
 	if begin {
-		if err := e.sess.Begin(); err != nil {
+		err := e.sess.Begin()
+		if err != nil && endErr != nil {
+			// End failed part way (its context ran out while the broker
+			// was slow) and left the transaction open: abort it — nothing
+			// of it committed (committed is false), the tasks reload the
+			// last checkpoint — and begin anew rather than end the job.
+			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			_, aerr := e.sess.End(actx, kgo.TryAbort)
+			cancel()
+			committed = false
+			if err = e.sess.Begin(); err != nil {
+				err = fmt.Errorf("%w (after the failed end: %v; abort: %v)", err, endErr, aerr)
+			}
+		}
+		if err != nil {
 			return fmt.Errorf("engine: begin transaction: %w", err)
 		}
 	}

@@ -24,7 +24,10 @@ import (
 //   - the resource windows attached to each FusedTrace equal the truth for
 //     the request's time and place (its server's series and its GPU's).
 func TestIntegrationCorrelationOnRealisticTelemetry(t *testing.T) {
-	tj := startJob(t, simulator.EncodingProto, 4)
+	// The default idleness: the minute of history is produced at once, and
+	// on a loaded machine a partition can go unread for seconds while
+	// others deliver it; 5s would declare it idle and send its share late.
+	tj := startJobWith(t, simulator.EncodingProto, 4, func(c *Config) { c.EventTime.Idleness = 30 * time.Second })
 	sim, err := simulator.New(simulator.Config{
 		Seed: 41, Realistic: true, Topics: tj.simTopics(), RequestsPerBatch: 3, Hosts: 2,
 	})
