@@ -24,7 +24,8 @@ run:
 test:
 	@trap '$(KAFKA) stop' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
 	  $(KAFKA) start >/dev/null && eval "$$($(KAFKA) env)" && \
-	  $(GO) test $(GO_TEST_FLAGS) $(PKGS)
+	  $(GO) test $(GO_TEST_FLAGS) $(PKGS) && \
+	  $(GO) test -count=1 -run '^TestIntegrationCorrelationOnRealisticTelemetry$$' ./cmd/braid/job # stalls under -race (known defect)
 
 ## test-unit: tests that need no broker (integration tests skip outside CI).
 test-unit:
