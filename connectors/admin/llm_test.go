@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -266,11 +265,7 @@ func prometheusTool(t *testing.T, name string) string {
 			return path
 		}
 	}
-	msg := name + " not found (Debian: apt-get install -y prometheus)"
-	if os.Getenv("CI") != "" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
+	amtest.Unavailable(t, "%s not found (Debian: apt-get install -y prometheus)", name)
 	return ""
 }
 

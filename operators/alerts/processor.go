@@ -42,6 +42,9 @@ type Processor struct {
 
 	revisions []revision // windows to evaluate again (late data)
 
+	idx  []int     // scratch: the figures of one observation
+	vals []float64 // and their values
+
 	key   []byte
 	merge []windows.Agg // scratch: one window's figures
 	wm    int64
@@ -142,33 +145,31 @@ func (p *Processor) observe(t *engine.Task, l *Labels, at int64, fig func(set *g
 
 // ObserveTrace takes a fused trace's figures (its first emission).
 func (p *Processor) ObserveTrace(t *engine.Task, o *TraceObs) {
-	var idx []int
-	var vals []float64
 	p.observe(t, &o.Labels, o.Time, func(set *groupSet) ([]int, []float64) {
-		idx, vals = idx[:0], vals[:0]
+		p.idx, p.vals = p.idx[:0], p.vals[:0]
 		for i, f := range set.traceFig {
 			if f >= 0 && !math.IsNaN(o.Values[i]) {
-				idx = append(idx, f)
-				vals = append(vals, o.Values[i])
+				p.idx = append(p.idx, f)
+				p.vals = append(p.vals, o.Values[i])
 			}
 		}
-		return idx, vals
+		return p.idx, p.vals
 	}, o.TraceID)
+}
+
+// one makes the single (figure, value) of an observation.
+func (p *Processor) one(f int, v float64) ([]int, []float64) {
+	if f < 0 {
+		return nil, nil
+	}
+	p.idx, p.vals = append(p.idx[:0], f), append(p.vals[:0], v)
+	return p.idx, p.vals
 }
 
 // ObserveSample takes a resource sample of canonical metric name (value in
 // the metric's unit) at event time at.
 func (p *Processor) ObserveSample(t *engine.Task, l *Labels, metric string, v float64, at int64) {
-	idx := []int{0}
-	vals := []float64{v}
-	p.observe(t, l, at, func(set *groupSet) ([]int, []float64) {
-		f := set.figure(metric)
-		if f < 0 {
-			return nil, nil
-		}
-		idx[0] = f
-		return idx, vals
-	}, "")
+	p.observe(t, l, at, func(set *groupSet) ([]int, []float64) { return p.one(set.figure(metric), v) }, "")
 }
 
 // ObserveIncident takes a pollution incident (its first revision). at is
@@ -176,37 +177,15 @@ func (p *Processor) ObserveSample(t *engine.Task, l *Labels, metric string, v fl
 // the stage's delay, so that the owner evaluates it as soon as that
 // watermark reaches it.
 func (p *Processor) ObserveIncident(t *engine.Task, l *Labels, id string, at int64) {
-	idx := []int{0}
-	vals := []float64{1}
-	p.observe(t, l, at, func(set *groupSet) ([]int, []float64) {
-		if set.incident < 0 {
-			return nil, nil
-		}
-		idx[0] = set.incident
-		return idx, vals
-	}, id)
+	p.observe(t, l, at, func(set *groupSet) ([]int, []float64) { return p.one(set.incident, 1) }, id)
 }
 
 // Wants reports whether any rule reads metric (so that the caller need not
 // build labels for samples nobody reads).
-func (s *Stage) Wants(metric string) bool {
-	for k := range s.sets {
-		if s.sets[k].figure(metric) >= 0 {
-			return true
-		}
-	}
-	return false
-}
+func (s *Stage) Wants(metric string) bool { return s.wants[metric] }
 
 // WantsIncidents reports whether any rule reads incidents.
-func (s *Stage) WantsIncidents() bool {
-	for k := range s.sets {
-		if s.sets[k].incident >= 0 {
-			return true
-		}
-	}
-	return false
-}
+func (s *Stage) WantsIncidents() bool { return s.wants[FigureIncident] }
 
 func floorTo(t, d int64) int64 {
 	q := t / d
@@ -455,11 +434,5 @@ func (s *Stage) SlowTTFT() time.Duration { return s.cfg.Alerts.SlowTTFT }
 
 // WantsGuardrail reports whether any rule reads the guardrail figures.
 func (s *Stage) WantsGuardrail() bool {
-	for k := range s.sets {
-		set := &s.sets[k]
-		if set.traceFig[FigGuardrailChecked] >= 0 || set.traceFig[FigGuardrailBypass] >= 0 {
-			return true
-		}
-	}
-	return false
+	return s.wants[traceFigures[FigGuardrailChecked]] || s.wants[traceFigures[FigGuardrailBypass]]
 }

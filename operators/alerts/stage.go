@@ -193,7 +193,9 @@ type Stage struct {
 	sets  []groupSet
 	// ruleSet, rulePos: per rule, its set and its index in the set's rules.
 	ruleSet, rulePos []int
-	c                Counters
+	// wants: every figure some rule reads (asked per sample and per trace).
+	wants map[string]bool
+	c     Counters
 }
 
 // NewStage compiles the rules; every problem is reported.
@@ -214,7 +216,7 @@ func NewStage(cfg StageConfig) (*Stage, error) {
 	if cfg.MaxRecordBytes <= 0 {
 		cfg.MaxRecordBytes = 1 << 20
 	}
-	s := &Stage{cfg: cfg, rules: rules}
+	s := &Stage{cfg: cfg, rules: rules, wants: map[string]bool{}}
 	for i := range rules {
 		r := &rules[i]
 		k := slices.IndexFunc(s.sets, func(g groupSet) bool { return slices.Equal(g.labels, r.GroupBy) })
@@ -234,6 +236,7 @@ func NewStage(cfg StageConfig) (*Stage, error) {
 			if r.expr.quantiles[f] {
 				g.sketch[g.figure(f)] = true
 			}
+			s.wants[f] = true
 		}
 		g.resolution = gcd(g.resolution, int64(r.Every))
 		g.span = max(g.span, int64(r.Window))

@@ -55,7 +55,7 @@ func (p *processor) traceIdentity(sum *summary) semconv.Identity {
 			}
 		}
 	}
-	e.identity, e.haveID = semconv.Identity{}, true
+	e.identity, e.haveID, e.haveSpan = semconv.Identity{}, true, span != nil
 	if span != nil {
 		p.attrs = semconv.AppendAttrs(p.attrs[:0], res, 1)
 		p.pattrs = semconv.AppendAttrs(p.pattrs[:0], span, 9)
@@ -96,8 +96,9 @@ func (p *processor) observeTrace(t *engine.Task, tr *trace, sum *summary) bool {
 		return false
 	}
 	id := p.traceIdentity(sum)
+	traceID := string(otlp.AppendTraceIDHex(p.scratch[:0], tr.id))
 	if p.cfg.LLM != nil {
-		p.cfg.LLM.ObserveTrace(llmmetrics.FromDerived(e.derived, instanceOf(&id), string(otlp.AppendTraceIDHex(nil, tr.id)), tr.last))
+		p.cfg.LLM.ObserveTrace(llmmetrics.FromDerived(e.derived, instanceOf(&id), traceID, tr.last))
 	}
 	if p.alerts == nil {
 		return true
@@ -114,7 +115,7 @@ func (p *processor) observeTrace(t *engine.Task, tr *trace, sum *summary) bool {
 	if wm := t.Watermark(); knownTime(wm) {
 		o.Time = max(o.Time, wm-int64(p.s.cfg.Alerts.Config().Delay))
 	}
-	o.TraceID = string(otlp.AppendTraceIDHex(nil, tr.id))
+	o.TraceID = traceID
 	if d := e.derived; d != nil {
 		if o.Labels.Model == "" {
 			o.Labels.Model = d.Model

@@ -53,6 +53,7 @@ type emitter struct {
 	kvUsage  float64
 	identity semconv.Identity
 	haveID   bool
+	haveSpan bool // identity read from a span (else the trace has none)
 }
 
 type emitMember struct {
@@ -420,22 +421,13 @@ func marshalRepaired(m proto.Message) ([]byte, error) {
 // during the request — the root span's window at the root span's place,
 // else the trace's window at its first span's place.
 func (p *processor) appendResourceContext(b []byte, sum *summary, start, end int64) ([]byte, error) {
-	span := sum.rootSpan
-	if span == nil {
-		for i := range p.emitter.members {
-			if m := &p.emitter.members[i]; m.kind == kindSpan {
-				span = m.sortKey
-				break
-			}
-		}
-	}
-	if span == nil {
+	id := p.traceIdentity(sum)
+	if !p.emitter.haveSpan {
 		return b, nil
 	}
 	if sum.rootSpan != nil && sum.rootEnd >= sum.rootStart && sum.rootStart != 0 {
 		start, end = int64(sum.rootStart), int64(sum.rootEnd)
 	}
-	id := p.traceIdentity(sum)
 	ws := p.s.table.Windows(id, start, end)
 	for _, w := range ws {
 		if w.Metric == semconv.KVCacheUsage {
