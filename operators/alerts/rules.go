@@ -20,7 +20,7 @@ type Rule struct {
 	// per group over each window, e.g. "p99(ttft) > 2500ms".
 	Expr string `yaml:"expr"`
 	// GroupBy: the labels that make a group, from model, instance, host,
-	// gpu, service, pattern. Default [model, instance].
+	// gpu, service, pattern, tenant. Default [model, instance].
 	GroupBy []string `yaml:"group_by"`
 	// Window: how much event time each evaluation aggregates. Default 1m.
 	Window time.Duration `yaml:"window"`
@@ -59,13 +59,15 @@ type Action struct {
 }
 
 // Labels braid groups by.
-var groupLabels = []string{"model", "instance", "host", "gpu", "service", "pattern"}
+var groupLabels = []string{"model", "instance", "host", "gpu", "service", "pattern", "tenant"}
 
 // Trace figures: one value per fused trace (its first emission), in base
 // units (seconds, tokens, 0/1 flags, ratios).
 var traceFigures = []string{
 	"ttft", "tpot", "e2e", "queue", "prefill", "decode", "input_tokens", "output_tokens",
 	"error", "slow", "polluted", "cache_hit", "kv_usage", "guardrail_checked", "guardrail_bypass",
+	"success", "blocked", "hallucination", "hallucination_score", "pii", "pii_leak",
+	"jailbreak", "jailbreak_score", "toxicity", "toxicity_score", "sensitivity",
 }
 
 // FigureIncident is 1 per KV-cache pollution incident (its first

@@ -15,7 +15,7 @@ import (
 // Labels are what an observation says about where it comes from; a rule's
 // group is the values of its group_by labels.
 type Labels struct {
-	Model, Instance, Host, GPU, Service, Pattern string
+	Model, Instance, Host, GPU, Service, Pattern, Tenant string
 }
 
 func (l *Labels) get(name string) string {
@@ -32,6 +32,8 @@ func (l *Labels) get(name string) string {
 		return l.Service
 	case "pattern":
 		return l.Pattern
+	case "tenant":
+		return l.Tenant
 	}
 	return ""
 }
@@ -50,6 +52,8 @@ func (l *Labels) set(name, v string) {
 		l.Service = v
 	case "pattern":
 		l.Pattern = v
+	case "tenant":
+		l.Tenant = v
 	}
 }
 
@@ -298,6 +302,17 @@ const (
 	FigKVUsage
 	FigGuardrailChecked
 	FigGuardrailBypass
+	FigSuccess
+	FigBlocked
+	FigHallucination
+	FigHallucinationScore
+	FigPII
+	FigPIILeak
+	FigJailbreak
+	FigJailbreakScore
+	FigToxicity
+	FigToxicityScore
+	FigSensitivity
 	NumTraceFigures
 )
 

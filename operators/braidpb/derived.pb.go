@@ -73,7 +73,17 @@ type Derived struct {
 	Logs *LogCompliance `protobuf:"bytes,22,opt,name=logs,proto3" json:"logs,omitempty"`
 	// Layer count when known (from a num_layers / layer_count attribute);
 	// zero when unknown.
-	LayerCount    int64 `protobuf:"varint,23,opt,name=layer_count,json=layerCount,proto3" json:"layer_count,omitempty"`
+	LayerCount int64 `protobuf:"varint,23,opt,name=layer_count,json=layerCount,proto3" json:"layer_count,omitempty"`
+	// Verdicts of quality and safety checkers (guardrails, evaluators) read
+	// from the trace's spans, span events and logs, in the convention of
+	// operators/semconv (verdict.go), sorted by stage, kind, checker.
+	Verdicts []*Verdict `protobuf:"bytes,24,rep,name=verdicts,proto3" json:"verdicts,omitempty"`
+	// The tenant the request was served for: span or resource attribute
+	// tenant.id, tenant_id or tenant, else the tenant key of a context hint.
+	Tenant string `protobuf:"bytes,25,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// What the verdicts say of the request as a whole; absent without
+	// verdicts.
+	Quality       *Quality `protobuf:"bytes,26,opt,name=quality,proto3" json:"quality,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -269,6 +279,195 @@ func (x *Derived) GetLayerCount() int64 {
 	return 0
 }
 
+func (x *Derived) GetVerdicts() []*Verdict {
+	if x != nil {
+		return x.Verdicts
+	}
+	return nil
+}
+
+func (x *Derived) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *Derived) GetQuality() *Quality {
+	if x != nil {
+		return x.Quality
+	}
+	return nil
+}
+
+// Verdict is one checker's judgement of a request.
+type Verdict struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// hallucination, pii, jailbreak, toxicity, sensitivity or other.
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// The checker's score in [0, 1], when it gave one.
+	Score *float64 `protobuf:"fixed64,2,opt,name=score,proto3,oneof" json:"score,omitempty"`
+	// pass, flag, block, bypass; empty when unknown.
+	Decision string `protobuf:"bytes,3,opt,name=decision,proto3" json:"decision,omitempty"`
+	// The checker: rail, validator or evaluation name.
+	Checker string `protobuf:"bytes,4,opt,name=checker,proto3" json:"checker,omitempty"`
+	// input (checked the prompt), output (checked the response); empty when
+	// unknown.
+	Stage string `protobuf:"bytes,5,opt,name=stage,proto3" json:"stage,omitempty"`
+	// The convention it was read in: otel (gen_ai.evaluation.result),
+	// openlit (guard.*, evals.*), nemo (rail.*), braid (braid.verdict.*).
+	Source        string `protobuf:"bytes,6,opt,name=source,proto3" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Verdict) Reset() {
+	*x = Verdict{}
+	mi := &file_braid_v1_derived_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Verdict) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Verdict) ProtoMessage() {}
+
+func (x *Verdict) ProtoReflect() protoreflect.Message {
+	mi := &file_braid_v1_derived_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Verdict.ProtoReflect.Descriptor instead.
+func (*Verdict) Descriptor() ([]byte, []int) {
+	return file_braid_v1_derived_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Verdict) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Verdict) GetScore() float64 {
+	if x != nil && x.Score != nil {
+		return *x.Score
+	}
+	return 0
+}
+
+func (x *Verdict) GetDecision() string {
+	if x != nil {
+		return x.Decision
+	}
+	return ""
+}
+
+func (x *Verdict) GetChecker() string {
+	if x != nil {
+		return x.Checker
+	}
+	return ""
+}
+
+func (x *Verdict) GetStage() string {
+	if x != nil {
+		return x.Stage
+	}
+	return ""
+}
+
+func (x *Verdict) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+// Quality summarises a request's verdicts.
+type Quality struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A verdict decided block.
+	Blocked bool `protobuf:"varint,1,opt,name=blocked,proto3" json:"blocked,omitempty"`
+	// A verdict checked the prompt (stage input): a guardrail ran.
+	GuardrailChecked bool `protobuf:"varint,2,opt,name=guardrail_checked,json=guardrailChecked,proto3" json:"guardrail_checked,omitempty"`
+	// The request got through a guardrail it should not have: a verdict
+	// decided bypass, or an input check passed it and an output check of
+	// kind jailbreak, pii or toxicity flagged or blocked it.
+	GuardrailBypass bool `protobuf:"varint,3,opt,name=guardrail_bypass,json=guardrailBypass,proto3" json:"guardrail_bypass,omitempty"`
+	// A pii check of the response (stage output or unknown) flagged it.
+	PiiLeak       bool `protobuf:"varint,4,opt,name=pii_leak,json=piiLeak,proto3" json:"pii_leak,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Quality) Reset() {
+	*x = Quality{}
+	mi := &file_braid_v1_derived_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Quality) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Quality) ProtoMessage() {}
+
+func (x *Quality) ProtoReflect() protoreflect.Message {
+	mi := &file_braid_v1_derived_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Quality.ProtoReflect.Descriptor instead.
+func (*Quality) Descriptor() ([]byte, []int) {
+	return file_braid_v1_derived_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Quality) GetBlocked() bool {
+	if x != nil {
+		return x.Blocked
+	}
+	return false
+}
+
+func (x *Quality) GetGuardrailChecked() bool {
+	if x != nil {
+		return x.GuardrailChecked
+	}
+	return false
+}
+
+func (x *Quality) GetGuardrailBypass() bool {
+	if x != nil {
+		return x.GuardrailBypass
+	}
+	return false
+}
+
+func (x *Quality) GetPiiLeak() bool {
+	if x != nil {
+		return x.PiiLeak
+	}
+	return false
+}
+
 // LayerStats aggregates the durations of decode-layer spans in one group:
 // a layer (key = layer_id) or a seq_len bucket (key = the bucket's lower
 // bound, a power of two; 0 for seq_len 0 or missing).
@@ -285,7 +484,7 @@ type LayerStats struct {
 
 func (x *LayerStats) Reset() {
 	*x = LayerStats{}
-	mi := &file_braid_v1_derived_proto_msgTypes[1]
+	mi := &file_braid_v1_derived_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -297,7 +496,7 @@ func (x *LayerStats) String() string {
 func (*LayerStats) ProtoMessage() {}
 
 func (x *LayerStats) ProtoReflect() protoreflect.Message {
-	mi := &file_braid_v1_derived_proto_msgTypes[1]
+	mi := &file_braid_v1_derived_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -310,7 +509,7 @@ func (x *LayerStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LayerStats.ProtoReflect.Descriptor instead.
 func (*LayerStats) Descriptor() ([]byte, []int) {
-	return file_braid_v1_derived_proto_rawDescGZIP(), []int{1}
+	return file_braid_v1_derived_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *LayerStats) GetKey() int64 {
@@ -368,7 +567,7 @@ type Anchor struct {
 
 func (x *Anchor) Reset() {
 	*x = Anchor{}
-	mi := &file_braid_v1_derived_proto_msgTypes[2]
+	mi := &file_braid_v1_derived_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -380,7 +579,7 @@ func (x *Anchor) String() string {
 func (*Anchor) ProtoMessage() {}
 
 func (x *Anchor) ProtoReflect() protoreflect.Message {
-	mi := &file_braid_v1_derived_proto_msgTypes[2]
+	mi := &file_braid_v1_derived_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -393,7 +592,7 @@ func (x *Anchor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Anchor.ProtoReflect.Descriptor instead.
 func (*Anchor) Descriptor() ([]byte, []int) {
-	return file_braid_v1_derived_proto_rawDescGZIP(), []int{2}
+	return file_braid_v1_derived_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Anchor) GetRequestId() string {
@@ -442,7 +641,7 @@ type Hint struct {
 
 func (x *Hint) Reset() {
 	*x = Hint{}
-	mi := &file_braid_v1_derived_proto_msgTypes[3]
+	mi := &file_braid_v1_derived_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -454,7 +653,7 @@ func (x *Hint) String() string {
 func (*Hint) ProtoMessage() {}
 
 func (x *Hint) ProtoReflect() protoreflect.Message {
-	mi := &file_braid_v1_derived_proto_msgTypes[3]
+	mi := &file_braid_v1_derived_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -467,7 +666,7 @@ func (x *Hint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hint.ProtoReflect.Descriptor instead.
 func (*Hint) Descriptor() ([]byte, []int) {
-	return file_braid_v1_derived_proto_rawDescGZIP(), []int{3}
+	return file_braid_v1_derived_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Hint) GetKey() string {
@@ -499,7 +698,7 @@ type LogCompliance struct {
 
 func (x *LogCompliance) Reset() {
 	*x = LogCompliance{}
-	mi := &file_braid_v1_derived_proto_msgTypes[4]
+	mi := &file_braid_v1_derived_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -511,7 +710,7 @@ func (x *LogCompliance) String() string {
 func (*LogCompliance) ProtoMessage() {}
 
 func (x *LogCompliance) ProtoReflect() protoreflect.Message {
-	mi := &file_braid_v1_derived_proto_msgTypes[4]
+	mi := &file_braid_v1_derived_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -524,7 +723,7 @@ func (x *LogCompliance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogCompliance.ProtoReflect.Descriptor instead.
 func (*LogCompliance) Descriptor() ([]byte, []int) {
-	return file_braid_v1_derived_proto_rawDescGZIP(), []int{4}
+	return file_braid_v1_derived_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *LogCompliance) GetLogs() int64 {
@@ -566,7 +765,7 @@ var File_braid_v1_derived_proto protoreflect.FileDescriptor
 
 const file_braid_v1_derived_proto_rawDesc = "" +
 	"\n" +
-	"\x16braid/v1/derived.proto\x12\bbraid.v1\"\xbc\a\n" +
+	"\x16braid/v1/derived.proto\x12\bbraid.v1\"\xb0\b\n" +
 	"\aDerived\x12\x1f\n" +
 	"\vrequest_ids\x18\x01 \x03(\tR\n" +
 	"requestIds\x12\x1d\n" +
@@ -595,8 +794,24 @@ const file_braid_v1_derived_proto_rawDesc = "" +
 	"\x13log_schema_versions\x18\x15 \x03(\tR\x11logSchemaVersions\x12+\n" +
 	"\x04logs\x18\x16 \x01(\v2\x17.braid.v1.LogComplianceR\x04logs\x12\x1f\n" +
 	"\vlayer_count\x18\x17 \x01(\x03R\n" +
-	"layerCountB\x15\n" +
-	"\x13_kv_cache_hit_ratio\"\x8f\x01\n" +
+	"layerCount\x12-\n" +
+	"\bverdicts\x18\x18 \x03(\v2\x11.braid.v1.VerdictR\bverdicts\x12\x16\n" +
+	"\x06tenant\x18\x19 \x01(\tR\x06tenant\x12+\n" +
+	"\aquality\x18\x1a \x01(\v2\x11.braid.v1.QualityR\aqualityB\x15\n" +
+	"\x13_kv_cache_hit_ratio\"\xa6\x01\n" +
+	"\aVerdict\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x19\n" +
+	"\x05score\x18\x02 \x01(\x01H\x00R\x05score\x88\x01\x01\x12\x1a\n" +
+	"\bdecision\x18\x03 \x01(\tR\bdecision\x12\x18\n" +
+	"\achecker\x18\x04 \x01(\tR\achecker\x12\x14\n" +
+	"\x05stage\x18\x05 \x01(\tR\x05stage\x12\x16\n" +
+	"\x06source\x18\x06 \x01(\tR\x06sourceB\b\n" +
+	"\x06_score\"\x96\x01\n" +
+	"\aQuality\x12\x18\n" +
+	"\ablocked\x18\x01 \x01(\bR\ablocked\x12+\n" +
+	"\x11guardrail_checked\x18\x02 \x01(\bR\x10guardrailChecked\x12)\n" +
+	"\x10guardrail_bypass\x18\x03 \x01(\bR\x0fguardrailBypass\x12\x19\n" +
+	"\bpii_leak\x18\x04 \x01(\bR\apiiLeak\"\x8f\x01\n" +
 	"\n" +
 	"LayerStats\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x03R\x03key\x12\x14\n" +
@@ -634,25 +849,29 @@ func file_braid_v1_derived_proto_rawDescGZIP() []byte {
 	return file_braid_v1_derived_proto_rawDescData
 }
 
-var file_braid_v1_derived_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_braid_v1_derived_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_braid_v1_derived_proto_goTypes = []any{
 	(*Derived)(nil),       // 0: braid.v1.Derived
-	(*LayerStats)(nil),    // 1: braid.v1.LayerStats
-	(*Anchor)(nil),        // 2: braid.v1.Anchor
-	(*Hint)(nil),          // 3: braid.v1.Hint
-	(*LogCompliance)(nil), // 4: braid.v1.LogCompliance
+	(*Verdict)(nil),       // 1: braid.v1.Verdict
+	(*Quality)(nil),       // 2: braid.v1.Quality
+	(*LayerStats)(nil),    // 3: braid.v1.LayerStats
+	(*Anchor)(nil),        // 4: braid.v1.Anchor
+	(*Hint)(nil),          // 5: braid.v1.Hint
+	(*LogCompliance)(nil), // 6: braid.v1.LogCompliance
 }
 var file_braid_v1_derived_proto_depIdxs = []int32{
-	1, // 0: braid.v1.Derived.layers:type_name -> braid.v1.LayerStats
-	1, // 1: braid.v1.Derived.seq_len_buckets:type_name -> braid.v1.LayerStats
-	2, // 2: braid.v1.Derived.anchors:type_name -> braid.v1.Anchor
-	3, // 3: braid.v1.Derived.hints:type_name -> braid.v1.Hint
-	4, // 4: braid.v1.Derived.logs:type_name -> braid.v1.LogCompliance
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	3, // 0: braid.v1.Derived.layers:type_name -> braid.v1.LayerStats
+	3, // 1: braid.v1.Derived.seq_len_buckets:type_name -> braid.v1.LayerStats
+	4, // 2: braid.v1.Derived.anchors:type_name -> braid.v1.Anchor
+	5, // 3: braid.v1.Derived.hints:type_name -> braid.v1.Hint
+	6, // 4: braid.v1.Derived.logs:type_name -> braid.v1.LogCompliance
+	1, // 5: braid.v1.Derived.verdicts:type_name -> braid.v1.Verdict
+	2, // 6: braid.v1.Derived.quality:type_name -> braid.v1.Quality
+	7, // [7:7] is the sub-list for method output_type
+	7, // [7:7] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_braid_v1_derived_proto_init() }
@@ -661,13 +880,14 @@ func file_braid_v1_derived_proto_init() {
 		return
 	}
 	file_braid_v1_derived_proto_msgTypes[0].OneofWrappers = []any{}
+	file_braid_v1_derived_proto_msgTypes[1].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_braid_v1_derived_proto_rawDesc), len(file_braid_v1_derived_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
