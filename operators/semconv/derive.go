@@ -275,6 +275,10 @@ type Deriver struct {
 	pairs      []hintPair
 	layerCount int64  // from resources
 	lastRes    []byte // a copy of the resource read last, not to read it again
+	verdicts   []verdictRec
+	vscan      verdictScan
+	tenant     bref
+	tenantRank uint8 // of the tenant's source; 0: none
 
 	// Scratch of Derived.
 	order   []int32 // rids by id
@@ -336,6 +340,8 @@ func (d *Deriver) Reset() {
 	d.pairs = d.pairs[:0]
 	d.layerCount = 0
 	d.lastRes = d.lastRes[:0]
+	d.verdicts = d.verdicts[:0]
+	d.tenant, d.tenantRank = bref{}, 0
 	d.computed, d.invalid = false, 0
 	d.countedAnchors, d.countedInvalid = 0, 0
 }
@@ -393,6 +399,9 @@ func (d *Deriver) AddSpan(span, resource []byte) {
 	var strs spanStrs
 	var name []byte
 	hasName, hasParent := false, false
+	vs := &d.vscan
+	vs.reset()
+	var events [][]byte // span events with attributes
 	b := span
 	for len(b) > 0 {
 		num, typ, raw, x, rest, ok := consumeField(b)
@@ -416,15 +425,27 @@ func (d *Deriver) AddSpan(span, resource []byte) {
 			}
 			if c := spanAttrCode(k); c != codeNone {
 				r.attr(c, parseAnyValue(v), &strs)
+			} else if isVerdictKey(k) {
+				vs.attr(k, parseAnyValue(v))
 			}
 		case num == 11 && typ == protowire.BytesType:
-			r.event(raw)
+			if r.event(raw) {
+				events = append(events, raw)
+			}
 		}
 	}
 	if hasName {
 		r.kind, r.nameLayer = classifySpan(name)
 	}
 	r.root = !hasParent
+	rank := tenantSpan
+	if r.root {
+		rank = tenantRootSpan
+	}
+	d.addVerdicts(vs, rank)
+	for _, ev := range events { // reuse d.vscan: after the span's own
+		d.spanVerdictEvent(ev)
+	}
 	if id.prio >= 0 {
 		start := len(d.buf)
 		d.buf = id.appendID(ids, d.buf)
@@ -469,6 +490,10 @@ func (d *Deriver) resourceLayerCount(resource []byte) {
 		if spanAttrCode(k) == codeLayerCount {
 			if n, ok := parseAnyValue(v).Int(); ok && n > d.layerCount {
 				d.layerCount = n
+			}
+		} else if d.tenantRank <= tenantResource && isTenantKey(k) {
+			if v := parseAnyValue(v); v.Type == ValueString && len(v.raw) > 0 {
+				d.offerTenant(v.raw, tenantResource)
 			}
 		}
 	}
@@ -553,8 +578,10 @@ func (r *spanRec) attr(c attrCode, v Value, strs *spanStrs) {
 	}
 }
 
-// event reads a Span.Event (time 1, name 2) for the KV-transfer events.
-func (r *spanRec) event(b []byte) {
+// event reads a Span.Event (time 1, name 2) for the KV-transfer events;
+// it reports whether the event has attributes (3), which may be a
+// verdict's.
+func (r *spanRec) event(b []byte) (attrs bool) {
 	var t uint64
 	var name []byte
 	for len(b) > 0 {
@@ -568,10 +595,12 @@ func (r *spanRec) event(b []byte) {
 			t = x
 		case num == 2 && typ == protowire.BytesType:
 			name = raw
+		case num == SpanEventAttrs && typ == protowire.BytesType:
+			attrs = true
 		}
 	}
 	if t == 0 {
-		return
+		return attrs
 	}
 	switch string(name) {
 	case "kv_cache_transfer_start":
@@ -583,6 +612,7 @@ func (r *spanRec) event(b []byte) {
 			r.kvXferEnd = t
 		}
 	}
+	return attrs
 }
 
 // AddLog adds a serialized LogRecord and its serialized Resource (may be
@@ -596,6 +626,8 @@ func (d *Deriver) AddLog(log, resource []byte) {
 	id := idAttr{prio: -1}
 	var body []byte
 	hasBody := false
+	vs := &d.vscan
+	vs.reset()
 	b := log
 	for len(b) > 0 {
 		num, typ, raw, x, rest, ok := consumeField(b)
@@ -633,12 +665,17 @@ func (d *Deriver) AddLog(log, resource []byte) {
 					l.hint = 1
 					l.pairs[1] = int32(len(d.pairs))
 				}
+			default:
+				if isVerdictKey(k) {
+					vs.attr(k, parseAnyValue(v))
+				}
 			}
 		}
 	}
 	if l.time == 0 {
 		l.time = observed
 	}
+	d.addVerdicts(vs, tenantLog)
 	l.hasRID = id.prio >= 0
 	if !l.hasRID && hasBody {
 		if v := parseAnyValue(body); v.Type == ValueString {
@@ -1116,6 +1153,8 @@ func (d *Deriver) Derived() *braidpb.Derived {
 		blk.lc.WithValidHint, blk.lc.WithInvalidHint = lc.WithValidHint, lc.WithInvalidHint
 		out.Logs = &blk.lc
 	}
+
+	d.appendVerdicts(out)
 
 	d.computed, d.invalid = true, invalid
 	if !d.Quiet {

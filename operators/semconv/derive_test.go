@@ -150,6 +150,7 @@ func TestDerivedFromSpans(t *testing.T) {
 		},
 		LogSchemaVersions: []string{"1.2", "2"},
 		Logs:              &braidpb.LogCompliance{Logs: 4, WithRequestId: 2, WithSchemaVersion: 3, WithValidHint: 2, WithInvalidHint: 1},
+		Tenant:            "acme", // from the hint: no attribute names one
 	}
 	for step := uint64(0); step < 2; step++ {
 		for l := uint64(0); l < 4; l++ {

@@ -13,6 +13,9 @@ func FuzzWire(f *testing.F) {
 		}
 		f.Add(m.res)
 	}
+	for _, m := range verdictMembers(f) {
+		f.Add(m)
+	}
 	f.Add([]byte{0x4a, 0x05, 0x0a, 0x01, 'k', 0x12, 0x00})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, field := range []int{1, 6, 7, 9} {
