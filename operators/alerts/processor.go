@@ -431,8 +431,3 @@ type revision struct {
 
 // SlowTTFT is the TTFT above which a trace counts as slow.
 func (s *Stage) SlowTTFT() time.Duration { return s.cfg.Alerts.SlowTTFT }
-
-// WantsGuardrail reports whether any rule reads the guardrail figures.
-func (s *Stage) WantsGuardrail() bool {
-	return s.wants[traceFigures[FigGuardrailChecked]] || s.wants[traceFigures[FigGuardrailBypass]]
-}

@@ -18,15 +18,6 @@ import (
 // stage cannot read.
 const stageAlerts = "alerts"
 
-// Guardrail verdict convention: a span of the trace with attribute
-// gen_ai.guardrail.decision (pass, flag, block, bypass) was checked by a
-// guardrail; "bypass" — or a true gen_ai.guardrail.bypassed — means the
-// request got through a guardrail it should not have.
-const (
-	attrGuardrailDecision = "gen_ai.guardrail.decision"
-	attrGuardrailBypassed = "gen_ai.guardrail.bypassed"
-)
-
 // processAlerts merges a partial aggregate of the alerts stage.
 func (p *processor) processAlerts(t *engine.Task, rec *kgo.Record) error {
 	if p.alerts == nil {
@@ -150,31 +141,61 @@ func (p *processor) observeTrace(t *engine.Task, tr *trace, sum *summary) bool {
 	if !math.IsNaN(e.kvUsage) {
 		o.Values[alerts.FigKVUsage] = e.kvUsage
 	}
-	if p.s.cfg.Alerts.WantsGuardrail() {
-		checked, bypass := false, false
-		for i := range e.members {
-			m := &e.members[i]
-			if m.kind != kindSpan {
-				continue
-			}
-			if v, ok := semconv.Lookup(m.sortKey, 9, attrGuardrailDecision); ok {
-				checked = true
-				bypass = bypass || v == "bypass"
-			}
-			if v, ok := semconv.LookupValue(m.sortKey, 9, attrGuardrailBypassed); ok {
-				checked = true
-				if b, ok := v.Bool(); ok && b {
-					bypass = true
-				}
-			}
-		}
-		if checked {
-			o.Values[alerts.FigGuardrailChecked] = 1
-			o.Values[alerts.FigGuardrailBypass] = b2f(bypass)
-		}
+	blocked := false
+	if d := e.derived; d != nil {
+		o.Labels.Tenant = d.Tenant
+		blocked = quality(&o, d)
 	}
+	o.Values[alerts.FigSuccess] = b2f(sum.errors == 0 && !blocked)
 	p.alerts.ObserveTrace(t, &o)
 	return true
+}
+
+// quality sets the figures of the trace's verdicts: per kind, 1 when a
+// check of that kind flagged or blocked it, 0 when every one passed it,
+// absent without a decided check; the kind's highest score; the guardrail
+// figures when a guardrail checked the prompt. It reports whether a
+// verdict blocked the request.
+func quality(o *alerts.TraceObs, d *braidpb.Derived) (blocked bool) {
+	q := d.GetQuality()
+	if q == nil {
+		return false
+	}
+	for _, v := range d.Verdicts {
+		flag, score := -1, -1
+		switch v.Kind {
+		case semconv.KindHallucination:
+			flag, score = alerts.FigHallucination, alerts.FigHallucinationScore
+		case semconv.KindPII:
+			flag = alerts.FigPII
+		case semconv.KindJailbreak:
+			flag, score = alerts.FigJailbreak, alerts.FigJailbreakScore
+		case semconv.KindToxicity:
+			flag, score = alerts.FigToxicity, alerts.FigToxicityScore
+		case semconv.KindSensitivity:
+			score = alerts.FigSensitivity
+		}
+		if flag >= 0 && v.Decision != "" {
+			hit := b2f(v.Decision == semconv.DecisionFlag || v.Decision == semconv.DecisionBlock)
+			if f := o.Values[flag]; math.IsNaN(f) || hit > f {
+				o.Values[flag] = hit
+			}
+		}
+		if score >= 0 && v.Score != nil {
+			if f := o.Values[score]; math.IsNaN(f) || *v.Score > f {
+				o.Values[score] = *v.Score
+			}
+		}
+	}
+	o.Values[alerts.FigBlocked] = b2f(q.Blocked)
+	if !math.IsNaN(o.Values[alerts.FigPII]) {
+		o.Values[alerts.FigPIILeak] = b2f(q.PiiLeak)
+	}
+	if q.GuardrailChecked || q.GuardrailBypass {
+		o.Values[alerts.FigGuardrailChecked] = 1
+		o.Values[alerts.FigGuardrailBypass] = b2f(q.GuardrailBypass)
+	}
+	return q.Blocked
 }
 
 func b2f(b bool) float64 {
