@@ -40,6 +40,25 @@ var (
 		"KV-cache health score, 0 (unhealthy) to 1 (healthy), as last reported.", "gpu", "instance")
 	descIncidentsByPattern = desc("braid_pollution_incidents_total",
 		"KV-cache pollution incidents opened (root causes found), by the root's pattern.", "pattern")
+	descTPOTByPrompt = desc("braid_llm_tpot_by_prompt_seconds",
+		"Time per output token after the first (decode time / (output tokens - 1)) by prompt length, seconds; prompt_tokens is the upper bound "+
+			"of the request's input tokens (powers of two 256 to 131072, or +Inf); exemplars carry the trace_id.", "model", "prompt_tokens")
+	descDecodeThroughput = desc("braid_llm_decode_tokens_per_second",
+		"Decode throughput of the requests by prompt length, (output tokens - 1) per second of decode time; prompt_tokens is the upper bound "+
+			"of the request's input tokens (powers of two 256 to 131072, or +Inf); exemplars carry the trace_id.", "model", "prompt_tokens")
+	descRequests = desc("braid_llm_requests_total",
+		"Requests fused, by outcome: error (a span has status ERROR), blocked (a checker blocked it, no error), success (the others).",
+		"model", "tenant", "outcome")
+	descVerdicts = desc("braid_llm_verdicts_total",
+		"Verdicts of quality and safety checkers on the requests fused, by kind and decision (pass, flag, block, bypass, unknown).",
+		"model", "tenant", "kind", "decision")
+	descGuardrailChecked = desc("braid_llm_guardrail_checked_total",
+		"Requests fused whose prompt a guardrail checked (a verdict of stage input).", "model", "tenant")
+	descGuardrailBypass = desc("braid_llm_guardrail_bypass_total",
+		"Requests fused that got through a guardrail they should not have (a bypass verdict, or an input check passed what an output check flagged).",
+		"model", "tenant")
+	descPIILeaks = desc("braid_llm_pii_leaks_total",
+		"Requests fused whose response a pii check flagged or blocked.", "model", "tenant")
 	descLLMOverflow = desc("braid_llm_series_overflow_total",
 		`Observations recorded under the label set "other" because their family already held its maximum number of label sets.`,
 		"family")
@@ -48,8 +67,12 @@ var (
 // LLMCollector is a prometheus.Collector that exports an
 // llmmetrics.Recorder at every scrape: latency, layer decode time and
 // cache-hit histograms with the latest exemplar of each bucket (label
-// trace_id), batch efficiency, KV-cache gauges, incidents by pattern and the
-// Recorder's overflow counters. Exemplars appear in the OpenMetrics
+// trace_id), the context-length curve (TPOT and decode throughput by
+// prompt length), batch efficiency, KV-cache gauges, incidents by pattern,
+// requests by outcome, guardrail and verdict counters by tenant, and the
+// Recorder's overflow counters. Every (model, tenant) seen exports all
+// three outcomes and the guardrail counters, zero included, so that ratios
+// of their rates have a denominator. Exemplars appear in the OpenMetrics
 // exposition, which the admin server serves when asked for it. Safe for
 // concurrent scrapes.
 //
@@ -69,7 +92,8 @@ func (c *LLMCollector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	for _, d := range []*prometheus.Desc{descLayerDecode, descCacheHit, descKVUtilisation, descKVFragmentation,
-		descKVHealth, descIncidentsByPattern, descLLMOverflow} {
+		descKVHealth, descIncidentsByPattern, descTPOTByPrompt, descDecodeThroughput, descRequests, descVerdicts,
+		descGuardrailChecked, descGuardrailBypass, descPIILeaks, descLLMOverflow} {
 		ch <- d
 	}
 	if c.rec.HasEfficiency() {
@@ -110,6 +134,34 @@ func (c *LLMCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, in := range snap.Incidents {
 		ch <- prometheus.MustNewConstMetricWithCreatedTimestamp(descIncidentsByPattern, prometheus.CounterValue,
 			float64(in.Count), in.Created, in.Pattern)
+	}
+	for _, p := range snap.Prompts {
+		if p.TPOT.Count > 0 {
+			ch <- histogram(descTPOTByPrompt, p.TPOT, p.Model, p.PromptTokens)
+		}
+		if p.Throughput.Count > 0 {
+			ch <- histogram(descDecodeThroughput, p.Throughput, p.Model, p.PromptTokens)
+		}
+	}
+	for _, q := range snap.Requests {
+		for _, c := range []struct {
+			d      *prometheus.Desc
+			n      uint64
+			labels []string
+		}{
+			{descRequests, q.Success, []string{q.Model, q.Tenant, llmmetrics.OutcomeSuccess}},
+			{descRequests, q.Error, []string{q.Model, q.Tenant, llmmetrics.OutcomeError}},
+			{descRequests, q.Blocked, []string{q.Model, q.Tenant, llmmetrics.OutcomeBlocked}},
+			{descGuardrailChecked, q.GuardrailChecked, []string{q.Model, q.Tenant}},
+			{descGuardrailBypass, q.GuardrailBypass, []string{q.Model, q.Tenant}},
+			{descPIILeaks, q.PIILeaks, []string{q.Model, q.Tenant}},
+		} {
+			ch <- prometheus.MustNewConstMetricWithCreatedTimestamp(c.d, prometheus.CounterValue, float64(c.n), q.Created, c.labels...)
+		}
+	}
+	for _, v := range snap.Verdicts {
+		ch <- prometheus.MustNewConstMetricWithCreatedTimestamp(descVerdicts, prometheus.CounterValue, float64(v.Count), v.Created,
+			v.Model, v.Tenant, v.Kind, v.Decision)
 	}
 	for _, o := range snap.Overflow {
 		ch <- prometheus.MustNewConstMetric(descLLMOverflow, prometheus.CounterValue, float64(o.Count), o.Family)

@@ -76,7 +76,9 @@ func newLLMFixture(t *testing.T) *llmFixture {
 			Model: []string{"llama-3-8b", "qwen-7b"}[i%2], Instance: "vllm-" + strconv.Itoa(i%3), TraceID: id,
 			TTFT: ms(20 + float64(i*i%4000)), TPOT: ms(5 + float64(i%90)), Queue: ms(float64(i % 50)),
 			Prefill: ms(10 + float64(i%300)), Decode: ms(500 + float64(i*37%20000)), E2E: ms(600 + float64(i*41%30000)),
-			InputTokens: 512, OutputTokens: 128, BatchSize: int64(1 + i%16),
+			InputTokens: int64(100 + i*i*7%20000), OutputTokens: 128, BatchSize: int64(1 + i%16),
+			Tenant: []string{"acme", "globex", ""}[i%3], Error: i%11 == 0, Blocked: i%7 == 0, GuardrailChecked: i%2 == 0, PIILeak: i%13 == 0,
+			Verdicts:      []llmmetrics.Verdict{{Kind: "pii", Decision: []string{"pass", "flag", ""}[i%3]}},
 			Layers:        []llmmetrics.Layer{{Index: int64(i % 4), Count: 127, Total: ms(40)}},
 			CacheHitRatio: float64(i%10) / 10, HasCacheHit: true, Time: now - int64(200-i)*int64(time.Millisecond),
 		})
@@ -149,7 +151,8 @@ func TestLLMMetricsOpenMetricsExemplars(t *testing.T) {
 	}
 	for _, name := range []string{"braid_llm_ttft_seconds_bucket", "braid_llm_tpot_seconds_bucket", "braid_llm_queue_seconds_bucket",
 		"braid_llm_prefill_seconds_bucket", "braid_llm_decode_seconds_bucket", "braid_llm_e2e_seconds_bucket",
-		"braid_llm_layer_decode_seconds_bucket", "braid_llm_cache_hit_ratio_bucket"} {
+		"braid_llm_layer_decode_seconds_bucket", "braid_llm_cache_hit_ratio_bucket",
+		"braid_llm_tpot_by_prompt_seconds_bucket", "braid_llm_decode_tokens_per_second_bucket"} {
 		if exemplars[name] == 0 {
 			t.Errorf("%s has no exemplars", name)
 		}
@@ -162,6 +165,11 @@ func TestLLMMetricsOpenMetricsExemplars(t *testing.T) {
 		`braid_kv_health_score{gpu="GPU-1",instance="vllm-1"} 0.62`,
 		`braid_llm_series_overflow_total{family="series"} 0`,
 		"# TYPE braid_llm_ttft_seconds histogram",
+		"# TYPE braid_llm_tpot_by_prompt_seconds histogram",
+		"# TYPE braid_llm_requests counter",
+		`braid_llm_requests_total{model="llama-3-8b",outcome="success",tenant="unknown"}`,
+		`braid_llm_verdicts_total{decision="pass",kind="pii",model="qwen-7b",tenant="acme"}`,
+		`braid_llm_series_overflow_total{family="verdicts"} 0`,
 		`llm_batch_efficiency_ratio{instance="vllm-0",model="llama-3-8b"}`,
 	} {
 		if !strings.Contains(body, want) {
@@ -250,7 +258,9 @@ func TestLLMCollectorAlone(t *testing.T) {
 	for _, mf := range mfs {
 		names = append(names, mf.GetName())
 	}
-	if want := "braid_llm_decode_seconds braid_llm_series_overflow_total braid_llm_ttft_seconds"; strings.Join(names, " ") != want {
+	// No input tokens: no context-length curve; every request is counted.
+	if want := "braid_llm_decode_seconds braid_llm_guardrail_bypass_total braid_llm_guardrail_checked_total braid_llm_pii_leaks_total " +
+		"braid_llm_requests_total braid_llm_series_overflow_total braid_llm_ttft_seconds"; strings.Join(names, " ") != want {
 		t.Errorf("gathered %v, want %s", names, want)
 	}
 }
@@ -413,4 +423,220 @@ func TestPrometheusScrapesExemplars(t *testing.T) {
 		}
 	}
 	t.Logf("Prometheus answers all %d dashboard expressions with data", len(exprs))
+}
+
+// scrapeSamples serves /metrics (text exposition) of a registry holding
+// only an LLMCollector of rec and returns its samples by series: the line
+// before the value, labels as exposed (sorted by name).
+func scrapeSamples(t *testing.T, rec *llmmetrics.Recorder) map[string]float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(NewLLMCollector(rec))
+	f := &llmFixture{reg: reg, rec: rec}
+	_, body := f.scrape(t, "")
+	out := map[string]float64{}
+	for line := range strings.SplitSeq(body, "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if i < 0 || err != nil {
+			t.Fatalf("sample not understood: %q", line)
+		}
+		out[line[:i]] = v
+	}
+	return out
+}
+
+// TestLLMQualityCountersExposition: the exposed request, guardrail and
+// verdict counters are the counts of the fed traces, computed here from
+// the traces (outcome error if the caller said so, else blocked if a
+// verdict blocked it, else success; empty tenant and decision "unknown").
+func TestLLMQualityCountersExposition(t *testing.T) {
+	rec, err := llmmetrics.New(llmmetrics.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{}
+	unk := func(s string) string {
+		if s == "" {
+			return "unknown"
+		}
+		return s
+	}
+	kinds := []string{"pii", "jailbreak", "toxicity", "hallucination"}
+	decisions := []string{"pass", "flag", "block", "bypass", ""}
+	for i := range 500 {
+		tr := llmmetrics.Trace{Model: []string{"llama", "qwen"}[i%2], Tenant: []string{"acme", "globex", ""}[i%5%3],
+			Error: i%9 == 0, Blocked: i%4 == 0, GuardrailChecked: i%3 == 0, GuardrailBypass: i%17 == 0, PIILeak: i%19 == 0}
+		for j := range i % 3 {
+			tr.Verdicts = append(tr.Verdicts, llmmetrics.Verdict{Kind: kinds[(i+j)%len(kinds)], Decision: decisions[(i*7+j)%len(decisions)]})
+		}
+		rec.ObserveTrace(tr)
+		m, tn := tr.Model, unk(tr.Tenant)
+		outcome := "success"
+		if tr.Error {
+			outcome = "error"
+		} else if tr.Blocked {
+			outcome = "blocked"
+		}
+		for _, o := range []string{"success", "error", "blocked"} {
+			want[fmt.Sprintf(`braid_llm_requests_total{model=%q,outcome=%q,tenant=%q}`, m, o, tn)] += 0 // every outcome is exposed
+		}
+		want[fmt.Sprintf(`braid_llm_requests_total{model=%q,outcome=%q,tenant=%q}`, m, outcome, tn)]++
+		for _, c := range []struct {
+			name string
+			on   bool
+		}{{"braid_llm_guardrail_checked_total", tr.GuardrailChecked}, {"braid_llm_guardrail_bypass_total", tr.GuardrailBypass},
+			{"braid_llm_pii_leaks_total", tr.PIILeak}} {
+			k := fmt.Sprintf(`%s{model=%q,tenant=%q}`, c.name, m, tn)
+			want[k] += 0
+			if c.on {
+				want[k]++
+			}
+		}
+		for _, v := range tr.Verdicts {
+			want[fmt.Sprintf(`braid_llm_verdicts_total{decision=%q,kind=%q,model=%q,tenant=%q}`, unk(v.Decision), v.Kind, m, tn)]++
+		}
+	}
+	got := scrapeSamples(t, rec)
+	n := 0
+	for k, v := range got {
+		if !strings.HasPrefix(k, "braid_llm_requests_total") && !strings.HasPrefix(k, "braid_llm_verdicts_total") &&
+			!strings.HasPrefix(k, "braid_llm_guardrail_") && !strings.HasPrefix(k, "braid_llm_pii_leaks_total") {
+			continue
+		}
+		n++
+		if w, ok := want[k]; !ok || w != v {
+			t.Errorf("%s %v, want %v (known: %v)", k, v, w, ok)
+		}
+	}
+	if n != len(want) {
+		t.Errorf("%d counter samples exposed, want %d", n, len(want))
+	}
+	if got[`braid_llm_requests_total{model="llama",outcome="blocked",tenant="acme"}`] == 0 {
+		t.Errorf("no blocked request exposed: the fixture does not exercise the outcomes")
+	}
+}
+
+// TestLLMContextLengthCurveExported: the TPOT and decode-throughput
+// histograms by prompt length hold, per bucket, the traces whose input
+// tokens and figures fall into it, computed here by scanning the bounds.
+func TestLLMContextLengthCurveExported(t *testing.T) {
+	rec, err := llmmetrics.New(llmmetrics.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// prompt bucket label of n tokens: the smallest power of two >= n
+	// among 256..131072, else +Inf.
+	promptLabel := func(n int64) string {
+		for b := int64(256); b <= 131072; b *= 2 {
+			if n <= b {
+				return strconv.FormatInt(b, 10)
+			}
+		}
+		return "+Inf"
+	}
+	type key struct{ name, model, prompt string }
+	type ref struct {
+		le  []float64
+		obs []float64
+	}
+	want := map[key]*ref{}
+	add := func(k key, bounds []float64, v float64) {
+		if want[k] == nil {
+			want[k] = &ref{le: bounds}
+		}
+		want[k].obs = append(want[k].obs, v)
+	}
+	for i := range 400 {
+		in := int64(1) << (i % 19) // 1 .. 262144 tokens
+		in += int64(i % 3)         // bounds and just above them
+		out := int64(2 + i*13%700)
+		decode := time.Duration(1+i*7919%5000) * time.Millisecond
+		tpot := decode / time.Duration(out-1)
+		tr := llmmetrics.Trace{Model: []string{"llama", "qwen"}[i%2], Instance: "i", TraceID: fmt.Sprintf("%032x", i+1),
+			InputTokens: in, OutputTokens: out, Decode: decode, TPOT: tpot}
+		rec.ObserveTrace(tr)
+		add(key{"braid_llm_tpot_by_prompt_seconds", tr.Model, promptLabel(in)}, llmmetrics.LatencyBuckets, tpot.Seconds())
+		add(key{"braid_llm_decode_tokens_per_second", tr.Model, promptLabel(in)}, llmmetrics.ThroughputBuckets, float64(out-1)/decode.Seconds())
+	}
+	got := scrapeSamples(t, rec)
+	for k, r := range want {
+		var sum float64
+		for _, v := range r.obs {
+			sum += v
+		}
+		lbl := fmt.Sprintf(`model=%q,prompt_tokens=%q`, k.model, k.prompt)
+		for _, le := range r.le {
+			var cum float64
+			for _, v := range r.obs {
+				if v <= le {
+					cum++
+				}
+			}
+			s := fmt.Sprintf(`%s_bucket{%s,le="%s"}`, k.name, lbl, strconv.FormatFloat(le, 'g', -1, 64))
+			if g, ok := got[s]; !ok || g != cum {
+				t.Errorf("%s %v (exposed: %v), want %v", s, g, ok, cum)
+			}
+		}
+		if s := fmt.Sprintf(`%s_bucket{%s,le="+Inf"}`, k.name, lbl); got[s] != float64(len(r.obs)) {
+			t.Errorf("%s %v, want %d", s, got[s], len(r.obs))
+		}
+		if s := fmt.Sprintf(`%s_count{%s}`, k.name, lbl); got[s] != float64(len(r.obs)) {
+			t.Errorf("%s %v, want %d", s, got[s], len(r.obs))
+		}
+		if s := fmt.Sprintf(`%s_sum{%s}`, k.name, lbl); math.Abs(got[s]-sum) > 1e-9*sum {
+			t.Errorf("%s %v, want %v", s, got[s], sum)
+		}
+	}
+	var series int
+	for s := range got {
+		if strings.HasPrefix(s, "braid_llm_tpot_by_prompt_seconds_count") || strings.HasPrefix(s, "braid_llm_decode_tokens_per_second_count") {
+			series++
+		}
+	}
+	// 2 models × 11 prompt buckets × 2 histograms.
+	if series != len(want) || len(want) != 44 {
+		t.Errorf("%d histograms exposed, %d expected (want 44)", series, len(want))
+	}
+}
+
+// TestLLMQualityOverflow: beyond MaxSeries label sets, the context-length
+// curve, the request counters and the verdict counters go to "other" and
+// the overflow counter of each family says how many observations did.
+func TestLLMQualityOverflow(t *testing.T) {
+	rec, err := llmmetrics.New(llmmetrics.Config{MaxSeries: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		rec.ObserveTrace(llmmetrics.Trace{Model: "m", Tenant: "t" + strconv.Itoa(i), InputTokens: int64(300) << i, TPOT: 10 * time.Millisecond,
+			Blocked: true, PIILeak: true, Verdicts: []llmmetrics.Verdict{{Kind: "pii", Decision: "block"}}})
+	}
+	got := scrapeSamples(t, rec)
+	for s, v := range map[string]float64{
+		`braid_llm_requests_total{model="m",outcome="blocked",tenant="t0"}`:                    1,
+		`braid_llm_requests_total{model="m",outcome="blocked",tenant="t1"}`:                    1,
+		`braid_llm_requests_total{model="other",outcome="blocked",tenant="other"}`:             4,
+		`braid_llm_requests_total{model="other",outcome="success",tenant="other"}`:             0,
+		`braid_llm_pii_leaks_total{model="other",tenant="other"}`:                              4,
+		`braid_llm_verdicts_total{decision="block",kind="pii",model="m",tenant="t1"}`:          1,
+		`braid_llm_verdicts_total{decision="other",kind="other",model="other",tenant="other"}`: 4,
+		`braid_llm_tpot_by_prompt_seconds_count{model="m",prompt_tokens="512"}`:                1,
+		`braid_llm_tpot_by_prompt_seconds_count{model="m",prompt_tokens="1024"}`:               1,
+		`braid_llm_tpot_by_prompt_seconds_count{model="other",prompt_tokens="other"}`:          4,
+		`braid_llm_series_overflow_total{family="prompt"}`:                                     4,
+		`braid_llm_series_overflow_total{family="requests"}`:                                   4,
+		`braid_llm_series_overflow_total{family="verdicts"}`:                                   4,
+		`braid_llm_series_overflow_total{family="series"}`:                                     0,
+	} {
+		if g, ok := got[s]; !ok || g != v {
+			t.Errorf("%s = %v (exposed: %v), want %v", s, g, ok, v)
+		}
+	}
+	if _, ok := got[`braid_llm_requests_total{model="m",outcome="blocked",tenant="t2"}`]; ok {
+		t.Errorf("a third tenant has its own series beyond MaxSeries 2")
+	}
 }

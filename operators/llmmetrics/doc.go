@@ -1,8 +1,11 @@
 // Package llmmetrics keeps the LLM-serving latency figures that braid
 // derives per request (time to first token, time per output token, queue,
 // prefill, decode, end-to-end), per-layer decode time, KV-cache hit ratio,
-// batch efficiency, KV-cache health gauges and pollution incidents, as
-// cumulative histograms, counters and gauges ready to be exported.
+// batch efficiency, KV-cache health gauges and pollution incidents, the
+// context-length curve (TPOT and decode throughput per model and prompt
+// length bucket, see PromptBuckets), and requests by outcome, guardrail
+// figures and checkers' verdicts per model and tenant, as cumulative
+// histograms, counters and gauges ready to be exported.
 //
 // A Recorder is fed by the fuse stage (ObserveTrace per emitted trace,
 // ObserveIncident per opened incident) and by whoever knows the KV-cache

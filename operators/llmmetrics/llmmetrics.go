@@ -8,9 +8,11 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/braidlabs/braid/operators/braidpb"
 )
@@ -30,6 +32,42 @@ var LatencyBuckets = []float64{
 	1, 1.5, 2, 3, 5, 7.5, 10, 15, 20, 30, 60, 120,
 }
 
+// ThroughputBuckets are the upper bounds, in output tokens per second, of
+// the per-request decode throughput histogram: 1 to 2000, dense over the
+// 10 to 200 tokens per second a single sequence decodes at.
+var ThroughputBuckets = []float64{
+	1, 2, 5, 10, 15, 20, 25, 30, 40, 50, 60, 75, 100, 125, 150, 200, 250, 300, 400, 500, 750, 1000, 2000,
+}
+
+// PromptBuckets are the upper bounds, in input tokens, of the prompt-length
+// buckets of the context-length curve: powers of two from 256 to 131072. A
+// request with n input tokens falls into the first bound ≥ n (label
+// "1024" holds 513 to 1024 tokens, "256" holds 1 to 256); above the last it
+// falls into "+Inf". Shared, do not modify.
+var PromptBuckets = []int64{256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072}
+
+// promptLabels are the label values of PromptBuckets, then "+Inf".
+var promptLabels = func() []string {
+	out := make([]string, 0, len(PromptBuckets)+1)
+	for _, b := range PromptBuckets {
+		out = append(out, strconv.FormatInt(b, 10))
+	}
+	return append(out, "+Inf")
+}()
+
+// promptBucket is the index into promptLabels of a prompt of n > 0 tokens.
+func promptBucket(n int64) int {
+	i, _ := slices.BinarySearch(PromptBuckets, n) // first bound >= n
+	return i
+}
+
+// Request outcomes, the outcome label of the request counters.
+const (
+	OutcomeSuccess = "success"
+	OutcomeError   = "error"
+	OutcomeBlocked = "blocked"
+)
+
 // RatioBuckets are the upper bounds of the cache-hit ratio histogram.
 var RatioBuckets = []float64{0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1}
 
@@ -37,7 +75,9 @@ var RatioBuckets = []float64{0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.9
 type Config struct {
 	// MaxSeries bounds the label sets of each family (latency per model and
 	// instance, layer decode time per model and layer, incidents per
-	// pattern, KV gauges per GPU and instance). Beyond it, observations go
+	// pattern, KV gauges per GPU and instance, the context-length curve
+	// per model and prompt bucket, request counters per model and tenant,
+	// verdict counters per model, tenant, kind and decision). Beyond it, observations go
 	// to the "other" label set and are counted as overflow. Default 2000;
 	// negative is invalid.
 	MaxSeries int `yaml:"max_series"`
@@ -108,6 +148,26 @@ type Trace struct {
 	// Time is the trace's event time, unix nanoseconds: the exemplars'
 	// timestamp. 0: the Recorder's clock at observation.
 	Time int64
+	// Tenant is the tenant the request was served for; empty: "unknown".
+	Tenant string
+	// Error: the request failed (a span of the trace has status ERROR).
+	// Set by the caller: FromDerived cannot know it.
+	Error bool
+	// Verdicts are the quality and safety checkers' verdicts on the
+	// request.
+	Verdicts []Verdict
+	// Blocked: a verdict decided block. GuardrailChecked: a verdict checked
+	// the prompt. GuardrailBypass: the request got through a guardrail it
+	// should not have. PIILeak: a pii check of the response flagged it.
+	// See braidpb.Quality.
+	Blocked, GuardrailChecked, GuardrailBypass, PIILeak bool
+}
+
+// Verdict is one checker's judgement of a request: Kind (hallucination,
+// pii, jailbreak, toxicity, sensitivity, other) and Decision (pass, flag,
+// block, bypass; empty when unknown).
+type Verdict struct {
+	Kind, Decision string
 }
 
 // FromDerived builds the Trace of an emitted record from its derived
@@ -137,6 +197,15 @@ func FromDerived(d *braidpb.Derived, instance, traceID string, t int64) Trace {
 			tr.Layers = append(tr.Layers, Layer{Index: l.GetKey(), Count: l.GetCount(), Total: time.Duration(l.GetTotalNanos())})
 		}
 	}
+	tr.Tenant = d.GetTenant()
+	if vs := d.GetVerdicts(); len(vs) > 0 {
+		tr.Verdicts = make([]Verdict, len(vs))
+		for i, v := range vs {
+			tr.Verdicts[i] = Verdict{Kind: v.GetKind(), Decision: v.GetDecision()}
+		}
+	}
+	q := d.GetQuality()
+	tr.Blocked, tr.GuardrailChecked, tr.GuardrailBypass, tr.PIILeak = q.GetBlocked(), q.GetGuardrailChecked(), q.GetGuardrailBypass(), q.GetPiiLeak()
 	return tr
 }
 
@@ -237,21 +306,56 @@ type KV struct {
 	Utilisation, Fragmentation, Health float64
 }
 
+// PromptSeries is the context-length curve of one (model, prompt bucket):
+// the histograms of TPOT, in seconds, and of decode throughput, in output
+// tokens per second of decode time ((output tokens − 1) / decode time, the
+// inverse of TPOT as the semconv Deriver defines it), of the requests whose
+// input tokens fall into the bucket. PromptTokens is the bucket's upper
+// bound (see PromptBuckets), "+Inf" or "other".
+type PromptSeries struct {
+	Model, PromptTokens string
+	TPOT, Throughput    Histogram
+}
+
+// Requests counts the requests of one (model, tenant) by outcome (Error:
+// the caller said it failed; Blocked: a verdict blocked it and it did not
+// fail; Success: the others), and those a guardrail checked, that
+// bypassed a guardrail and that leaked PII.
+type Requests struct {
+	Model, Tenant                               string
+	Success, Error, Blocked                     uint64
+	GuardrailChecked, GuardrailBypass, PIILeaks uint64
+	Created                                     time.Time
+}
+
+// VerdictCount counts the verdicts of one (model, tenant, kind,
+// decision); an empty decision is "unknown".
+type VerdictCount struct {
+	Model, Tenant, Kind, Decision string
+	Count                         uint64
+	Created                       time.Time
+}
+
 // Overflow counts observations sent to the "other" label set of a family
 // because it held Config.MaxSeries label sets: family is "series" (latency,
-// cache hit, efficiency), "layers", "incidents" or "kv".
+// cache hit, efficiency), "layers", "incidents", "kv", "prompt" (the
+// context-length curve), "requests" (request and guardrail counters) or
+// "verdicts".
 type Overflow struct {
 	Family string
 	Count  uint64
 }
 
 // Snapshot is a copy of everything a Recorder holds, each list sorted by its
-// labels.
+// labels (Prompts by model, then bucket in increasing order, "other" last).
 type Snapshot struct {
 	Series    []Series
 	Layers    []LayerSeries
 	Incidents []Incidents
 	KV        []KV
+	Prompts   []PromptSeries
+	Requests  []Requests
+	Verdicts  []VerdictCount
 	Overflow  []Overflow
 }
 
@@ -313,10 +417,44 @@ type incidents struct {
 	n       uint64
 }
 
+// promptKey is a model and an index into promptLabels; otherPrompt for
+// the "other" bucket.
+type promptKey struct {
+	model  string
+	bucket int
+}
+
+const otherPrompt = -1
+
+var otherPromptKey = promptKey{Other, otherPrompt}
+
+type promptSeries struct {
+	mu         sync.Mutex
+	created    time.Time
+	tpot       hist
+	throughput hist
+}
+
+// requests holds the request counters of one (model, tenant).
+type requests struct {
+	created                                     time.Time
+	outcome                                     [3]atomic.Uint64 // success, error, blocked
+	guardrailChecked, guardrailBypass, piiLeaks atomic.Uint64
+}
+
+type verdictKey struct{ model, tenant, kind, decision string }
+
+var otherVerdictKey = verdictKey{Other, Other, Other, Other}
+
+type counter struct {
+	created time.Time
+	n       atomic.Uint64
+}
+
 // family is a label-set map bounded by maxSeries. REQUIRES: the Recorder's
 // mu held for its methods.
-type family[V any] struct {
-	m        map[seriesKey]V
+type family[K comparable, V any] struct {
+	m        map[K]V
 	overflow uint64
 }
 
@@ -330,10 +468,13 @@ type Recorder struct {
 
 	mu struct {
 		sync.RWMutex
-		series    family[*series]
+		series    family[seriesKey, *series]
 		layers    map[string]*layerGroup // by model
-		incidents family[*incidents]
-		kv        family[KV]
+		incidents family[seriesKey, *incidents]
+		kv        family[seriesKey, KV]
+		prompt    family[promptKey, *promptSeries]
+		requests  family[seriesKey, *requests]
+		verdicts  family[verdictKey, *counter]
 	}
 }
 
@@ -349,6 +490,9 @@ func New(cfg Config) (*Recorder, error) {
 	r.mu.layers = map[string]*layerGroup{}
 	r.mu.incidents.m = map[seriesKey]*incidents{}
 	r.mu.kv.m = map[seriesKey]KV{}
+	r.mu.prompt.m = map[promptKey]*promptSeries{}
+	r.mu.requests.m = map[seriesKey]*requests{}
+	r.mu.verdicts.m = map[verdictKey]*counter{}
 	return r, nil
 }
 
@@ -358,7 +502,7 @@ var otherKey = seriesKey{Other, Other}
 // is room, else other (counting the overflow). The bool is whether the
 // caller must create the entry. The other label set may exceed max by one.
 // REQUIRES: r.mu held for writing.
-func slot[V any](f *family[V], k, other seriesKey, max int) (seriesKey, bool) {
+func slot[K comparable, V any](f *family[K, V], k, other K, max int) (K, bool) {
 	if _, ok := f.m[k]; ok {
 		return k, false
 	}
@@ -390,6 +534,95 @@ func (r *Recorder) series(model, instance string) *series {
 	}
 	r.mu.series.m[k] = s
 	return s
+}
+
+// lookup returns the entry of k in f, made by mk if new; beyond
+// Config.MaxSeries label sets, the entry of other (counting the overflow).
+// f is one of r.mu's families.
+func lookup[K comparable, V any](r *Recorder, f *family[K, V], k, other K, mk func(created time.Time) V) V {
+	r.mu.RLock()
+	v, ok := f.m[k]
+	r.mu.RUnlock()
+	if ok {
+		return v
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k, create := slot(f, k, other, r.cfg.MaxSeries)
+	if !create {
+		return f.m[k]
+	}
+	v = mk(r.cfg.Now())
+	f.m[k] = v
+	return v
+}
+
+func newPromptSeries(created time.Time) *promptSeries {
+	return &promptSeries{created: created, tpot: newHist(LatencyBuckets), throughput: newHist(ThroughputBuckets)}
+}
+
+func newRequests(created time.Time) *requests { return &requests{created: created} }
+
+func newCounter(created time.Time) *counter { return &counter{created: created} }
+
+// observePrompt adds the trace's TPOT and decode throughput to the
+// context-length curve of its model and prompt bucket; without input
+// tokens, or without either figure, nothing.
+func (r *Recorder) observePrompt(model string, t *Trace, at time.Time) {
+	var tps float64
+	hasTPS := t.OutputTokens > 1 && t.Decode > 0
+	if hasTPS {
+		tps = float64(t.OutputTokens-1) / t.Decode.Seconds()
+	}
+	if t.InputTokens <= 0 || (t.TPOT <= 0 && !hasTPS) {
+		return
+	}
+	p := lookup(r, &r.mu.prompt, promptKey{model, promptBucket(t.InputTokens)}, otherPromptKey, newPromptSeries)
+	p.mu.Lock()
+	if t.TPOT > 0 {
+		p.tpot.observe(t.TPOT.Seconds(), t.TraceID, at)
+	}
+	if hasTPS {
+		p.throughput.observe(tps, t.TraceID, at)
+	}
+	p.mu.Unlock()
+}
+
+// observeQuality counts the request by outcome, its guardrail figures and
+// its verdicts.
+func (r *Recorder) observeQuality(model string, t *Trace) {
+	tenant := label(t.Tenant)
+	q := lookup(r, &r.mu.requests, seriesKey{model, tenant}, otherKey, newRequests)
+	switch {
+	case t.Error:
+		q.outcome[1].Add(1)
+	case t.Blocked:
+		q.outcome[2].Add(1)
+	default:
+		q.outcome[0].Add(1)
+	}
+	if t.GuardrailChecked {
+		q.guardrailChecked.Add(1)
+	}
+	if t.GuardrailBypass {
+		q.guardrailBypass.Add(1)
+	}
+	if t.PIILeak {
+		q.piiLeaks.Add(1)
+	}
+	for _, v := range t.Verdicts {
+		c := lookup(r, &r.mu.verdicts, verdictKey{model, tenant, label(v.Kind), label(v.Decision)}, otherVerdictKey, newCounter)
+		c.n.Add(1)
+	}
+}
+
+// label is s as a label value: "unknown" when empty, invalid UTF-8
+// replaced (an exporter rejects it).
+func label(s string) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	return orUnknown(s)
 }
 
 // layerGroup returns the layer group of model; beyond Config.MaxSeries
@@ -460,8 +693,12 @@ func (r *Recorder) observeLayers(model string, layers []Layer, traceID string, a
 }
 
 // ObserveTrace adds the figures of one trace to the histograms of its
-// (model, instance); an empty model or instance is recorded as "unknown".
-// Negative durations and ratios outside [0, 1] (bad input) are ignored.
+// (model, instance), to the context-length curve of its (model, prompt
+// bucket) when it has input tokens, and counts it, its guardrail figures
+// and its verdicts under its (model, tenant); an empty model, instance or
+// tenant is recorded as "unknown", as is an empty verdict kind or
+// decision. Negative durations and ratios outside [0, 1] (bad input) are
+// ignored.
 func (r *Recorder) ObserveTrace(t Trace) {
 	model, instance := orUnknown(t.Model), orUnknown(t.Instance)
 	at := time.Unix(0, t.Time)
@@ -486,6 +723,8 @@ func (r *Recorder) ObserveTrace(t Trace) {
 	if len(t.Layers) > 0 {
 		r.observeLayers(model, t.Layers, t.TraceID, at)
 	}
+	r.observePrompt(model, &t, at)
+	r.observeQuality(model, &t)
 }
 
 // efficiency is output tokens per second of decode (decode time, else e2e
@@ -596,9 +835,34 @@ func (r *Recorder) Snapshot() Snapshot {
 	for _, k := range slices.SortedFunc(maps.Keys(r.mu.kv.m), cmpKey) {
 		snap.KV = append(snap.KV, r.mu.kv.m[k])
 	}
+	pkeys := slices.SortedFunc(maps.Keys(r.mu.prompt.m), func(x, y promptKey) int {
+		if c := cmp.Compare(x.model, y.model); c != 0 {
+			return c
+		}
+		return cmp.Compare(uint(x.bucket), uint(y.bucket)) // otherPrompt (-1) is the largest
+	})
+	ps := make([]*promptSeries, len(pkeys))
+	for i, k := range pkeys {
+		ps[i] = r.mu.prompt.m[k]
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(r.mu.requests.m), cmpKey) {
+		q := r.mu.requests.m[k]
+		snap.Requests = append(snap.Requests, Requests{Model: k.a, Tenant: k.b,
+			Success: q.outcome[0].Load(), Error: q.outcome[1].Load(), Blocked: q.outcome[2].Load(),
+			GuardrailChecked: q.guardrailChecked.Load(), GuardrailBypass: q.guardrailBypass.Load(), PIILeaks: q.piiLeaks.Load(),
+			Created: q.created})
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(r.mu.verdicts.m), func(x, y verdictKey) int {
+		return cmp.Or(cmp.Compare(x.model, y.model), cmp.Compare(x.tenant, y.tenant), cmp.Compare(x.kind, y.kind), cmp.Compare(x.decision, y.decision))
+	}) {
+		c := r.mu.verdicts.m[k]
+		snap.Verdicts = append(snap.Verdicts, VerdictCount{Model: k.model, Tenant: k.tenant, Kind: k.kind, Decision: k.decision,
+			Count: c.n.Load(), Created: c.created})
+	}
 	snap.Overflow = []Overflow{
 		{"series", r.mu.series.overflow}, {"layers", r.layerOverflow.Load()},
 		{"incidents", r.mu.incidents.overflow}, {"kv", r.mu.kv.overflow},
+		{"prompt", r.mu.prompt.overflow}, {"requests", r.mu.requests.overflow}, {"verdicts", r.mu.verdicts.overflow},
 	}
 	r.mu.RUnlock()
 
@@ -613,6 +877,17 @@ func (r *Recorder) Snapshot() Snapshot {
 		out.CacheHit = s.cacheHit.snapshot(s.created)
 		out.Efficiency, out.HasEfficiency = s.efficiency, s.hasEfficiency
 		s.mu.Unlock()
+	}
+	snap.Prompts = make([]PromptSeries, len(pkeys))
+	for i, p := range ps {
+		out := &snap.Prompts[i]
+		out.Model, out.PromptTokens = pkeys[i].model, Other
+		if b := pkeys[i].bucket; b != otherPrompt {
+			out.PromptTokens = promptLabels[b]
+		}
+		p.mu.Lock()
+		out.TPOT, out.Throughput = p.tpot.snapshot(p.created), p.throughput.snapshot(p.created)
+		p.mu.Unlock()
 	}
 	for i, g := range groups {
 		g.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -171,7 +172,8 @@ func TestOverflow(t *testing.T) {
 	r := newRecorder(t, Config{MaxSeries: 3})
 	for i := range 10 {
 		r.ObserveTrace(Trace{Model: "m" + strconv.Itoa(i), Instance: "i", TraceID: traceID(i), TTFT: time.Second,
-			Layers: []Layer{{Index: int64(i), Count: 1, Total: time.Millisecond}}})
+			Layers:      []Layer{{Index: int64(i), Count: 1, Total: time.Millisecond}},
+			InputTokens: 100, TPOT: 10 * time.Millisecond, Verdicts: []Verdict{{Kind: "pii", Decision: "flag"}}})
 		r.ObserveIncident("p" + strconv.Itoa(i))
 		r.SetKV("gpu"+strconv.Itoa(i), "i", 0.5, 0.1, float64(i))
 	}
@@ -197,6 +199,20 @@ func TestOverflow(t *testing.T) {
 	}
 	if len(snap.KV) != 4 || snap.KV[3].GPU != Other || snap.KV[3].Health != 9 {
 		t.Errorf("kv %+v", snap.KV)
+	}
+	if len(snap.Prompts) != 4 || snap.Prompts[3].Model != Other || snap.Prompts[3].PromptTokens != Other || snap.Prompts[3].TPOT.Count != 7 {
+		t.Errorf("prompts %+v", snap.Prompts)
+	}
+	// m1 observed twice, the second time with no input tokens: one request
+	// more, no prompt observation.
+	if len(snap.Requests) != 4 || snap.Requests[1].Success != 2 || snap.Requests[3].Model != Other || snap.Requests[3].Tenant != Other || snap.Requests[3].Success != 7 {
+		t.Errorf("requests %+v", snap.Requests)
+	}
+	if len(snap.Verdicts) != 4 || snap.Verdicts[3] != (VerdictCount{Model: Other, Tenant: Other, Kind: Other, Decision: Other, Count: 7, Created: snap.Verdicts[3].Created}) {
+		t.Errorf("verdicts %+v", snap.Verdicts)
+	}
+	if len(snap.Overflow) != 7 {
+		t.Errorf("overflow families %+v", snap.Overflow)
 	}
 	for _, o := range snap.Overflow {
 		if o.Count != 7 {
@@ -247,18 +263,31 @@ func TestFromDerived(t *testing.T) {
 		Model: "llama", TtftNanos: 1, TpotNanos: 2, E2ENanos: 3, QueueTimeNanos: 4, PrefillTimeNanos: 5, DecodeTimeNanos: 6,
 		InputTokens: 7, OutputTokens: 8, KvCacheHitRatio: proto.Float64(0.5),
 		Layers: []*braidpb.LayerStats{{Key: 3, Count: 4, TotalNanos: 40}},
+		Tenant: "acme",
+		Verdicts: []*braidpb.Verdict{{Kind: "jailbreak", Decision: "pass", Stage: "input", Checker: "self check input", Source: "nemo"},
+			{Kind: "pii", Score: proto.Float64(0.9), Decision: "flag", Stage: "output", Checker: "presidio", Source: "openlit"}},
+		Quality: &braidpb.Quality{Blocked: true, GuardrailChecked: true, GuardrailBypass: true, PiiLeak: true},
 	}
 	got := FromDerived(d, "vllm-0", traceID(0), 99)
 	want := Trace{Model: "llama", Instance: "vllm-0", TraceID: traceID(0), Time: 99, TTFT: 1, TPOT: 2, E2E: 3, Queue: 4, Prefill: 5, Decode: 6,
-		InputTokens: 7, OutputTokens: 8, CacheHitRatio: 0.5, HasCacheHit: true, Layers: []Layer{{Index: 3, Count: 4, Total: 40}}}
+		InputTokens: 7, OutputTokens: 8, CacheHitRatio: 0.5, HasCacheHit: true, Layers: []Layer{{Index: 3, Count: 4, Total: 40}},
+		Tenant: "acme", Verdicts: []Verdict{{Kind: "jailbreak", Decision: "pass"}, {Kind: "pii", Decision: "flag"}},
+		Blocked: true, GuardrailChecked: true, GuardrailBypass: true, PIILeak: true}
 	if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
 		t.Errorf("got %+v\nwant %+v", got, want)
 	}
 	if got := FromDerived(nil, "i", "t", 1); got.Model != "" || got.Instance != "i" {
 		t.Errorf("nil derived: %+v", got)
 	}
-	if got := FromDerived(&braidpb.Derived{}, "", "", 0); got.HasCacheHit {
-		t.Errorf("absent hit ratio became present")
+	if got := FromDerived(&braidpb.Derived{}, "", "", 0); got.HasCacheHit || got.Verdicts != nil || got.Blocked || got.GuardrailChecked || got.Error {
+		t.Errorf("absent figures became present: %+v", got)
+	}
+	for _, q := range []*braidpb.Quality{{Blocked: true}, {GuardrailChecked: true}, {GuardrailBypass: true}, {PiiLeak: true}} {
+		got := FromDerived(&braidpb.Derived{Quality: q}, "", "", 0)
+		if fmt.Sprint(got.Blocked, got.GuardrailChecked, got.GuardrailBypass, got.PIILeak) !=
+			fmt.Sprint(q.Blocked, q.GuardrailChecked, q.GuardrailBypass, q.PiiLeak) {
+			t.Errorf("quality %v: trace %+v", q, got)
+		}
 	}
 }
 
@@ -278,8 +307,9 @@ func TestConfigValidate(t *testing.T) {
 // benchLayers is the number of decode layers per trace in BenchmarkObserveTrace.
 const benchLayers = 32
 
-// BenchmarkObserveTrace: one trace with every latency, a cache-hit ratio and
-// 32 layers, from parallel goroutines over 6 label sets.
+// BenchmarkObserveTrace: one trace with every latency, a cache-hit ratio,
+// 32 layers, a prompt length, a tenant and two verdicts, from parallel
+// goroutines over 6 label sets.
 func BenchmarkObserveTrace(b *testing.B) {
 	r, err := New(Config{MaxTokensPerSecond: map[string]float64{"m0": 1000}})
 	if err != nil {
@@ -289,6 +319,7 @@ func BenchmarkObserveTrace(b *testing.B) {
 	for i := range layers {
 		layers[i] = Layer{Index: int64(i), Count: 100, Total: 50 * time.Millisecond}
 	}
+	verdicts := []Verdict{{Kind: "jailbreak", Decision: "pass"}, {Kind: "pii", Decision: "flag"}}
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0
@@ -296,7 +327,214 @@ func BenchmarkObserveTrace(b *testing.B) {
 			i++
 			r.ObserveTrace(Trace{Model: "m" + strconv.Itoa(i%2), Instance: "i" + strconv.Itoa(i%3), TraceID: "0123456789abcdef0123456789abcdef",
 				TTFT: time.Duration(i%5000) * time.Millisecond, TPOT: 20 * time.Millisecond, Queue: time.Millisecond, Prefill: 100 * time.Millisecond,
-				Decode: time.Second, E2E: 1200 * time.Millisecond, OutputTokens: 50, Layers: layers, CacheHitRatio: 0.5, HasCacheHit: true, Time: int64(i)})
+				Decode: time.Second, E2E: 1200 * time.Millisecond, InputTokens: 2000, OutputTokens: 50, Layers: layers, CacheHitRatio: 0.5, HasCacheHit: true, Time: int64(i),
+				Tenant: "t" + strconv.Itoa(i%2), Verdicts: verdicts, GuardrailChecked: true})
 		}
 	})
+}
+
+// refPromptLabel is the prompt bucket label of n input tokens, by a linear
+// scan over the powers of two 256..131072: the reference for the
+// Recorder's prompt bucketing.
+func refPromptLabel(n int64) string {
+	for b := int64(256); b <= 131072; b *= 2 {
+		if n <= b {
+			return strconv.FormatInt(b, 10)
+		}
+	}
+	return "+Inf"
+}
+
+func TestPromptBuckets(t *testing.T) {
+	for n, want := range map[int64]string{1: "256", 256: "256", 257: "512", 512: "512", 513: "1024", 1024: "1024",
+		131072: "131072", 131073: "+Inf", 1 << 40: "+Inf"} {
+		if got := promptLabels[promptBucket(n)]; got != want || refPromptLabel(n) != want {
+			t.Errorf("%d tokens: bucket %q (reference %q), want %q", n, got, refPromptLabel(n), want)
+		}
+	}
+}
+
+// TestContextLengthCurve: each trace with input tokens adds its TPOT and
+// its decode throughput ((output tokens − 1) / decode seconds) to the
+// histograms of its (model, prompt bucket); the reference buckets, counts
+// and sums come from the fed traces by linear scans.
+func TestContextLengthCurve(t *testing.T) {
+	r := newRecorder(t, Config{})
+	rng := rand.New(rand.NewPCG(3, 4))
+	type ref struct {
+		tpot, tps       []uint64
+		tpotSum, tpsSum float64
+	}
+	refs := map[string]*ref{}
+	const n = 6000
+	for i := range n {
+		model := []string{"llama", "qwen"}[i%2]
+		// Log-uniform over 1..400k tokens, with bounds and bounds+1 now and then.
+		in := int64(math.Exp(rng.Float64() * math.Log(4e5)))
+		if i%13 == 0 {
+			in = int64(256)<<rng.IntN(10) + int64(rng.IntN(2))
+		}
+		if i%29 == 0 {
+			in = 0 // unknown: not on the curve
+		}
+		out := int64(rng.IntN(2000))
+		decode := time.Duration(rng.Int64N(int64(60 * time.Second)))
+		var tpot time.Duration
+		if out > 1 {
+			tpot = decode / time.Duration(out-1)
+		}
+		if i%31 == 0 {
+			decode = 0 // TPOT given without a decode time
+			tpot = 15 * time.Millisecond
+		}
+		r.ObserveTrace(Trace{Model: model, Instance: "i", TraceID: traceID(i), InputTokens: in, OutputTokens: out,
+			Decode: decode, TPOT: tpot, Time: int64(i+1) * 1e9})
+		if in <= 0 {
+			continue
+		}
+		k := model + "/" + refPromptLabel(in)
+		if refs[k] == nil {
+			refs[k] = &ref{tpot: make([]uint64, len(LatencyBuckets)+1), tps: make([]uint64, len(ThroughputBuckets)+1)}
+		}
+		if tpot > 0 {
+			refs[k].tpot[refBucket(LatencyBuckets, tpot.Seconds())]++
+			refs[k].tpotSum += tpot.Seconds()
+		}
+		if out > 1 && decode > 0 {
+			v := float64(out-1) / decode.Seconds()
+			refs[k].tps[refBucket(ThroughputBuckets, v)]++
+			refs[k].tpsSum += v
+		}
+	}
+	snap := r.Snapshot()
+	if len(snap.Prompts) != len(refs) {
+		t.Fatalf("prompt series %d, want %d", len(snap.Prompts), len(refs))
+	}
+	for i, p := range snap.Prompts {
+		want := refs[p.Model+"/"+p.PromptTokens]
+		if want == nil {
+			t.Fatalf("unexpected series %s/%s", p.Model, p.PromptTokens)
+		}
+		if fmt.Sprint(p.TPOT.Counts) != fmt.Sprint(want.tpot) || fmt.Sprint(p.Throughput.Counts) != fmt.Sprint(want.tps) {
+			t.Errorf("%s/%s: tpot %v tps %v, want %v %v", p.Model, p.PromptTokens, p.TPOT.Counts, p.Throughput.Counts, want.tpot, want.tps)
+		}
+		if math.Abs(p.TPOT.Sum-want.tpotSum) > 1e-9*want.tpotSum || math.Abs(p.Throughput.Sum-want.tpsSum) > 1e-9*want.tpsSum {
+			t.Errorf("%s/%s: sums %v %v, want %v %v", p.Model, p.PromptTokens, p.TPOT.Sum, p.Throughput.Sum, want.tpotSum, want.tpsSum)
+		}
+		for b, ex := range p.Throughput.Exemplars {
+			if ex.TraceID != "" && refBucket(ThroughputBuckets, ex.Value) != b {
+				t.Errorf("throughput bucket %d: exemplar value %v lies outside it", b, ex.Value)
+			}
+		}
+		// Sorted by model, then bucket bound.
+		if i > 0 {
+			q := snap.Prompts[i-1]
+			if q.Model > p.Model || q.Model == p.Model && slices.Index(promptLabels, q.PromptTokens) >= slices.Index(promptLabels, p.PromptTokens) {
+				t.Errorf("%s/%s before %s/%s", q.Model, q.PromptTokens, p.Model, p.PromptTokens)
+			}
+		}
+	}
+	// One trace: 1025 input tokens, 101 output tokens decoded in 2 s:
+	// TPOT 20 ms, 50 tokens per second, in bucket 2048.
+	r = newRecorder(t, Config{})
+	r.ObserveTrace(Trace{Model: "m", InputTokens: 1025, OutputTokens: 101, Decode: 2 * time.Second, TPOT: 20 * time.Millisecond})
+	if p := r.Snapshot().Prompts; len(p) != 1 || p[0].PromptTokens != "2048" || p[0].TPOT.Sum != 0.02 || p[0].Throughput.Sum != 50 {
+		t.Errorf("prompts %+v", p)
+	}
+}
+
+// TestQualityCounters: requests by outcome, guardrail figures and verdicts
+// per (model, tenant), against counts of the fed traces.
+func TestQualityCounters(t *testing.T) {
+	r := newRecorder(t, Config{})
+	rng := rand.New(rand.NewPCG(5, 6))
+	kinds := []string{"pii", "jailbreak", "toxicity", "hallucination", ""}
+	decisions := []string{"pass", "flag", "block", "bypass", ""}
+	type counts struct{ success, errs, blocked, checked, bypass, pii uint64 }
+	wantReq := map[string]*counts{}
+	wantVerdicts := map[string]uint64{}
+	unk := func(s string) string {
+		if s == "" {
+			return "unknown"
+		}
+		return s
+	}
+	for i := range 3000 {
+		model := []string{"llama", "qwen", ""}[i%3]
+		tenant := []string{"acme", "globex", ""}[rng.IntN(3)]
+		tr := Trace{Model: model, Tenant: tenant, Error: rng.IntN(5) == 0, Blocked: rng.IntN(4) == 0,
+			GuardrailChecked: rng.IntN(2) == 0, GuardrailBypass: rng.IntN(7) == 0, PIILeak: rng.IntN(9) == 0}
+		for range rng.IntN(4) {
+			tr.Verdicts = append(tr.Verdicts, Verdict{Kind: kinds[rng.IntN(len(kinds))], Decision: decisions[rng.IntN(len(decisions))]})
+		}
+		r.ObserveTrace(tr)
+		k := unk(model) + "/" + unk(tenant)
+		if wantReq[k] == nil {
+			wantReq[k] = &counts{}
+		}
+		c := wantReq[k]
+		switch {
+		case tr.Error:
+			c.errs++
+		case tr.Blocked:
+			c.blocked++
+		default:
+			c.success++
+		}
+		c.checked += b2u(tr.GuardrailChecked)
+		c.bypass += b2u(tr.GuardrailBypass)
+		c.pii += b2u(tr.PIILeak)
+		for _, v := range tr.Verdicts {
+			wantVerdicts[k+"/"+unk(v.Kind)+"/"+unk(v.Decision)]++
+		}
+	}
+	snap := r.Snapshot()
+	if len(snap.Requests) != len(wantReq) {
+		t.Fatalf("request series %d, want %d", len(snap.Requests), len(wantReq))
+	}
+	for _, q := range snap.Requests {
+		want := wantReq[q.Model+"/"+q.Tenant]
+		got := counts{q.Success, q.Error, q.Blocked, q.GuardrailChecked, q.GuardrailBypass, q.PIILeaks}
+		if want == nil || got != *want {
+			t.Errorf("%s/%s: %+v, want %+v", q.Model, q.Tenant, got, want)
+		}
+	}
+	if len(snap.Verdicts) != len(wantVerdicts) {
+		t.Fatalf("verdict series %d, want %d", len(snap.Verdicts), len(wantVerdicts))
+	}
+	for _, v := range snap.Verdicts {
+		if k := v.Model + "/" + v.Tenant + "/" + v.Kind + "/" + v.Decision; v.Count != wantVerdicts[k] {
+			t.Errorf("%s: %d, want %d", k, v.Count, wantVerdicts[k])
+		}
+	}
+	// Invalid UTF-8 in a label value is repaired.
+	r = newRecorder(t, Config{})
+	r.ObserveTrace(Trace{Tenant: "a\xffb", Verdicts: []Verdict{{Kind: "\xfe"}}})
+	snap = r.Snapshot()
+	if snap.Requests[0].Tenant != "a\uFFFDb" || snap.Verdicts[0].Kind != "\uFFFD" || snap.Verdicts[0].Decision != "unknown" {
+		t.Errorf("requests %+v verdicts %+v", snap.Requests, snap.Verdicts)
+	}
+}
+
+func b2u(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// TestObserveTraceAllocs: once its label sets exist, observing a trace
+// with every figure, a prompt length, a tenant and verdicts allocates
+// nothing.
+func TestObserveTraceAllocs(t *testing.T) {
+	r := newRecorder(t, Config{MaxTokensPerSecond: map[string]float64{"m": 1000}})
+	tr := Trace{Model: "m", Instance: "i", TraceID: traceID(1), TTFT: time.Second, TPOT: 20 * time.Millisecond, Queue: time.Millisecond,
+		Prefill: 100 * time.Millisecond, Decode: time.Second, E2E: 2 * time.Second, InputTokens: 3000, OutputTokens: 51,
+		Layers: []Layer{{Index: 0, Count: 50, Total: time.Second}}, CacheHitRatio: 0.5, HasCacheHit: true, Time: 1,
+		Tenant: "acme", Verdicts: []Verdict{{Kind: "pii", Decision: "flag"}, {Kind: "jailbreak", Decision: "pass"}},
+		GuardrailChecked: true, PIILeak: true}
+	r.ObserveTrace(tr)
+	if n := testing.AllocsPerRun(100, func() { r.ObserveTrace(tr) }); n != 0 {
+		t.Errorf("ObserveTrace allocates %v times per trace", n)
+	}
 }
