@@ -89,7 +89,9 @@ func (p *processor) observeTrace(t *engine.Task, tr *trace, sum *summary) bool {
 	id := p.traceIdentity(sum)
 	traceID := string(otlp.AppendTraceIDHex(p.scratch[:0], tr.id))
 	if p.cfg.LLM != nil {
-		p.cfg.LLM.ObserveTrace(llmmetrics.FromDerived(e.derived, instanceOf(&id), traceID, tr.last))
+		lt := llmmetrics.FromDerived(e.derived, instanceOf(&id), traceID, tr.last)
+		lt.Error = sum.errors > 0
+		p.cfg.LLM.ObserveTrace(lt)
 	}
 	if p.alerts == nil {
 		return true

@@ -178,6 +178,12 @@
 //   - logs: per request, logs; logs with a request id (RequestIDs.FromLog);
 //     with log_schema_version; with a valid and with an invalid hint (a
 //     non-string hint is invalid). Absent when the request has no logs.
+//   - verdicts, quality, tenant: what guardrails and evaluators said of the
+//     request, read from spans, span events and logs in the names the tools
+//     emit (OpenTelemetry gen_ai.evaluation.result, OpenLIT guard.* and
+//     evals.*, NeMo Guardrails rail.*, braid.verdict.*), and the tenant
+//     (tenant.id, tenant_id, tenant; else a hint's tenant). The convention
+//     is in verdict.go: VerdictKind, VerdictDecision.
 //
 // Counters adds the same figures up process-wide (plus spans, layer spans,
 // anchors and invalid anchors) for the admin endpoint; see CounterSet.
