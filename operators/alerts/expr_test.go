@@ -118,7 +118,8 @@ func TestDefaultRulesCompile(t *testing.T) {
 	for _, r := range rules {
 		names[r.Name] = true
 	}
-	for _, n := range []string{"BraidTTFTHigh", "BraidKVMemoryGrowth", "BraidKVCacheHealthLow", "BraidKVFragmentation", "BraidGuardrailBypass", "BraidKVCachePollution"} {
+	for _, n := range []string{"BraidTTFTHigh", "BraidKVMemoryGrowth", "BraidKVCacheHealthLow", "BraidKVFragmentation", "BraidGuardrailBypass", "BraidKVCachePollution", "BraidPIILeak",
+		"BraidRecordSuccessRatio", "BraidRecordComplianceDriftJailbreak", "BraidRecordResponseSensitivityP99"} {
 		if !names[n] {
 			t.Errorf("default rule %s missing", n)
 		}

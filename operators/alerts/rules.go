@@ -174,9 +174,9 @@ func DefaultRecordingRules() []Rule {
 		rec("BraidRecordGuardrailBypassRatio", "braid_llm_guardrail_bypass_ratio", "sum(guardrail_bypass) / sum(guardrail_checked)", nil),
 		rec("BraidRecordToxicityRatio", "braid_llm_toxicity_ratio", "avg(toxicity)", nil),
 	}
-	for _, q := range []string{"50", "90", "99"} {
-		rules = append(rules, rec("BraidRecordResponseSensitivityP"+q, "braid_llm_response_sensitivity",
-			"p"+q+"(sensitivity)", map[string]string{"quantile": "0." + q}))
+	for _, q := range []struct{ p, label string }{{"50", "0.5"}, {"90", "0.9"}, {"99", "0.99"}} {
+		rules = append(rules, rec("BraidRecordResponseSensitivityP"+q.p, "braid_llm_response_sensitivity",
+			"p"+q.p+"(sensitivity)", map[string]string{"quantile": q.label}))
 	}
 	for _, k := range []struct{ name, fig string }{
 		{"Jailbreak", "jailbreak"}, {"PII", "pii"}, {"Hallucination", "hallucination"}, {"Toxicity", "toxicity"},
