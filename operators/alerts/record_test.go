@@ -298,6 +298,9 @@ func checkQuality(t *testing.T, name string, run *qualityRun, all []qualityObs) 
 	if n := len(run.rig.out); n != 0 {
 		t.Errorf("%s: recording rules wrote %d alerts", name, n)
 	}
+	if n := run.rig.stage.Counters().Late.Load(); n != 0 {
+		t.Errorf("%s: %d partials dropped late (the late traces are within allowed lateness)", name, n)
+	}
 	return last
 }
 
@@ -347,6 +350,13 @@ func TestCoarseTierBounded(t *testing.T) {
 	run := runQuality(t, inOrder, late, 0)
 	p := run.rig.proc
 	h := p.horizon()
+	coarse := 0
+	for _, g := range p.owned {
+		coarse += len(g.coarse)
+	}
+	if coarse == 0 {
+		t.Fatal("no coarse panes at the end")
+	}
 	for key, g := range p.owned {
 		set := &p.s.sets[g.set]
 		for c := range g.coarse {
