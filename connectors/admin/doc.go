@@ -19,6 +19,12 @@
 // deploy/grafana/braid-llm.json is checked against the names exported here
 // (dashboard_test.go).
 //
+// The alerts stage's recording rules are exported by a RecordedCollector,
+// an unchecked collector the job feeds from alerts.StageConfig.OnRecord:
+// one gauge family per record name, the window end of each series
+// (braid_recorded_window_end_timestamp_seconds) and the series evicted
+// per record (braid_recorded_series_evicted_total).
+//
 // The owner of the wiring (cmd/braid/job) creates the registry, registers
 // Checkpoints and the Collector on it, and runs the Server and the
 // LagMonitor beside the engine.

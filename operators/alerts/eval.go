@@ -3,6 +3,7 @@ package alerts
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -130,18 +131,36 @@ func (g *owned) hasData(from, to int64) bool {
 	return false
 }
 
-// dropOld forgets panes no window will read again, even revised, and
-// groups left with nothing.
+// dropOld forgets panes no window will read again, even revised, folding
+// them into the coarse tier first where a rule reads their figures over a
+// long window; coarse panes no long window will read again, even revised;
+// and groups left with nothing.
 func (p *Processor) dropOld(h int64) {
+	lateness := int64(p.s.cfg.AllowedLateness)
+	var drop []int64
 	for key, g := range p.owned {
 		set := &p.s.sets[g.set]
+		drop = drop[:0]
 		for pn := range g.panes {
-			if pn+set.span+int64(p.s.cfg.AllowedLateness) <= h {
-				delete(g.panes, pn)
+			if pn+set.span+lateness <= h {
+				drop = append(drop, pn)
+			}
+		}
+		slices.Sort(drop) // folded in event-time order: the same sums every run
+		for _, pn := range drop {
+			if len(set.longFigs) > 0 {
+				p.fold(g, set, pn)
+			}
+			delete(g.panes, pn)
+			p.changed[key] = true
+		}
+		for c := range g.coarse {
+			if c+set.longest+lateness <= h {
+				delete(g.coarse, c)
 				p.changed[key] = true
 			}
 		}
-		if len(g.panes) == 0 && !slices.ContainsFunc(g.alerts, func(a alertState) bool { return a.state != 0 }) {
+		if len(g.panes) == 0 && len(g.coarse) == 0 && !slices.ContainsFunc(g.alerts, func(a alertState) bool { return a.state != 0 }) {
 			delete(p.owned, key)
 			p.changed[key] = true
 			p.s.c.Groups.Add(-1)
@@ -154,17 +173,35 @@ type view struct {
 	set  *groupSet
 	aggs []windows.Agg // per figure of the set
 	have []bool
+	// wins: the aggregates of the rule's (figure, window) pairs
+	// (compiled.windows), in that order.
+	rule *Rule
+	wins []windows.Agg
 }
 
-func (v *view) stat(fig, fn string, q float64) float64 {
+func (v *view) stat(fig, fn string, q float64, win int64) float64 {
+	if win != 0 {
+		i := slices.Index(v.rule.expr.windows, figWindow{fig: fig, win: win})
+		if i < 0 {
+			return math.NaN()
+		}
+		return aggStat(&v.wins[i], fn, q)
+	}
 	f := v.set.figure(fig)
-	if f < 0 || !v.have[f] || v.aggs[f].Count == 0 {
+	if f < 0 || !v.have[f] {
+		return aggStat(nil, fn, q)
+	}
+	return aggStat(&v.aggs[f], fn, q)
+}
+
+// aggStat is function fn of a (nil: no value).
+func aggStat(a *windows.Agg, fn string, q float64) float64 {
+	if a == nil || a.Count == 0 {
 		if fn == "count" || fn == "sum" {
 			return 0
 		}
 		return math.NaN()
 	}
-	a := &v.aggs[f]
 	switch fn {
 	case "count":
 		return a.Count
@@ -193,13 +230,14 @@ func (v *view) stat(fig, fn string, q float64) float64 {
 	return math.NaN()
 }
 
-// window merges g's panes in [end-window, end) for the figures r reads.
+// window merges g's panes in [end-window, end) for the figures r reads,
+// and the windows of its window arguments.
 func (p *Processor) window(g *owned, r *Rule, end int64) *view {
 	set := &p.s.sets[g.set]
 	if len(p.merge) < len(set.figures) {
 		p.merge = make([]windows.Agg, len(set.figures))
 	}
-	v := &view{set: set, aggs: p.merge[:len(set.figures)], have: make([]bool, len(set.figures))}
+	v := &view{set: set, aggs: p.merge[:len(set.figures)], have: make([]bool, len(set.figures)), rule: r}
 	for _, fig := range r.expr.figures {
 		f := set.figure(fig)
 		v.aggs[f].Reset()
@@ -219,7 +257,81 @@ func (p *Processor) window(g *owned, r *Rule, end int64) *view {
 			}
 		}
 	}
+	if len(r.expr.windows) > 0 {
+		v.wins = make([]windows.Agg, len(r.expr.windows))
+		for i, fw := range r.expr.windows {
+			p.longWindow(g, set, r, fw, end, &v.wins[i])
+		}
+	}
 	return v
+}
+
+// longWindow merges into dst figure fw.fig over the window of fw.win
+// ending at end. A window no longer than the rule's is read from the fine
+// panes, [end−win, end). A longer one is the coarse panes whose start is
+// in [end−win, end) and the fine panes not yet folded into the coarse
+// tier whose coarse pane starts there too: the observations in
+// [ceil(end−win, coarse), end).
+func (p *Processor) longWindow(g *owned, set *groupSet, r *Rule, fw figWindow, end int64, dst *windows.Agg) {
+	f := set.figure(fw.fig)
+	dst.NoSketch = !set.sketch[f]
+	if fw.win <= int64(r.Window) {
+		for pn := end - fw.win; pn < end; pn += set.resolution {
+			if aggs := g.panes[pn]; aggs != nil && aggs[f] != nil {
+				dst.Merge(aggs[f])
+			}
+		}
+		return
+	}
+	from := ceilTo(end-fw.win, set.coarse)
+	if l := set.long[f]; l >= 0 {
+		for c := from; c < end; c += set.coarse {
+			if aggs := g.coarse[c]; aggs != nil && aggs[l] != nil {
+				dst.Merge(aggs[l])
+			}
+		}
+	}
+	var fine []int64
+	for pn, aggs := range g.panes {
+		if pn >= from && pn < end && aggs[f] != nil {
+			fine = append(fine, pn)
+		}
+	}
+	slices.Sort(fine)
+	for _, pn := range fine {
+		dst.Merge(g.panes[pn][f])
+	}
+}
+
+// fold merges fine pane pn of g into its coarse pane, for the figures read
+// over long windows. Exemplars are not kept there (only quantile figures
+// keep their sketch).
+func (p *Processor) fold(g *owned, set *groupSet, pn int64) {
+	aggs := g.panes[pn]
+	c := floorTo(pn, set.coarse)
+	for l, f := range set.longFigs {
+		a := aggs[f]
+		if a == nil || a.Count == 0 {
+			continue
+		}
+		if g.coarse == nil {
+			g.coarse = map[int64][]*windows.Agg{}
+		}
+		ca := g.coarse[c]
+		if ca == nil {
+			ca = make([]*windows.Agg, len(set.longFigs))
+			g.coarse[c] = ca
+		}
+		if ca[l] == nil {
+			ca[l] = set.newAgg(f)
+		}
+		if set.sketch[f] {
+			ca[l].Merge(a)
+		} else {
+			ca[l].Merge(&windows.Agg{Count: a.Count, Sum: a.Sum, Min: a.Min, Max: a.Max, First: a.First, FirstT: a.FirstT,
+				Last: a.Last, LastT: a.LastT, NoSketch: true})
+		}
+	}
 }
 
 // evaluate runs rule j of g's set over the window ending at end and moves
@@ -235,6 +347,25 @@ func (p *Processor) evaluate(t *engine.Task, g *owned, j int, end int64, revised
 	}
 	p.s.c.Evaluations.Add(1)
 	v := p.window(g, r, end)
+	if r.Record != "" {
+		value := r.expr.root.eval(v)
+		if f := p.s.cfg.OnValue; f != nil && !math.IsNaN(value) {
+			f(r.Name, g.labels, value)
+		}
+		if f := p.s.cfg.OnRecord; f != nil {
+			labels := make(map[string]string, len(set.labels)+len(r.Labels))
+			for _, l := range set.labels {
+				labels[l] = g.labels.get(l)
+			}
+			for k, val := range r.Labels {
+				labels[k] = val
+			}
+			f(Recorded{Record: r.Record, Rule: r.Name, Labels: labels, Value: value, WindowEnd: end, Window: r.Window})
+		}
+		st.lastEnd = max(st.lastEnd, end)
+		p.changed[g.key] = true
+		return nil
+	}
 	cond := truth(r.expr.root.eval(v))
 	value := r.expr.value.eval(v)
 	if f := p.s.cfg.OnValue; f != nil && !math.IsNaN(value) {
@@ -455,9 +586,18 @@ func isConst(e expr) bool {
 // State keys in the task's keyspace: prefixAlerts + group key → the
 // group's panes and alert states; prefixAlerts + 0 → the next window end
 // of every rule.
+//
+// A group's value: the version byte, then its fine panes {varint start,
+// uvarint n, n × (figure name, aggregate)}, its alert states {rule name,
+// state, active since, starts at, episode, last end}, and (version 2) its
+// coarse panes, encoded as the fine ones. Version 1, written before the
+// coarse tier, is read as a group without coarse panes.
 const prefixAlerts = byte('a')
 
-const stateVersion = 1
+const stateVersion = 2
+
+// knownVersion reports whether a state value of version v can be read.
+func knownVersion(v []byte) bool { return len(v) > 0 && (v[0] == 1 || v[0] == stateVersion) }
 
 // PrepareCheckpoint writes the combiner's partials and the changed groups.
 func (p *Processor) PrepareCheckpoint(t *engine.Task) error {
@@ -502,11 +642,13 @@ func (p *Processor) report() {
 	n := int64(0)
 	for _, g := range p.owned {
 		n += int64(len(g.key)) + 96
-		for _, aggs := range g.panes {
-			n += 48
-			for _, a := range aggs {
-				if a != nil {
-					n += int64(a.Bytes())
+		for _, tier := range []map[int64][]*windows.Agg{g.panes, g.coarse} {
+			for _, aggs := range tier {
+				n += 48 + 8*int64(len(aggs))
+				for _, a := range aggs {
+					if a != nil {
+						n += int64(a.Bytes())
+					}
 				}
 			}
 		}
@@ -518,32 +660,7 @@ func (p *Processor) report() {
 func (p *Processor) encodeGroup(g *owned) []byte {
 	set := &p.s.sets[g.set]
 	b := []byte{stateVersion}
-	panes := make([]int64, 0, len(g.panes))
-	for pn := range g.panes {
-		panes = append(panes, pn)
-	}
-	slices.Sort(panes)
-	b = binary.AppendUvarint(b, uint64(len(panes)))
-	for _, pn := range panes {
-		b = binary.AppendVarint(b, pn)
-		aggs := g.panes[pn]
-		n := 0
-		for _, a := range aggs {
-			if a != nil {
-				n++
-			}
-		}
-		b = binary.AppendUvarint(b, uint64(n))
-		for f, a := range aggs {
-			if a == nil {
-				continue
-			}
-			b = appendString(b, set.figures[f])
-			ab := a.AppendBinary(nil)
-			b = binary.AppendUvarint(b, uint64(len(ab)))
-			b = append(b, ab...)
-		}
-	}
+	b = appendPanes(b, g.panes, func(i int) string { return set.figures[i] })
 	b = binary.AppendUvarint(b, uint64(len(set.rules)))
 	for j, ri := range set.rules {
 		st := &g.alerts[j]
@@ -554,7 +671,67 @@ func (p *Processor) encodeGroup(g *owned) []byte {
 		b = binary.AppendUvarint(b, st.episode)
 		b = binary.AppendVarint(b, st.lastEnd)
 	}
+	return appendPanes(b, g.coarse, func(l int) string { return set.figures[set.longFigs[l]] })
+}
+
+// appendPanes appends panes in order of start, each aggregate named by
+// name(its index).
+func appendPanes(b []byte, panes map[int64][]*windows.Agg, name func(int) string) []byte {
+	starts := slices.Sorted(maps.Keys(panes))
+	b = binary.AppendUvarint(b, uint64(len(starts)))
+	for _, pn := range starts {
+		b = binary.AppendVarint(b, pn)
+		aggs := panes[pn]
+		n := 0
+		for _, a := range aggs {
+			if a != nil {
+				n++
+			}
+		}
+		b = binary.AppendUvarint(b, uint64(n))
+		for i, a := range aggs {
+			if a == nil {
+				continue
+			}
+			b = appendString(b, name(i))
+			ab := a.AppendBinary(nil)
+			b = binary.AppendUvarint(b, uint64(len(ab)))
+			b = append(b, ab...)
+		}
+	}
 	return b
+}
+
+// readPanes reads what appendPanes wrote into panes; index maps a figure
+// name to its index (-1: not kept), agg makes its aggregate.
+func (r *reader) readPanes(panes map[int64][]*windows.Agg, width int, index func(string) int, agg func(int) *windows.Agg) error {
+	for n := r.uvarint(); n > 0 && r.err == nil; n-- {
+		pn := r.varint()
+		var aggs []*windows.Agg
+		for m := r.uvarint(); m > 0 && r.err == nil; m-- {
+			name := string(r.bytes())
+			ab := r.bytes()
+			if r.err != nil {
+				break
+			}
+			i := index(name)
+			if i < 0 {
+				continue
+			}
+			a := agg(i)
+			if err := a.UnmarshalBinary(ab); err != nil {
+				return err
+			}
+			if aggs == nil {
+				aggs = make([]*windows.Agg, width)
+			}
+			aggs[i] = a
+		}
+		if aggs != nil && r.err == nil {
+			panes[pn] = aggs
+		}
+	}
+	return r.err
 }
 
 func appendString(b []byte, s string) []byte {
@@ -617,32 +794,14 @@ func (p *Processor) decodeGroup(key string, v []byte) (*owned, error) {
 	if set == nil {
 		return nil, nil // no rule groups by these labels any more
 	}
-	if len(v) == 0 || v[0] != stateVersion {
+	if !knownVersion(v) {
 		return nil, fmt.Errorf("alerts: state of %s: unknown version", key)
 	}
 	g := &owned{key: key, set: k, labels: labels, paneSet: paneSet{labels: labels, panes: map[int64][]*windows.Agg{}},
 		alerts: make([]alertState, len(set.rules))}
 	r := &reader{b: v[1:]}
-	for n := r.uvarint(); n > 0 && r.err == nil; n-- {
-		pn := r.varint()
-		aggs := make([]*windows.Agg, len(set.figures))
-		for m := r.uvarint(); m > 0 && r.err == nil; m-- {
-			name := string(r.bytes())
-			ab := r.bytes()
-			if r.err != nil {
-				break
-			}
-			f := set.figure(name)
-			if f < 0 {
-				continue
-			}
-			a := set.newAgg(f)
-			if err := a.UnmarshalBinary(ab); err != nil {
-				return nil, fmt.Errorf("alerts: state of %s: %w", key, err)
-			}
-			aggs[f] = a
-		}
-		g.panes[pn] = aggs
+	if err := r.readPanes(g.panes, len(set.figures), set.figure, set.newAgg); err != nil {
+		return nil, fmt.Errorf("alerts: state of %s: %w", key, err)
 	}
 	for n := r.uvarint(); n > 0 && r.err == nil; n-- {
 		name := string(r.bytes())
@@ -652,6 +811,21 @@ func (p *Processor) decodeGroup(key string, v []byte) (*owned, error) {
 			if p.s.rules[ri].Name == name {
 				g.alerts[j] = st
 			}
+		}
+	}
+	if v[0] >= 2 && r.err == nil {
+		coarse := map[int64][]*windows.Agg{}
+		index := func(name string) int {
+			if f := set.figure(name); f >= 0 {
+				return set.long[f]
+			}
+			return -1
+		}
+		if err := r.readPanes(coarse, len(set.longFigs), index, func(l int) *windows.Agg { return set.newAgg(set.longFigs[l]) }); err != nil {
+			return nil, fmt.Errorf("alerts: state of %s: %w", key, err)
+		}
+		if len(coarse) > 0 {
+			g.coarse = coarse
 		}
 	}
 	if r.err != nil {
@@ -679,7 +853,7 @@ func (p *Processor) Restore(t *engine.Task) error {
 	for it.First(); it.Valid(); it.Next() {
 		k, v := it.Key(), it.Value()
 		if len(k) == 2 && k[1] == 0 {
-			if len(v) == 0 || v[0] != stateVersion {
+			if !knownVersion(v) {
 				return fmt.Errorf("alerts: next windows: unknown version")
 			}
 			r := &reader{b: v[1:]}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -20,23 +21,28 @@ import (
 //	product = unary { ("*" | "/") unary }
 //	unary   = "-" unary | primary
 //	primary = number [unit] | call | "(" expr ")"
-//	call    = function "(" [number ","] figure ")"
+//	call    = function "(" [number ","] figure ["," duration] ")"
 //
 // Functions aggregate one figure over the window: p50, p90, p95, p99
 // (quantiles, from a DDSketch), quantile(q, figure), avg, sum, count, min,
 // max, first, last, increase (last − first) and deriv (increase per second
-// between the first and the last sample). Units scale a number into
-// braid's base units (seconds, bytes, ratios): ms, s, min, h; %; KB, MB,
-// GB, TB (powers of 1000), KiB, MiB, GiB, TiB. A figure that has no value
+// between the first and the last sample). A duration as last argument
+// (a number with a unit s, min, h, d or w: "avg(jailbreak, 1w)") reads
+// that window ending where the rule's window ends instead of the rule's
+// window (see the package documentation for windows longer than the
+// rule's). Units scale a number into braid's base units (seconds, bytes,
+// ratios): ms, s, min, h, d, w; %; KB, MB, GB, TB (powers of 1000), KiB,
+// MiB, GiB, TiB. A figure that has no value
 // in the window makes every function of it NaN, and a comparison with NaN
 // is false: a rule does not fire on what it cannot see.
 type expr interface {
 	eval(w window) float64
 }
 
-// window is what an expression reads: the aggregate of each figure.
+// window is what an expression reads: the aggregate of each figure over
+// the rule's window (win 0) or over the window of win ns ending with it.
 type window interface {
-	stat(fig string, fn string, q float64) float64
+	stat(fig string, fn string, q float64, win int64) float64
 }
 
 type number float64
@@ -47,9 +53,10 @@ type call struct {
 	fn  string
 	q   float64
 	fig string
+	win int64 // ns; 0: the rule's window
 }
 
-func (c *call) eval(w window) float64 { return w.stat(c.fig, c.fn, c.q) }
+func (c *call) eval(w window) float64 { return w.stat(c.fig, c.fn, c.q, c.win) }
 
 type binop struct {
 	op   string
@@ -121,7 +128,7 @@ var functions = map[string]float64{
 }
 
 var units = map[string]float64{
-	"ms": 1e-3, "s": 1, "min": 60, "h": 3600, "%": 0.01,
+	"ms": 1e-3, "s": 1, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "%": 0.01,
 	"KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
 	"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
 }
@@ -137,6 +144,15 @@ type compiled struct {
 	figures []string
 	// quantiles: the figures a quantile is taken of (they need a sketch).
 	quantiles map[string]bool
+	// windows: the (figure, window) pairs read with a window argument,
+	// in order of first appearance.
+	windows []figWindow
+}
+
+// figWindow is a figure read over a window of its own (ns).
+type figWindow struct {
+	fig string
+	win int64
 }
 
 // compile parses src; known reports whether a figure name exists.
@@ -150,7 +166,7 @@ func compile(src string, known func(string) bool) (*compiled, error) {
 	if p.err != nil {
 		return nil, p.err
 	}
-	c := &compiled{root: root, value: root, figures: p.figures, quantiles: p.quantiles}
+	c := &compiled{root: root, value: root, figures: p.figures, quantiles: p.quantiles, windows: p.windows}
 	if v := firstComparison(root); v != nil {
 		c.value = v
 	}
@@ -200,6 +216,7 @@ type parser struct {
 	known     func(string) bool
 	figures   []string
 	quantiles map[string]bool
+	windows   []figWindow
 	err       error
 }
 
@@ -253,7 +270,7 @@ func (p *parser) next() {
 			f, ok := units[unit]
 			if !ok {
 				p.tok = token{pos: p.pos}
-				p.fail("unknown unit %q (want one of ms, s, min, h, %%, KB, MB, GB, TB, KiB, MiB, GiB, TiB)", unit)
+				p.fail("unknown unit %q (want one of ms, s, min, h, d, w, %%, KB, MB, GB, TB, KiB, MiB, GiB, TiB)", unit)
 				return
 			}
 			v *= f
@@ -346,6 +363,34 @@ func (p *parser) parseUnary() expr {
 	return p.parsePrimary()
 }
 
+// durationUnits are the units a window argument may have.
+var durationUnits = []string{"s", "min", "h", "d", "w"}
+
+// duration reads a window argument: a positive number with a unit of
+// durationUnits, returned in ns.
+func (p *parser) duration() int64 {
+	if p.tok.kind != tokNum {
+		p.fail("a window must be a duration, e.g. 1h or 1w")
+		return 0
+	}
+	text := p.tok.text
+	i := len(text)
+	for i > 0 && (text[i-1] >= 'a' && text[i-1] <= 'z' || text[i-1] >= 'A' && text[i-1] <= 'Z' || text[i-1] == '%') {
+		i--
+	}
+	if !slices.Contains(durationUnits, text[i:]) {
+		p.fail("window %q needs a unit s, min, h, d or w", text)
+		return 0
+	}
+	ns := math.Round(p.tok.num * 1e9)
+	if !(ns >= 1) || ns > math.MaxInt64/2 {
+		p.fail("window %q is not a positive duration", text)
+		return 0
+	}
+	p.next()
+	return int64(ns)
+}
+
 func (p *parser) parsePrimary() expr {
 	switch p.tok.kind {
 	case tokNum:
@@ -403,6 +448,16 @@ func (p *parser) parsePrimary() expr {
 			return number(0)
 		}
 		p.next()
+		if p.tok.kind == tokOp && p.tok.text == "," {
+			p.next()
+			if c.win = p.duration(); p.err != nil {
+				return number(0)
+			}
+			fw := figWindow{fig: c.fig, win: c.win}
+			if !slices.Contains(p.windows, fw) {
+				p.windows = append(p.windows, fw)
+			}
+		}
 		if p.tok.kind != tokOp || p.tok.text != ")" {
 			p.fail("missing ) after %s", c.fig)
 			return number(0)

@@ -10,9 +10,12 @@ import (
 // fixed is a window with given statistics per figure and function.
 type fixed map[string]float64
 
-func (f fixed) stat(fig, fn string, q float64) float64 {
+func (f fixed) stat(fig, fn string, q float64, win int64) float64 {
 	if fn == "quantile" {
 		fn = "q" + strings.TrimRight(strings.TrimRight(strings.TrimPrefix(formatValue(q), "0"), "0"), ".")
+	}
+	if win != 0 {
+		fig += ", " + time.Duration(win).String()
 	}
 	v, ok := f[fn+"("+fig+")"]
 	if !ok {
@@ -115,7 +118,8 @@ func TestDefaultRulesCompile(t *testing.T) {
 	for _, r := range rules {
 		names[r.Name] = true
 	}
-	for _, n := range []string{"BraidTTFTHigh", "BraidKVMemoryGrowth", "BraidKVCacheHealthLow", "BraidKVFragmentation", "BraidGuardrailBypass", "BraidKVCachePollution"} {
+	for _, n := range []string{"BraidTTFTHigh", "BraidKVMemoryGrowth", "BraidKVCacheHealthLow", "BraidKVFragmentation", "BraidGuardrailBypass", "BraidKVCachePollution", "BraidPIILeak",
+		"BraidRecordSuccessRatio", "BraidRecordComplianceDriftJailbreak", "BraidRecordResponseSensitivityP99"} {
 		if !names[n] {
 			t.Errorf("default rule %s missing", n)
 		}

@@ -69,6 +69,10 @@ type owned struct {
 	labels Labels
 	paneSet
 	alerts []alertState // per rule of the set
+	// coarse: the coarse tier, coarse pane start (ns) → one aggregate per
+	// figure the set reads over a long window (groupSet.longFigs; nil
+	// where none), merged from the fine panes as they are dropped.
+	coarse map[int64][]*windows.Agg
 }
 
 // alertState is an alert's lifecycle position.

@@ -33,6 +33,9 @@ type obs struct {
 	TTFT     float64 `json:"ttft,omitempty"`
 	Metric   string  `json:"metric,omitempty"`
 	Value    float64 `json:"v,omitempty"`
+	Tenant   string  `json:"tenant,omitempty"`
+	// Figs: trace figures by name, besides TTFT.
+	Figs map[string]float64 `json:"figs,omitempty"`
 }
 
 // testProc runs the processor as the fuse task does: input 0 carries
@@ -52,12 +55,17 @@ func (tp *testProc) Process(t *engine.Task, rec *kgo.Record, input int) error {
 		return err
 	}
 	t.Observe(input, o.Time)
-	l := Labels{Model: o.Model, Instance: o.Instance, GPU: o.GPU}
+	l := Labels{Model: o.Model, Instance: o.Instance, GPU: o.GPU, Tenant: o.Tenant}
 	switch o.Kind {
 	case "trace":
 		to := NewTraceObs()
 		to.Labels, to.Time, to.TraceID = l, o.Time, o.ID
-		to.Values[FigTTFT] = o.TTFT
+		if o.TTFT != 0 {
+			to.Values[FigTTFT] = o.TTFT
+		}
+		for name, v := range o.Figs {
+			to.Values[slices.Index(traceFigures, name)] = v
+		}
 		tp.p.ObserveTrace(t, &to)
 	case "sample":
 		tp.p.ObserveSample(t, &l, o.Metric, o.Value, o.Time)
@@ -77,16 +85,27 @@ type rig struct {
 	h     *engine.Harness
 	seen  int
 	out   []*braidpb.Alert
+	proc  *Processor // the task's processor (the latest, after a restart)
+	// At the last commit: how many of Out it had made, and how many of
+	// them the task had read back.
+	committedOut, consumedAtCommit int
 }
 
 func newRig(t *testing.T, rules []Rule, delay time.Duration) *rig {
 	t.Helper()
 	off := false
-	st, err := NewStage(StageConfig{Alerts: Config{DefaultRules: &off, Rules: rules}, Topic: "alerts-in", OutputTopic: "braid.alerts",
-		Partitions: 1, Delay: delay, AllowedLateness: 30 * time.Second})
+	return newRigWith(t, StageConfig{Alerts: Config{DefaultRules: &off, Rules: rules}, Delay: delay, AllowedLateness: 30 * time.Second})
+}
+
+// newRigWith runs a stage of cfg (its topics and partitions set here).
+func newRigWith(t *testing.T, cfg StageConfig) *rig {
+	t.Helper()
+	cfg.Topic, cfg.OutputTopic, cfg.Partitions = "alerts-in", "braid.alerts", 1
+	st, err := NewStage(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	r := &rig{t: t, stage: st}
 	store, err := state.Open(state.Options{Dir: t.TempDir(), CacheBytes: 1 << 20, MemTableBytes: 4 << 20})
 	if err != nil {
 		t.Fatal(err)
@@ -95,14 +114,36 @@ func newRig(t *testing.T, rules []Rule, delay time.Duration) *rig {
 	topo := engine.Topology{Name: "alerts", Partitions: 1,
 		Inputs: []engine.Input{{Topic: "obs"}, {Topic: "alerts-in", Internal: true}},
 		NewProcessor: func(t *engine.Task) (engine.Processor, error) {
-			return &testProc{p: st.NewProcessor(t.Partition)}, nil
+			r.proc = st.NewProcessor(t.Partition)
+			return &testProc{p: r.proc}, nil
 		}}
 	h, err := engine.NewHarness(engine.Config{Store: store, OutOfOrderness: time.Millisecond, Idleness: time.Hour}, topo, 0, time.Unix(1000, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(h.Close)
-	return &rig{t: t, stage: st, h: h}
+	r.h = h
+	return r
+}
+
+// restart crashes the task and opens it again, as a broker-backed job
+// resumes: what it wrote after the last commit is aborted (never read),
+// and the partials of committed checkpoints it had not read by then are
+// read again.
+func (r *rig) restart() {
+	r.t.Helper()
+	if err := r.h.Restart(); err != nil {
+		r.t.Fatal(err)
+	}
+	again := slices.Clone(r.h.Out[r.consumedAtCommit:r.committedOut])
+	r.seen = len(r.h.Out)
+	for _, rec := range again {
+		if rec.Topic == "alerts-in" {
+			if err := r.h.Process(1, rec); err != nil {
+				r.t.Fatal(err)
+			}
+		}
+	}
 }
 
 func (r *rig) feed(os ...obs) {
@@ -124,6 +165,7 @@ func (r *rig) checkpoint() {
 	if err := r.h.Checkpoint(); err != nil {
 		r.t.Fatal(err)
 	}
+	r.committedOut, r.consumedAtCommit = len(r.h.Out), r.seen
 	for r.seen < len(r.h.Out) {
 		rec := r.h.Out[r.seen]
 		r.seen++
@@ -252,10 +294,7 @@ func runWorkload(t *testing.T, r *rig, os []obs, restartAt int) {
 		if restartAt > 0 && i/batch == restartAt {
 			// Uncommitted work is lost; what was committed resumes.
 			r.feed(os[min(i+batch, len(os)):min(i+2*batch, len(os))]...)
-			if err := r.h.Restart(); err != nil {
-				t.Fatal(err)
-			}
-			r.seen = len(r.h.Out)
+			r.restart()
 		}
 	}
 	// A last observation far ahead closes every window.

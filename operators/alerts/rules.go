@@ -3,6 +3,7 @@ package alerts
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -42,6 +43,14 @@ type Rule struct {
 	// Action, if set, is a webhook braid posts a JSON description of the
 	// action to when the alert fires (and resolves). Off by default.
 	Action *Action `yaml:"action"`
+	// Record makes the rule a recording rule, as Prometheus has them: the
+	// value of Expr per group and window is recorded under this metric
+	// name ([a-zA-Z_:][a-zA-Z0-9_:]*) with the group's labels and Labels,
+	// instead of moving an alert (nothing is written to braid.alerts; For,
+	// Severity, Action and Annotations are errors). Several rules may
+	// record one name when their Labels differ. Default: none (an alert
+	// rule).
+	Record string `yaml:"record"`
 
 	expr *compiled
 }
@@ -98,9 +107,10 @@ func isMetricFigure(fig string) bool {
 const HealthRule = "BraidKVCacheHealthLow"
 
 // DefaultRules are the rules braid runs unless alerts.default_rules is
-// false: the design's SLO and KV-cache rules.
+// false: the design's SLO, KV-cache and safety rules, and the recording
+// rules of DefaultRecordingRules.
 func DefaultRules() []Rule {
-	return []Rule{
+	return append([]Rule{
 		{
 			Name: "BraidTTFTHigh", Expr: "p99(ttft) > 2500ms", GroupBy: []string{"model", "instance"},
 			Window: time.Minute, Every: 15 * time.Second, For: 3 * time.Minute, Severity: "critical",
@@ -128,16 +138,53 @@ func DefaultRules() []Rule {
 			Annotations: map[string]string{"summary": "KV-block fragmentation {{value}} on {{instance}}"},
 		},
 		{
-			Name: "BraidGuardrailBypass", Expr: "sum(guardrail_bypass) / sum(guardrail_checked) > 0.8%",
-			GroupBy: []string{"model", "instance"}, Window: time.Minute, Every: 15 * time.Second, Severity: "critical",
-			Annotations: map[string]string{"summary": "guardrail bypass rate {{value}} on {{instance}} ({{model}})"},
+			// The design's 0.8 % critical, with a minimum count so that one
+			// bypass in a quiet window does not page.
+			Name: "BraidGuardrailBypass", Expr: "sum(guardrail_bypass) / sum(guardrail_checked) > 0.8% and sum(guardrail_bypass) >= 3",
+			GroupBy: []string{"model", "tenant"}, Window: 5 * time.Minute, Every: 15 * time.Second, Severity: "critical",
+			Annotations: map[string]string{"summary": "guardrail bypass rate {{value}} for tenant {{tenant}} ({{model}})"},
+		},
+		{
+			Name: "BraidPIILeak", Expr: "sum(pii_leak) > 0",
+			GroupBy: []string{"model", "tenant"}, Window: time.Minute, Every: 15 * time.Second, Severity: "critical",
+			Annotations: map[string]string{"summary": "{{value}} response(s) leaked PII to tenant {{tenant}} ({{model}})"},
 		},
 		{
 			Name: "BraidKVCachePollution", Expr: "count(incident) > 0", GroupBy: []string{"gpu"},
 			Window: time.Minute, Every: time.Second, Severity: "critical",
 			Annotations: map[string]string{"summary": "KV-cache pollution on GPU {{gpu}}: {{value}} incident(s)"},
 		},
+	}, DefaultRecordingRules()...)
+}
+
+// DefaultRecordingRules are the recording rules among DefaultRules: the
+// quality and safety ratios per model and tenant over 5 minutes, and the
+// compliance drift of each verdict rate against its trailing week.
+func DefaultRecordingRules() []Rule {
+	rec := func(name, record, expr string, labels map[string]string) Rule {
+		return Rule{Name: name, Record: record, Expr: expr, GroupBy: []string{"model", "tenant"},
+			Window: 5 * time.Minute, Every: 15 * time.Second, Labels: labels}
 	}
+	rules := []Rule{
+		rec("BraidRecordSuccessRatio", "braid_llm_success_ratio", "avg(success)", nil),
+		rec("BraidRecordHallucinationRatio", "braid_llm_hallucination_ratio", "avg(hallucination)", nil),
+		rec("BraidRecordPIILeaks", "braid_llm_pii_leaks", "sum(pii_leak)", nil),
+		rec("BraidRecordJailbreakRatio", "braid_llm_jailbreak_ratio", "avg(jailbreak)", nil),
+		rec("BraidRecordJailbreakConfidence", "braid_llm_jailbreak_confidence", "avg(jailbreak_score)", nil),
+		rec("BraidRecordGuardrailBypassRatio", "braid_llm_guardrail_bypass_ratio", "sum(guardrail_bypass) / sum(guardrail_checked)", nil),
+		rec("BraidRecordToxicityRatio", "braid_llm_toxicity_ratio", "avg(toxicity)", nil),
+	}
+	for _, q := range []struct{ p, label string }{{"50", "0.5"}, {"90", "0.9"}, {"99", "0.99"}} {
+		rules = append(rules, rec("BraidRecordResponseSensitivityP"+q.p, "braid_llm_response_sensitivity",
+			"p"+q.p+"(sensitivity)", map[string]string{"quantile": q.label}))
+	}
+	for _, k := range []struct{ name, fig string }{
+		{"Jailbreak", "jailbreak"}, {"PII", "pii"}, {"Hallucination", "hallucination"}, {"Toxicity", "toxicity"},
+	} {
+		rules = append(rules, rec("BraidRecordComplianceDrift"+k.name, "braid_llm_compliance_drift",
+			"avg("+k.fig+") - avg("+k.fig+", 1w)", map[string]string{"kind": k.fig}))
+	}
+	return rules
 }
 
 // Config configures the alerts stage (YAML: alerts).
@@ -160,6 +207,10 @@ type Config struct {
 	// observations of groups beyond it are dropped and counted. Default
 	// 10000.
 	MaxGroups int `yaml:"max_groups"`
+	// BaselineResolution is the coarse pane of the figures read with a
+	// window longer than their rule's (e.g. avg(jailbreak, 1w)): such a
+	// window is a multiple of it, at most 400 of them. Default 1h.
+	BaselineResolution time.Duration `yaml:"baseline_resolution"`
 	// Exemplars: how many trace or incident ids an alert carries (the
 	// slowest, largest). Default 5.
 	Exemplars int `yaml:"exemplars"`
@@ -191,6 +242,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.MaxGroups <= 0 {
 		c.MaxGroups = 10000
+	}
+	if c.BaselineResolution <= 0 {
+		c.BaselineResolution = time.Hour
 	}
 	if c.Exemplars <= 0 {
 		c.Exemplars = 5
@@ -229,7 +283,7 @@ func (c *Config) Effective() []Rule {
 		if r.Every <= 0 {
 			r.Every = 15 * time.Second
 		}
-		if r.Severity == "" {
+		if r.Severity == "" && r.Record == "" {
 			r.Severity = "warning"
 		}
 		g := slices.Clone(r.GroupBy)
@@ -290,16 +344,23 @@ func (c *Config) Compile() ([]Rule, error) {
 		if r.For < 0 {
 			bad("%s: for %v is negative", where, r.For)
 		}
-		switch r.Severity {
-		case "critical", "warning", "info":
-		default:
-			bad("%s: severity %q is not critical, warning or info", where, r.Severity)
+		if r.expr != nil {
+			c.checkWindows(r, where, bad)
+		}
+		if r.Record != "" {
+			c.checkRecord(r, where, rules[:i], bad)
+		} else {
+			switch r.Severity {
+			case "critical", "warning", "info":
+			default:
+				bad("%s: severity %q is not critical, warning or info", where, r.Severity)
+			}
 		}
 		for k := range r.Labels {
 			if !validName(k) || strings.HasPrefix(k, "__") {
 				bad("%s: label name %q is invalid", where, k)
 			}
-			if k == "alertname" || k == "severity" || slices.Contains(r.GroupBy, k) {
+			if k == "alertname" || k == "severity" || slices.Contains(r.GroupBy, k) || r.Record != "" && k == "record" {
 				bad("%s: label %q is set by braid", where, k)
 			}
 		}
@@ -320,10 +381,87 @@ func (c *Config) Compile() ([]Rule, error) {
 	if c.Resolution < time.Millisecond {
 		bad("alerts.resolution %v is below 1ms", c.Resolution)
 	}
+	if c.BaselineResolution%c.Resolution != 0 {
+		bad("alerts.baseline_resolution %v is not a multiple of alerts.resolution %v", c.BaselineResolution, c.Resolution)
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	return rules, nil
+}
+
+// maxBaselinePanes bounds a long window, in coarse panes.
+const maxBaselinePanes = 400
+
+// checkWindows checks the window arguments of r's expression: one no
+// longer than the rule's window is a multiple of every (read from the
+// fine panes); a longer one is a multiple of baseline_resolution, at most
+// maxBaselinePanes of them, and baseline_resolution a multiple of every.
+func (c *Config) checkWindows(r *Rule, where string, bad func(string, ...any)) {
+	b := int64(c.BaselineResolution)
+	long := false
+	for _, fw := range r.expr.windows {
+		w := time.Duration(fw.win)
+		switch {
+		case fw.win <= int64(r.Window):
+			if fw.win%int64(r.Every) != 0 {
+				bad("%s: window %v of %s is not a multiple of every %v", where, w, fw.fig, r.Every)
+			}
+		case fw.win%b != 0:
+			bad("%s: window %v of %s is not a multiple of alerts.baseline_resolution %v", where, w, fw.fig, c.BaselineResolution)
+			long = true
+		case fw.win/b > maxBaselinePanes:
+			bad("%s: window %v of %s holds %d panes of alerts.baseline_resolution %v (at most %d)", where, w, fw.fig,
+				fw.win/b, c.BaselineResolution, maxBaselinePanes)
+			long = true
+		default:
+			long = true
+		}
+	}
+	if long && r.Every > 0 && b%int64(r.Every) != 0 {
+		bad("%s: alerts.baseline_resolution %v is not a multiple of every %v", where, c.BaselineResolution, r.Every)
+	}
+}
+
+// checkRecord checks what a recording rule may not have, its metric name,
+// and that no earlier rule records the same name with the same labels.
+func (c *Config) checkRecord(r *Rule, where string, before []Rule, bad func(string, ...any)) {
+	if !validMetricName(r.Record) {
+		bad("%s: record %q must match [a-zA-Z_:][a-zA-Z0-9_:]*", where, r.Record)
+	}
+	for _, p := range []string{"braid_alerts_", "braid_recorded_"} {
+		if strings.HasPrefix(r.Record, p) {
+			bad("%s: record %q: names %s* are braid's own metrics", where, r.Record, p)
+		}
+	}
+	if r.For != 0 {
+		bad("%s: for is not for a recording rule", where)
+	}
+	if r.Severity != "" {
+		bad("%s: severity is not for a recording rule", where)
+	}
+	if r.Action != nil {
+		bad("%s: action is not for a recording rule", where)
+	}
+	if len(r.Annotations) > 0 {
+		bad("%s: annotations are not for a recording rule", where)
+	}
+	for _, o := range before {
+		if o.Record == r.Record && maps.Equal(o.Labels, r.Labels) && slices.Equal(o.GroupBy, r.GroupBy) {
+			bad("%s: record %q with the labels of rule %s: give each rule distinct labels", where, r.Record, o.Name)
+		}
+	}
+}
+
+// validMetricName reports whether s is a Prometheus metric name.
+func validMetricName(s string) bool {
+	for i, r := range s {
+		if r == '_' || r == ':' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || i > 0 && r >= '0' && r <= '9' {
+			continue
+		}
+		return false
+	}
+	return s != ""
 }
 
 func validName(s string) bool {

@@ -2,6 +2,7 @@ package alerts
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -131,6 +132,14 @@ type groupSet struct {
 	resolution int64
 	// span: the longest window of the set, ns.
 	span int64
+	// long: per figure, its index in the coarse panes when a rule reads
+	// it over a window longer than the rule's, else -1; longFigs, those
+	// figures (indexes into figures), in that order.
+	long     []int
+	longFigs []int
+	// longest: the longest such window, ns (0: no coarse panes); coarse:
+	// the coarse pane, ns (alerts.baseline_resolution).
+	longest, coarse int64
 }
 
 func (s *groupSet) figure(name string) int { return slices.Index(s.figures, name) }
@@ -188,6 +197,29 @@ type StageConfig struct {
 	// of the group, e.g. to export the KV-cache health score as a gauge.
 	// It must be safe for concurrent use.
 	OnValue func(rule string, group Labels, value float64)
+	// OnRecord, when set, is called with the value of each recording
+	// rule (Rule.Record) at each evaluation of a group's window, NaN
+	// included (the window has no value: the series has none now), by the
+	// owner of the group; a window evaluated again because late data
+	// revised it is recorded again with the same WindowEnd. It must be
+	// safe for concurrent use.
+	OnRecord func(Recorded)
+}
+
+// Recorded is one value of a recording rule.
+type Recorded struct {
+	// Record is the metric name, Rule the rule's name.
+	Record, Rule string
+	// Labels: the group's labels (the rule's group_by) and the rule's
+	// labels.
+	Labels map[string]string
+	// Value of the rule's expression over the window; NaN when it has
+	// none.
+	Value float64
+	// WindowEnd: event time the window ends, unix ns; Window, the rule's
+	// window.
+	WindowEnd int64
+	Window    time.Duration
 }
 
 // Stage is the compiled alerts stage, shared by the tasks of a job.
@@ -247,6 +279,22 @@ func NewStage(cfg StageConfig) (*Stage, error) {
 	}
 	for k := range s.sets {
 		g := &s.sets[k]
+		g.long = slices.Repeat([]int{-1}, len(g.figures))
+		for _, ri := range g.rules {
+			r := &rules[ri]
+			for _, fw := range r.expr.windows {
+				if fw.win <= int64(r.Window) {
+					continue
+				}
+				f := g.figure(fw.fig)
+				if g.long[f] < 0 {
+					g.long[f] = len(g.longFigs)
+					g.longFigs = append(g.longFigs, f)
+				}
+				g.longest = max(g.longest, fw.win)
+				g.coarse = int64(cfg.Alerts.BaselineResolution)
+			}
+		}
 		g.traceFig = make([]int, len(traceFigures))
 		for i, f := range traceFigures {
 			g.traceFig[i] = g.figure(f)
@@ -265,6 +313,51 @@ func gcd(a, b int64) int64 {
 
 // SetOnValue sets StageConfig.OnValue; call it before the stage runs.
 func (s *Stage) SetOnValue(f func(rule string, group Labels, value float64)) { s.cfg.OnValue = f }
+
+// SetOnRecord sets StageConfig.OnRecord; call it before the stage runs.
+func (s *Stage) SetOnRecord(f func(Recorded)) { s.cfg.OnRecord = f }
+
+// RecordHelp returns, per record name of the recording rules, a help text
+// naming the rules that record it and their expressions, e.g.
+// "Recorded by braid: avg(success) over 5m per model, tenant (rule
+// BraidRecordSuccessRatio)."
+func (s *Stage) RecordHelp() map[string]string {
+	parts := map[string][]string{}
+	for i := range s.rules {
+		r := &s.rules[i]
+		if r.Record == "" {
+			continue
+		}
+		d := r.Expr + " over " + formatDuration(r.Window) + " per " + strings.Join(r.GroupBy, ", ")
+		if len(r.Labels) > 0 {
+			keys := slices.Sorted(maps.Keys(r.Labels))
+			var ls []string
+			for _, k := range keys {
+				ls = append(ls, k+"="+strconv.Quote(r.Labels[k]))
+			}
+			d += " {" + strings.Join(ls, ",") + "}"
+		}
+		parts[r.Record] = append(parts[r.Record], d+" (rule "+r.Name+")")
+	}
+	help := make(map[string]string, len(parts))
+	for rec, ps := range parts {
+		help[rec] = "Recorded by braid: " + strings.Join(ps, "; ") + "."
+	}
+	return help
+}
+
+// formatDuration writes d as "5m", "1h", "1m30s" (time.Duration's form
+// without zero tails).
+func formatDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
 
 // Rules returns the compiled rules, in name order.
 func (s *Stage) Rules() []Rule { return s.rules }

@@ -60,12 +60,19 @@ func Prepare(ctx context.Context, cfg *Config, log *slog.Logger) (*Job, error) {
 	}
 	fcfg := cfg.FuseConfig(partitions)
 	fcfg.LLM = llm
+	var recorded *admin.RecordedCollector
 	if fcfg.Alerts != nil {
 		// braid_kv_health_score: the health rule's score, per instance.
 		fcfg.Alerts.SetOnValue(func(rule string, g alerts.Labels, v float64) {
 			if rule == alerts.HealthRule {
 				llm.SetKVFigure(g.GPU, g.Instance, llmmetrics.KVHealth, v/100)
 			}
+		})
+		// The recording rules' values, on /metrics.
+		recorded = admin.NewRecordedCollector(admin.RecordedConfig{
+			MaxSeries: fcfg.Alerts.Config().Alerts.MaxGroups, Help: fcfg.Alerts.RecordHelp()})
+		fcfg.Alerts.SetOnRecord(func(r alerts.Recorded) {
+			recorded.Set(admin.RecordedSample{Record: r.Record, Labels: r.Labels, Value: r.Value, WindowEnd: r.WindowEnd, Window: r.Window})
 		})
 	}
 	stage, err := fuse.New(fcfg)
@@ -131,7 +138,7 @@ func Prepare(ctx context.Context, cfg *Config, log *slog.Logger) (*Job, error) {
 		store.Close()
 		return nil, err
 	}
-	if err := obs.attach(cfg, eng, stage, log); err != nil {
+	if err := obs.attach(cfg, eng, stage, recorded, log); err != nil {
 		store.Close()
 		return nil, err
 	}
@@ -250,9 +257,10 @@ func newObservability() (*observability, error) {
 	return &observability{registry: reg, checkpoints: cps}, nil
 }
 
-// attach registers the job's collector and, when cfg.Admin.Addr is set,
+// attach registers the job's collectors (recorded: the recording rules'
+// values, nil without the alerts stage) and, when cfg.Admin.Addr is set,
 // binds the admin server.
-func (o *observability) attach(cfg *Config, eng *engine.Engine, stage *fuse.Stage, log *slog.Logger) error {
+func (o *observability) attach(cfg *Config, eng *engine.Engine, stage *fuse.Stage, recorded *admin.RecordedCollector, log *slog.Logger) error {
 	o.log = log
 	var lag admin.LagView
 	if cfg.Admin.Addr != "" {
@@ -304,6 +312,9 @@ func (o *observability) attach(cfg *Config, eng *engine.Engine, stage *fuse.Stag
 	}
 	if err == nil && stage.Config().Alerts != nil {
 		err = o.registry.Register(newAlertsCollector(stage.Config().Alerts.Counters()))
+	}
+	if err == nil && recorded != nil {
+		err = o.registry.Register(recorded)
 	}
 	if err == nil && cfg.Admin.Addr != "" {
 		o.server, err = admin.New(admin.Config{Addr: cfg.Admin.Addr, Gatherer: o.registry, Logger: log,
