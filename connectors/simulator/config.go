@@ -3,6 +3,7 @@ package simulator
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -165,6 +166,14 @@ type Config struct {
 	// grow linearly for a window of event time, then drop back (Leak;
 	// Truth.Leaks). Default none.
 	Leaks []Leak
+
+	// Verdicts, in realistic mode, add quality and safety verdicts to the
+	// served requests: input guard spans, output evaluation span events
+	// and log records (VerdictConfig, FORMAT.md; TraceTruth.Verdicts). Nil
+	// (the default): none, and the output is byte for byte what it is
+	// without this field. The verdicts draw from a random source of their
+	// own, so the rest of the output is the same with or without them.
+	Verdicts *VerdictConfig
 }
 
 // EnsureDefaults fills in the zero fields with their defaults and turns the
@@ -204,6 +213,12 @@ func (c *Config) EnsureDefaults() {
 		case c.AbortRatio < 0:
 			c.AbortRatio = 0
 		}
+	}
+	if c.Verdicts != nil {
+		v := *c.Verdicts
+		v.Jumps = slices.Clone(v.Jumps)
+		v.ensureDefaults()
+		c.Verdicts = &v
 	}
 	if c.Topics.Spans == "" {
 		c.Topics.Spans = DefaultTopics.Spans
@@ -291,6 +306,9 @@ func (c Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.validateOps(servers)...)
+	if c.Verdicts != nil {
+		errs = append(errs, c.Verdicts.validate(c.Realistic)...)
+	}
 	if !c.Realistic && (c.Rate != 0 || c.Hosts != 0 || c.ScrapeInterval != 0 || c.AbortRatio != 0) {
 		errs = append(errs, errors.New("rate, hosts, scrape interval and abort ratio need realistic mode"))
 	}

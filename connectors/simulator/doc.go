@@ -89,6 +89,15 @@
 // it makes no request give up in the queue: the requests, and the other
 // servers' values, are those of the same Seed without the fault.
 //
+// Config.Verdicts adds quality and safety verdicts to the served requests
+// (VerdictConfig, FORMAT.md): an input jailbreak guard on each (an OpenLIT
+// guard span on vLLM, a NeMo Guardrails rail span on SGLang), and on those
+// it lets through output evaluations (gen_ai.evaluation.result span events
+// and log records, OpenLIT evals attributes), with their truth
+// (TraceTruth.Verdicts and figures). They draw from a random source of
+// their own: without their spans and records, the output is that of the
+// same Seed without verdicts.
+//
 // # Content
 //
 // Four servers: three vLLM instances (service.name "vllm") and one SGLang

@@ -189,6 +189,9 @@ func (s *Simulator) arrive(a uint64) {
 	r.truth.TraceID = hex.EncodeToString(r.traceID)
 	r.finish = r.end
 	s.buildSpans(r, requestID, float64(r.start-a)/1e9, prefill, decode, isErr)
+	if s.vrng != nil {
+		s.addVerdicts(r)
+	}
 	s.push(r.end, itemFinish, r)
 	if s.kv != nil {
 		s.kvAdd(r, s.gpuOf(in))
@@ -518,11 +521,23 @@ func (s *Simulator) writeLogs(reqs []*request, kvTraced, traceless []logGroup) [
 		s.observe(r.end)
 	}
 	traced = append(traced, kvTraced...)
+	// The checkers' records after every other group (of their trace id,
+	// keyed), so that the others' blocks and order are as they are without
+	// verdicts.
+	var checkers []logGroup
+	for _, r := range reqs {
+		if len(r.verdictLogs) == 0 {
+			continue
+		}
+		checkers = append(checkers, logGroup{inst: r.inst, r: r, logs: r.verdictLogs, traceID: r.truth.TraceID, scope: evaluatorScope})
+		r.truth.Logs += len(r.verdictLogs)
+		s.truth.TraceLogs += len(r.verdictLogs)
+	}
 	var msgs []Message
 	if s.cfg.Keying == KeyByTraceID {
 		var order []string
 		byID := map[string][]logGroup{}
-		for _, g := range traced {
+		for _, g := range append(traced, checkers...) {
 			if byID[g.traceID] == nil {
 				order = append(order, g.traceID)
 			}
@@ -534,8 +549,8 @@ func (s *Simulator) writeLogs(reqs []*request, kvTraced, traceless []logGroup) [
 		if len(traceless) > 0 {
 			msgs = append(msgs, Message{Topic: s.cfg.Topics.Logs, Value: s.encode(mergeLogGroups(traceless))})
 		}
-	} else if len(traced)+len(traceless) > 0 {
-		msgs = append(msgs, Message{Topic: s.cfg.Topics.Logs, Value: s.encode(mergeLogGroups(append(traced, traceless...)))})
+	} else if len(traced)+len(traceless)+len(checkers) > 0 {
+		msgs = append(msgs, Message{Topic: s.cfg.Topics.Logs, Value: s.encode(mergeLogGroups(slices.Concat(traced, traceless, checkers)))})
 	}
 	s.truth.LogMessages += len(msgs)
 	return msgs

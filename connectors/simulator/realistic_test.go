@@ -446,7 +446,10 @@ func TestRealisticDeterministic(t *testing.T) {
 	}{"kv-events", kv}, struct {
 		name string
 		cfg  Config
-	}{"regression-leak", ops}) {
+	}{"regression-leak", ops}, struct {
+		name string
+		cfg  Config
+	}{"verdicts", Config{Realistic: true, Rate: 20, Hosts: 1, Verdicts: &VerdictConfig{JailbreakRate: 0.2}}}) {
 		t.Run(v.name, func(t *testing.T) {
 			gen := func(seed int64) ([]byte, []byte) {
 				cfg := v.cfg

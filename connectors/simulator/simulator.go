@@ -54,6 +54,10 @@ type Simulator struct {
 	kvBuf     []KVEvent // flushed, written batch by batch
 	kvByTrace map[string]*request
 	kvByReq   map[string]*request
+
+	// Verdicts (verdicts.go): their own random source, nil without
+	// Config.Verdicts.
+	vrng *rand.Rand
 }
 
 // Semantic-convention schema of the spans and logs, as an OTel SDK sets it.
@@ -113,7 +117,7 @@ type request struct {
 	inst     *instance
 	truth    *TraceTruth
 	traceID  []byte
-	spans    []*tracepb.Span // children in end order, root last
+	spans    []*tracepb.Span // children in end order, root, then the checkers' (verdicts.go)
 	logs     []*logspb.LogRecord
 	finish   uint64
 	e2e      float64
@@ -129,6 +133,11 @@ type request struct {
 	idInAttr                         bool // engine logs carry the id as attribute request_id
 	regressed                        bool // slowed by a Regression
 	registered                       bool // in Truth.Traces
+
+	// Verdicts (verdicts.go): the scope of each checker span among spans,
+	// and the checkers' log records (written after the request's logs).
+	checkers    map[*tracepb.Span]*commonpb.InstrumentationScope
+	verdictLogs []*logspb.LogRecord
 }
 
 // New returns a simulator for cfg (defaults applied).
@@ -145,6 +154,9 @@ func New(cfg Config) (*Simulator, error) {
 	if cfg.Realistic {
 		s.makeFleet()
 		s.startOps()
+		if cfg.Verdicts != nil {
+			s.startVerdicts()
+		}
 		if cfg.KVEvents {
 			if err := s.startKV(); err != nil {
 				return nil, err
@@ -295,6 +307,7 @@ func (s *Simulator) Truth() Truth {
 		tt := *v
 		tt.SpanIDs = slices.Clone(v.SpanIDs)
 		tt.Resources = slices.Clone(v.Resources)
+		tt.Verdicts = slices.Clone(v.Verdicts)
 		t.Traces[k] = tt
 	}
 	if s.kv != nil {
@@ -565,7 +578,9 @@ func (s *Simulator) spanMessages(groups []spanGroup) []Message {
 	var msgs []Message
 	if s.cfg.Keying == KeyByTraceID {
 		for _, g := range groups {
-			td := &tracepb.TracesData{ResourceSpans: []*tracepb.ResourceSpans{resourceSpans(g.r.inst, g.spans)}}
+			rs := resourceSpans(g.r.inst, nil)
+			addSpans(rs, g.r, g.spans)
+			td := &tracepb.TracesData{ResourceSpans: []*tracepb.ResourceSpans{rs}}
 			msgs = append(msgs, Message{Topic: s.cfg.Topics.Spans, Key: []byte(g.r.truth.TraceID), Value: s.encode(td)})
 			count(g)
 		}
@@ -579,7 +594,7 @@ func (s *Simulator) spanMessages(groups []spanGroup) []Message {
 				lastInst = g.r.inst
 				td.ResourceSpans = append(td.ResourceSpans, last)
 			}
-			last.ScopeSpans[0].Spans = append(last.ScopeSpans[0].Spans, g.spans...)
+			addSpans(last, g.r, g.spans)
 			count(g)
 		}
 		msgs = append(msgs, Message{Topic: s.cfg.Topics.Spans, Value: s.encode(td)})

@@ -135,4 +135,26 @@ type TraceTruth struct {
 	// server's series and its GPU's DCGM series) over [Arrival, Finish],
 	// sorted by Metric then Series.
 	Resources []ResourceWindow
+
+	// Config.Verdicts only (all zero for orphans, retries and without
+	// Verdicts).
+
+	// Verdicts are the request's verdicts as the verdict convention reads
+	// them from what was written, in the order written: the input guard's,
+	// then the output evaluations' (span events and attributes of the
+	// checkers' spans, then log records).
+	Verdicts []VerdictTruth
+	// JailbreakAttempt is true for a request generated as a jailbreak
+	// attempt (VerdictConfig.JailbreakRate, Jumps), whether the guard
+	// caught it or not.
+	JailbreakAttempt bool
+	// GuardrailChecked, GuardrailBypass, Blocked and PIILeak are the
+	// convention's per-trace figures of Verdicts: some verdict of stage
+	// input (every served request); an input verdict decided pass and an
+	// output verdict of kind jailbreak, pii or toxicity decided flag or
+	// block (an attempt the guard missed, or a PII or toxicity failure);
+	// some verdict decided block (a NeMo rail stopped an attempt: an
+	// OpenLIT guard's detection reads flag); a pii verdict of stage output
+	// decided flag or block.
+	GuardrailChecked, GuardrailBypass, Blocked, PIILeak bool
 }

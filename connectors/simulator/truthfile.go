@@ -39,6 +39,14 @@ type TruthLine struct {
 	EngineLogs     int              `json:"engine_logs"`
 	KVEvents       int              `json:"kv_events,omitempty"`
 	Resources      []ResourceWindow `json:"resources,omitempty"`
+	// The verdicts and the per-trace figures of TraceTruth
+	// (Config.Verdicts).
+	Verdicts         []VerdictTruth `json:"verdicts,omitempty"`
+	JailbreakAttempt bool           `json:"jailbreak_attempt,omitempty"`
+	GuardrailChecked bool           `json:"guardrail_checked,omitempty"`
+	GuardrailBypass  bool           `json:"guardrail_bypass,omitempty"`
+	Blocked          bool           `json:"blocked,omitempty"`
+	PIILeak          bool           `json:"pii_leak,omitempty"`
 }
 
 func requestLine(tt *TraceTruth, realistic bool) TruthLine {
@@ -48,6 +56,8 @@ func requestLine(tt *TraceTruth, realistic bool) TruthLine {
 		Orphan: tt.Orphan, Error: tt.Error, Split: tt.Split, Regressed: tt.Regressed,
 		Spans: tt.Spans, Logs: tt.Logs, ExemplarPoints: tt.ExemplarPoints, EngineLogs: tt.RequestIDLogs, KVEvents: tt.KVEvents,
 		Resources: tt.Resources,
+		Verdicts:  tt.Verdicts, JailbreakAttempt: tt.JailbreakAttempt, GuardrailChecked: tt.GuardrailChecked,
+		GuardrailBypass: tt.GuardrailBypass, Blocked: tt.Blocked, PIILeak: tt.PIILeak,
 	}
 	a, f := tt.Arrival, tt.Finish
 	l.Arrival, l.Finish = &a, &f
