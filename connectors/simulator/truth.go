@@ -151,8 +151,8 @@ type TraceTruth struct {
 	// GuardrailChecked, GuardrailBypass, Blocked and PIILeak are the
 	// convention's per-trace figures of Verdicts: some verdict of stage
 	// input (every served request); an input verdict decided pass and an
-	// output verdict of kind jailbreak, pii or toxicity decided flag or
-	// block (an attempt the guard missed, or a PII or toxicity failure);
+	// output verdict of the same kind (jailbreak, pii or toxicity) decided
+	// flag or block (an attempt the jailbreak guard missed);
 	// some verdict decided block (a NeMo rail stopped an attempt: an
 	// OpenLIT guard's detection reads flag); a pii verdict of stage output
 	// decided flag or block.

@@ -398,13 +398,17 @@ func (s *Simulator) addVerdicts(r *request) {
 }
 
 // readVerdicts sets the per-trace booleans of tt from its verdicts, as the
-// verdict convention defines them.
+// verdict convention defines them: a bypass is an input verdict that
+// passed the request and an output verdict of the same kind (jailbreak,
+// pii or toxicity) that flagged or blocked it.
 func readVerdicts(tt *TraceTruth) {
-	inputPass := false
+	inputPass := map[string]bool{}
 	for _, v := range tt.Verdicts {
 		if v.Stage == StageInput {
 			tt.GuardrailChecked = true
-			inputPass = inputPass || v.Decision == DecisionPass
+			if v.Decision == DecisionPass {
+				inputPass[v.Kind] = true
+			}
 		}
 	}
 	for _, v := range tt.Verdicts {
@@ -412,7 +416,8 @@ func readVerdicts(tt *TraceTruth) {
 		if v.Decision == DecisionBlock {
 			tt.Blocked = true
 		}
-		if inputPass && bad && v.Stage == StageOutput && (v.Kind == VerdictJailbreak || v.Kind == VerdictPII || v.Kind == VerdictToxicity) {
+		safety := v.Kind == VerdictJailbreak || v.Kind == VerdictPII || v.Kind == VerdictToxicity
+		if bad && safety && v.Stage == StageOutput && inputPass[v.Kind] {
 			tt.GuardrailBypass = true
 		}
 		if bad && v.Kind == VerdictPII && v.Stage != StageInput {

@@ -208,18 +208,20 @@ func (vr *verdictReader) add(t *testing.T, cfg Config, m Message) {
 // conventionFigures computes the per-trace figures from verdicts as the
 // convention defines them.
 func conventionFigures(vs []VerdictTruth) (checked, bypass, blocked, leak bool) {
-	inputPass := false
+	passedIn := map[string]bool{} // kinds an input check passed
 	for _, v := range vs {
 		if v.Stage == "input" {
 			checked = true
-			inputPass = inputPass || v.Decision == "pass"
+			if v.Decision == "pass" {
+				passedIn[v.Kind] = true
+			}
 		}
 	}
 	for _, v := range vs {
 		bad := v.Decision == "flag" || v.Decision == "block"
 		blocked = blocked || v.Decision == "block"
-		bypass = bypass || v.Decision == "bypass" ||
-			inputPass && bad && v.Stage == "output" && (v.Kind == "jailbreak" || v.Kind == "pii" || v.Kind == "toxicity")
+		safety := v.Kind == "jailbreak" || v.Kind == "pii" || v.Kind == "toxicity"
+		bypass = bypass || v.Decision == "bypass" || bad && safety && v.Stage == "output" && passedIn[v.Kind]
 		leak = leak || bad && v.Kind == "pii" && (v.Stage == "output" || v.Stage == "")
 	}
 	return
@@ -523,9 +525,8 @@ func TestVerdictJump(t *testing.T) {
 		bypassShare = append(bypassShare, float64(k)/float64(n))
 	}
 	// In the window a tenth of the globex attempts (4% of its requests)
-	// pass the guard; elsewhere bypasses are the PII and toxicity
-	// failures (about 1.7%) and 0.05% of misses.
-	if !(bypassShare[0] > bypassShare[1]+0.025 && bypassShare[0] > bypassShare[2]+0.025) {
+	// pass the guard; elsewhere 0.05% of the requests are missed attempts.
+	if !(bypassShare[0] > 0.025 && bypassShare[1] < 0.005 && bypassShare[2] < 0.005) {
 		t.Errorf("bypass shares %v: want the jump's well above the others", bypassShare)
 	}
 }

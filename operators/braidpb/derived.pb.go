@@ -401,8 +401,8 @@ type Quality struct {
 	// A verdict checked the prompt (stage input): a guardrail ran.
 	GuardrailChecked bool `protobuf:"varint,2,opt,name=guardrail_checked,json=guardrailChecked,proto3" json:"guardrail_checked,omitempty"`
 	// The request got through a guardrail it should not have: a verdict
-	// decided bypass, or an input check passed it and an output check of
-	// kind jailbreak, pii or toxicity flagged or blocked it.
+	// decided bypass, or an input check of kind jailbreak, pii or toxicity
+	// passed it and an output check of the same kind flagged or blocked it.
 	GuardrailBypass bool `protobuf:"varint,3,opt,name=guardrail_bypass,json=guardrailBypass,proto3" json:"guardrail_bypass,omitempty"`
 	// A pii check of the response (stage output or unknown) flagged it.
 	PiiLeak       bool `protobuf:"varint,4,opt,name=pii_leak,json=piiLeak,proto3" json:"pii_leak,omitempty"`

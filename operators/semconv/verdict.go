@@ -43,9 +43,10 @@ import (
 // The kind comes from a name by VerdictKind. Of a trace as a whole
 // (braidpb.Quality): blocked when a verdict decided block; guardrail
 // checked when a verdict has stage input; a guardrail bypass when a verdict
-// decided bypass, or an input check passed the request and an output check
-// of kind jailbreak, pii or toxicity flagged or blocked it (the guardrail
-// let through what a later check caught); a PII leak when a pii check of
+// decided bypass, or an input check of kind jailbreak, pii or toxicity
+// passed the request and an output check of the same kind flagged or
+// blocked it (the guardrail let through what a later check of the same
+// risk caught); a PII leak when a pii check of
 // the response (stage output or unknown) flagged or blocked it.
 //
 // The tenant of a request is the span attribute tenant.id, tenant_id or
@@ -544,7 +545,7 @@ func (d *Deriver) appendVerdicts(out *braidpb.Derived) {
 			a.hasScore == b.hasScore && a.score == b.score && bytes.Equal(d.str(a.checker), d.str(b.checker))
 	})
 	q := &braidpb.Quality{}
-	inputPass, outputCaught := false, false
+	var inputPass, outputCaught uint8 // bit per kind
 	out.Verdicts = make([]*braidpb.Verdict, len(vs))
 	for i, r := range vs {
 		v := &braidpb.Verdict{
@@ -558,18 +559,21 @@ func (d *Deriver) appendVerdicts(out *braidpb.Derived) {
 		flagged := r.decision == vdFlag || r.decision == vdBlock
 		q.Blocked = q.Blocked || r.decision == vdBlock
 		q.GuardrailBypass = q.GuardrailBypass || r.decision == vdBypass
+		safety := r.kind == vkJailbreak || r.kind == vkPII || r.kind == vkToxicity
 		if r.stage == vsInput {
 			q.GuardrailChecked = true
-			inputPass = inputPass || r.decision == vdPass
+			if safety && r.decision == vdPass {
+				inputPass |= 1 << r.kind
+			}
 		}
-		if r.stage == vsOutput && flagged && (r.kind == vkJailbreak || r.kind == vkPII || r.kind == vkToxicity) {
-			outputCaught = true
+		if r.stage == vsOutput && flagged && safety {
+			outputCaught |= 1 << r.kind
 		}
 		if r.kind == vkPII && r.stage != vsInput && flagged {
 			q.PiiLeak = true
 		}
 	}
-	q.GuardrailBypass = q.GuardrailBypass || inputPass && outputCaught
+	q.GuardrailBypass = q.GuardrailBypass || inputPass&outputCaught != 0
 	out.Quality = q
 }
 
