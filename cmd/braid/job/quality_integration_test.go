@@ -30,6 +30,8 @@ const (
 	qualityJumpTo    = 7 * time.Minute
 	qualityJumper    = "umbrella"
 	qualityRateError = 0.005 // the sketches' relative accuracy
+	// qualitySlack: how much later than its end a trace may be observed.
+	qualitySlack = 15 * time.Second
 )
 
 // TestIntegrationQualitySignals runs the job on the real broker over a
@@ -170,13 +172,48 @@ func TestIntegrationQualitySignals(t *testing.T) {
 				continue
 			}
 			end := time.Unix(0, int64(endS*1e9))
-			lo, hi := truthBounds(truth, rec, labelValue(m.GetLabel(), "quantile"), model, tenant, end.Add(-5*time.Minute), end, 5*time.Second)
 			v := m.GetGauge().GetValue()
-			if v < lo*(1-qualityRateError)-1e-9 || v > hi*(1+qualityRateError)+1e-9 {
-				t.Errorf("%s{model=%q,tenant=%q} = %v over the window ending %v, truth in [%v, %v]", rec, model, tenant, v, end.Sub(start), lo, hi)
+			in := func(slack time.Duration) (bool, float64, float64) {
+				lo, hi := truthBounds(truth, rec, labelValue(m.GetLabel(), "quantile"), model, tenant, end.Add(-5*time.Minute), end, slack)
+				return v >= lo*(1-qualityRateError)-1e-9 && v <= hi*(1+qualityRateError)+1e-9, lo, hi
+			}
+			// The input is produced at ten times real time: a trace emitted
+			// 1.5 s after its end is observed 15 s of event time later.
+			if ok, lo, hi := in(qualitySlack); !ok {
+				need := "none up to 2m"
+				for s := qualitySlack + 5*time.Second; s <= 2*time.Minute; s += 5 * time.Second {
+					if ok, _, _ := in(s); ok {
+						need = s.String()
+						break
+					}
+				}
+				t.Errorf("%s{model=%q,tenant=%q} = %v over the window ending %v, truth in [%v, %v]; slack needed %s", rec, model, tenant, v, end.Sub(start), lo, hi, need)
 			}
 			compared++
 		}
+	}
+	// Compliance drift: the rate over the rule's 5 minutes less the rate
+	// over the trailing week (here: everything since the start).
+	drifts := fams["braid_llm_compliance_drift"].GetMetric()
+	if len(drifts) == 0 {
+		t.Error("/metrics has no braid_llm_compliance_drift")
+	}
+	for _, m := range drifts {
+		model, tenant, kind := labelValue(m.GetLabel(), "model"), labelValue(m.GetLabel(), "tenant"), labelValue(m.GetLabel(), "kind")
+		endS, ok := ends["braid_llm_compliance_drift|"+labelKey(m.GetLabel(), "")]
+		if !ok {
+			t.Errorf("drift{%s,%s,%s}: no window end", model, tenant, kind)
+			continue
+		}
+		end := time.Unix(0, int64(endS*1e9))
+		rec := "braid_llm_" + kind + "_ratio"
+		nowLo, nowHi := truthBounds(truth, rec, "", model, tenant, end.Add(-5*time.Minute), end, qualitySlack)
+		weekLo, weekHi := truthBounds(truth, rec, "", model, tenant, start.Add(-time.Hour), end, qualitySlack)
+		if v := m.GetGauge().GetValue(); v < nowLo-weekHi-1e-9 || v > nowHi-weekLo+1e-9 {
+			t.Errorf("braid_llm_compliance_drift{model=%q,tenant=%q,kind=%q} = %v, truth in [%v, %v] (5m [%v, %v], week [%v, %v])",
+				model, tenant, kind, v, nowLo-weekHi, nowHi-weekLo, nowLo, nowHi, weekLo, weekHi)
+		}
+		compared++
 	}
 	t.Logf("%d traces' verdicts checked; %d recorded series compared with the truth; bypass alert fired for models %v", checked, compared, models)
 }
@@ -249,25 +286,27 @@ func b2f(b bool) float64 {
 }
 
 // truthBounds returns the range a recorded figure of (model, tenant) over
-// [from, to) must lie in: the requests ending more than slack inside the
-// window are certainly in it, those within slack of an edge may or may not
-// be (when braid observed a trace is its last member's event time, or a
-// little later when its emission waited).
+// [from, to) must lie in. braid observes a trace at its last member's
+// event time, or later when its emission waited (the task's watermark less
+// the stage's delay, up to slack later): the requests ending in
+// [from, to−slack) are certainly in the window, those ending in
+// [from−slack, from) or [to−slack, to) may or may not be, later ones are
+// not.
 func truthBounds(truth simulator.Truth, rec, quantile, model, tenant string, from, to time.Time, slack time.Duration) (lo, hi float64) {
 	type val struct{ num, den float64 }
 	var sure, edge []val
 	var sureVals, edgeVals []float64
 	for _, tt := range truth.Traces {
-		if tt.Model != model || tt.Tenant != tenant || tt.Finish.Before(from.Add(-slack)) || !tt.Finish.Before(to.Add(slack)) {
+		if tt.Model != model || tt.Tenant != tenant || tt.Finish.Before(from.Add(-slack)) || !tt.Finish.Before(to) {
 			continue
 		}
-		inside := !tt.Finish.Before(from.Add(slack)) && tt.Finish.Before(to.Add(-slack))
+		inside := !tt.Finish.Before(from) && tt.Finish.Before(to.Add(-slack))
 		f := figuresOf(tt)
 		var v val
 		switch rec {
 		case "braid_llm_success_ratio":
 			v = val{f.success, 1}
-		case "braid_llm_hallucination_ratio", "braid_llm_jailbreak_ratio", "braid_llm_toxicity_ratio":
+		case "braid_llm_hallucination_ratio", "braid_llm_jailbreak_ratio", "braid_llm_toxicity_ratio", "braid_llm_pii_ratio":
 			kind := strings.TrimSuffix(strings.TrimPrefix(rec, "braid_llm_"), "_ratio")
 			x, ok := f.flag[kind]
 			if !ok {
