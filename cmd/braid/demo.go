@@ -44,6 +44,7 @@ func runDemo(ctx context.Context, args []string, log *slog.Logger, out, errOut i
 	adminAddr := fs.String("admin-addr", "127.0.0.1:9464", "admin HTTP server (/metrics, /healthz, /readyz); empty: none")
 	regression := fs.String("regression", defaultRegression, "TTFT regression to inject (realistic fleet only): server=INDEX (host·2 + GPU index),factor=F (TTFT × F),from=D,to=D (event time after the start); \"\": none")
 	leak := fs.String("leak", defaultLeak, "GPU memory leak to inject (realistic fleet only): gpu=INDEX (host·2 + GPU index),rate=MiB per minute,from=D,to=D (event time after the start); \"\": none")
+	jump := fs.String("jailbreak-jump", defaultJump, "a tenant's jailbreak attempts to jump (realistic fleet only; its guardrails and evaluators report verdicts): tenant=NAME (acme, globex, initech, umbrella, hooli),rate=SHARE of its requests,from=D,to=D (event time after the start); \"\": none")
 	speed := fs.Float64("speed", 5, "how many times faster than the wall clock event time runs during --fast-forward")
 	fastForward := fs.Duration("fast-forward", 10*time.Minute, "play this much event time from the start at --speed times the wall clock (event time starts that much behind the wall clock and catches up with it), then follow the wall clock; 0: follow it from the start")
 	if err := fs.Parse(args); err != nil {
@@ -67,11 +68,15 @@ func runDemo(ctx context.Context, args []string, log *slog.Logger, out, errOut i
 	if err != nil {
 		return err
 	}
+	jumps, err := parseJump(*jump)
+	if err != nil {
+		return err
+	}
 	if !*realistic {
-		if flagSet(fs, "regression") && len(regs) > 0 || flagSet(fs, "leak") && len(leaks) > 0 {
-			return errors.New("demo: --regression and --leak need --realistic")
+		if flagSet(fs, "regression") && len(regs) > 0 || flagSet(fs, "leak") && len(leaks) > 0 || flagSet(fs, "jailbreak-jump") && len(jumps) > 0 {
+			return errors.New("demo: --regression, --leak and --jailbreak-jump need --realistic")
 		}
-		regs, leaks = nil, nil
+		regs, leaks, jumps = nil, nil, nil
 	}
 	if (*kvEvents || len(triggers) > 0) && !*realistic {
 		return errors.New("demo: --kv-events and --faults need --realistic")
@@ -92,7 +97,7 @@ func runDemo(ctx context.Context, args []string, log *slog.Logger, out, errOut i
 
 	clk := newDemoClock(time.Now(), *speed, *fastForward)
 	sim := simOptions{rate: *rate, encoding: *encoding, keyed: *keyed, realistic: *realistic, hosts: *hosts,
-		kvEvents: *kvEvents || len(triggers) > 0, faults: triggers, regressions: regs, leaks: leaks}
+		kvEvents: *kvEvents || len(triggers) > 0, faults: triggers, regressions: regs, leaks: leaks, jumps: jumps}
 	sm, err := simulator.New(sim.simConfig(time.Now().UnixNano(), clk.start))
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
@@ -147,6 +152,10 @@ func runDemo(ctx context.Context, args []string, log *slog.Logger, out, errOut i
 	}
 	for _, line := range describeOps(sm.Truth(), clk.start) {
 		fmt.Fprintln(out, "  "+line)
+	}
+	for _, jm := range jumps {
+		fmt.Fprintf(out, "  jailbreak attempts of tenant %s jump to %g%% of its requests from +%v to +%v of event time (a tenth get past the guardrail): expect BraidGuardrailBypass on tenant=%q, braid_llm_jailbreak_ratio and braid_llm_compliance_drift{kind=\"jailbreak\"} up\n",
+			jm.Tenant, 100*jm.JailbreakRate, jm.From, jm.To, jm.Tenant)
 	}
 	fmt.Fprintln(out)
 
@@ -226,6 +235,7 @@ type simOptions struct {
 	faults      []simulator.KVTrigger
 	regressions []simulator.Regression
 	leaks       []simulator.Leak
+	jumps       []simulator.VerdictJump
 }
 
 func triggerNames() string {
@@ -266,6 +276,7 @@ func parseFaults(v string) ([]simulator.KVTrigger, error) {
 const (
 	defaultRegression = "server=1,factor=20,from=1m,to=6m"
 	defaultLeak       = "gpu=0,rate=8000,from=90s,to=8m"
+	defaultJump       = "tenant=umbrella,rate=0.8,from=2m,to=6m"
 )
 
 // parseOps reads "name=value,…" with exactly the names of want (an index,
@@ -321,6 +332,53 @@ func parseRegression(v string) ([]simulator.Regression, error) {
 	return []simulator.Regression{{Instance: i, Factor: f, From: from, To: to}}, nil
 }
 
+// parseJump reads --jailbreak-jump.
+func parseJump(v string) ([]simulator.VerdictJump, error) {
+	if strings.TrimSpace(v) == "" {
+		return nil, nil
+	}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("demo: --jailbreak-jump %q: %s (want tenant=NAME,rate=SHARE,from=D,to=D)", v, fmt.Sprintf(format, args...))
+	}
+	var j simulator.VerdictJump
+	seen := map[string]bool{}
+	for _, kv := range strings.Split(v, ",") {
+		k, val, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok || seen[k] {
+			return nil, bad("%q is not one name=value", kv)
+		}
+		seen[k] = true
+		var err error
+		switch k {
+		case "tenant":
+			j.Tenant = val
+		case "rate":
+			j.JailbreakRate, err = strconv.ParseFloat(val, 64)
+			if err == nil && !(j.JailbreakRate >= 0 && j.JailbreakRate <= 1) {
+				err = errors.New("not a share from 0 to 1")
+			}
+		case "from":
+			j.From, err = time.ParseDuration(val)
+		case "to":
+			j.To, err = time.ParseDuration(val)
+		default:
+			return nil, bad("unknown name %q", k)
+		}
+		if err != nil {
+			return nil, bad("%s: %v", k, err)
+		}
+	}
+	for _, k := range []string{"tenant", "rate", "from", "to"} {
+		if !seen[k] {
+			return nil, bad("%s is missing", k)
+		}
+	}
+	if j.To <= j.From {
+		return nil, bad("to is not after from")
+	}
+	return []simulator.VerdictJump{j}, nil
+}
+
 // parseLeak reads --leak.
 func parseLeak(v string) ([]simulator.Leak, error) {
 	if strings.TrimSpace(v) == "" {
@@ -368,6 +426,8 @@ func (o simOptions) simConfig(seed int64, start time.Time) simulator.Config {
 		}
 		scfg.Regressions = slices.Clone(o.regressions)
 		scfg.Leaks = slices.Clone(o.leaks)
+		// Responses leak PII rarely (every leak pages: BraidPIILeak).
+		scfg.Verdicts = &simulator.VerdictConfig{PIIFlagged: 0.002, Jumps: slices.Clone(o.jumps)}
 	} else {
 		scfg.RequestsPerBatch = max(1, int(o.rate/5))
 	}

@@ -144,9 +144,21 @@ func TestDemoOps(t *testing.T) {
 	if _, err := parseLeak("gpu=0,rate=8000,from=90s,to=soon"); err == nil {
 		t.Error("bad leak accepted")
 	}
+	jumps, err := parseJump(defaultJump)
+	if err != nil || len(jumps) != 1 || jumps[0] != (simulator.VerdictJump{Tenant: "umbrella", JailbreakRate: 0.8, From: 2 * time.Minute, To: 6 * time.Minute}) {
+		t.Fatalf("default jump %+v %v", jumps, err)
+	}
+	if j, err := parseJump(""); j != nil || err != nil {
+		t.Fatalf("empty jump: %v %v", j, err)
+	}
+	for _, bad := range []string{"tenant=acme,rate=2,from=1m,to=2m", "tenant=acme,rate=0.5,from=2m,to=1m", "tenant=acme,rate=0.5,from=1m", "tenant=acme,rate=0.5,from=1m,to=2m,gpu=1"} {
+		if _, err := parseJump(bad); err == nil {
+			t.Errorf("jump %q accepted", bad)
+		}
+	}
 	// The simulator validates the rest (indexes, factors, windows) and
 	// realises the faults.
-	o := simOptions{rate: 20, encoding: simulator.EncodingProto, keyed: true, realistic: true, regressions: regs, leaks: leaks}
+	o := simOptions{rate: 20, encoding: simulator.EncodingProto, keyed: true, realistic: true, regressions: regs, leaks: leaks, jumps: jumps}
 	sim, err := simulator.New(o.simConfig(1, simulator.DefaultStart))
 	if err != nil {
 		t.Fatal(err)
@@ -157,6 +169,13 @@ func TestDemoOps(t *testing.T) {
 	tr := sim.Truth()
 	if len(tr.Regressions) != 1 || len(tr.Regressions[0].TraceIDs) == 0 || len(tr.Leaks) != 1 || tr.Leaks[0].Samples == 0 {
 		t.Fatalf("faults not realised: %+v %+v", tr.Regressions, tr.Leaks)
+	}
+	verdicts := 0
+	for _, tt := range tr.Traces {
+		verdicts += len(tt.Verdicts)
+	}
+	if verdicts == 0 {
+		t.Fatal("the demo's fleet reports no verdicts")
 	}
 	o.hosts, o.regressions = 1, []simulator.Regression{{Instance: 5, Factor: 2, From: 0, To: time.Minute}}
 	if _, err := simulator.New(o.simConfig(1, simulator.DefaultStart)); err == nil {

@@ -452,9 +452,10 @@ func (p *Processor) alertRecord(g *owned, r *Rule, st *alertState, to braidpb.Al
 	// Exemplars: the traces (or incidents) with the largest values of the
 	// rule's first figure in the window.
 	if f := set.figure(r.expr.figures[0]); f >= 0 && v.have[f] {
+		flag := flagFigures[r.expr.figures[0]]
 		for _, e := range v.aggs[f].Exemplars() {
-			if len(a.TraceIds)+len(a.IncidentIds) >= p.s.cfg.Alerts.Exemplars {
-				break
+			if len(a.TraceIds)+len(a.IncidentIds) >= p.s.cfg.Alerts.Exemplars || flag && e.Value <= 0 {
+				break // best first: the rest are no better
 			}
 			if r.expr.figures[0] == FigureIncident {
 				a.IncidentIds = append(a.IncidentIds, e.ID)
@@ -480,6 +481,13 @@ func (p *Processor) alertRecord(g *owned, r *Rule, st *alertState, to braidpb.Al
 		a.Annotations["value"] = formatValue(*a.Value)
 	}
 	return a
+}
+
+// flagFigures are the 0/1 figures whose 1 is what an alert is about: a
+// trace with 0 is no exemplar of theirs.
+var flagFigures = map[string]bool{
+	"error": true, "slow": true, "polluted": true, "blocked": true, "hallucination": true, "pii": true,
+	"pii_leak": true, "jailbreak": true, "toxicity": true, "guardrail_bypass": true,
 }
 
 func urlEscape(s string) string {

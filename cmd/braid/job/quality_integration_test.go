@@ -106,6 +106,15 @@ func TestIntegrationQualitySignals(t *testing.T) {
 			t.Errorf("bypass alert labels %v", a.Labels)
 		}
 	}
+	// Its exemplars are requests that got through the guardrail.
+	for _, a := range hook.Notified("BraidGuardrailBypass", "firing") {
+		ids := strings.Split(a.Annotations["trace_ids"], ",")
+		for _, id := range ids {
+			if tt, ok := truth.Traces[id]; !ok || !tt.GuardrailBypass || tt.Tenant != qualityJumper {
+				t.Errorf("bypass alert names trace %q, not a bypass of %s", id, qualityJumper)
+			}
+		}
+	}
 	// In braid.alerts: one episode per group, fired inside the jump.
 	alertsR.poll()
 	for _, a := range alertsOf(t, alertsR.recs) {
