@@ -277,6 +277,7 @@ func TestGrafanaDashboard(t *testing.T) {
 		"braid_llm_ttft_seconds_bucket", "braid_llm_tpot_seconds_bucket", "braid_llm_e2e_seconds_bucket",
 		"llm_batch_efficiency_ratio", "braid_kv_health_score", "braid_kv_utilisation_ratio", "braid_kv_fragmentation_ratio",
 		"braid_pollution_incidents_total", "braid_consumer_lag_records", "braid_engine_records_in_total",
+		"braid_llm_guardrail_bypass_ratio", "braid_llm_compliance_drift", "braid_llm_tpot_by_prompt_seconds_bucket",
 	} {
 		if !referenced[want] {
 			t.Errorf("the dashboard does not show %s", want)

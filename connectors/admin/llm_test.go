@@ -23,6 +23,7 @@ import (
 
 	"github.com/braidlabs/braid/connectors/alertmanager/amtest"
 	"github.com/braidlabs/braid/engine"
+	"github.com/braidlabs/braid/operators/alerts"
 	"github.com/braidlabs/braid/operators/llmmetrics"
 )
 
@@ -66,6 +67,19 @@ func newLLMFixture(t *testing.T) *llmFixture {
 		t.Fatal(err)
 	}
 	f.reg.MustRegister(col)
+	// The built-in recording rules' gauges, one series each.
+	recorded := NewRecordedCollector(RecordedConfig{})
+	f.reg.MustRegister(recorded)
+	for _, r := range alerts.DefaultRules() {
+		if r.Record == "" {
+			continue
+		}
+		labels := map[string]string{"model": "llama-3-8b", "tenant": "acme"}
+		for k, v := range r.Labels {
+			labels[k] = v
+		}
+		recorded.Set(RecordedSample{Record: r.Record, Labels: labels, Value: 0.01, WindowEnd: time.Now().UnixNano(), Window: r.Window})
+	}
 
 	now := time.Now().UnixNano()
 	for i := range 200 {

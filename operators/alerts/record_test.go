@@ -599,7 +599,7 @@ func TestDefaultSafetyRules(t *testing.T) {
 	}
 	for _, w := range []string{"braid_llm_success_ratio", "braid_llm_hallucination_ratio", "braid_llm_pii_leaks", "braid_llm_jailbreak_ratio",
 		"braid_llm_jailbreak_confidence", "braid_llm_guardrail_bypass_ratio", "braid_llm_toxicity_ratio",
-		"braid_llm_response_sensitivity{quantile=0.5}", "braid_llm_response_sensitivity{quantile=0.9}", "braid_llm_response_sensitivity{quantile=0.99}",
+		"braid_llm_response_sensitivity_p50", "braid_llm_response_sensitivity_p90", "braid_llm_response_sensitivity_p99",
 		"braid_llm_compliance_drift{kind=jailbreak}", "braid_llm_compliance_drift{kind=pii}", "braid_llm_compliance_drift{kind=hallucination}",
 		"braid_llm_compliance_drift{kind=toxicity}"} {
 		if !series[w] {
@@ -607,8 +607,7 @@ func TestDefaultSafetyRules(t *testing.T) {
 		}
 	}
 	help := r.stage.RecordHelp()
-	if h := help["braid_llm_response_sensitivity"]; !strings.Contains(h, `p50(sensitivity) over 5m per model, tenant {quantile="0.5"} (rule BraidRecordResponseSensitivityP50)`) ||
-		!strings.Contains(h, "p99(sensitivity)") {
+	if h := help["braid_llm_response_sensitivity_p50"]; !strings.Contains(h, `p50(sensitivity) over 5m per model, tenant (rule BraidRecordResponseSensitivityP50)`) {
 		t.Errorf("help %q", h)
 	}
 	if h := help["braid_llm_compliance_drift"]; !strings.Contains(h, "avg(jailbreak) - avg(jailbreak, 1w)") {

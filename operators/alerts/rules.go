@@ -174,9 +174,11 @@ func DefaultRecordingRules() []Rule {
 		rec("BraidRecordGuardrailBypassRatio", "braid_llm_guardrail_bypass_ratio", "sum(guardrail_bypass) / sum(guardrail_checked)", nil),
 		rec("BraidRecordToxicityRatio", "braid_llm_toxicity_ratio", "avg(toxicity)", nil),
 	}
-	for _, q := range []struct{ p, label string }{{"50", "0.5"}, {"90", "0.9"}, {"99", "0.99"}} {
-		rules = append(rules, rec("BraidRecordResponseSensitivityP"+q.p, "braid_llm_response_sensitivity",
-			"p"+q.p+"(sensitivity)", map[string]string{"quantile": q.label}))
+	// One name per quantile: a gauge with a quantile label reads as a
+	// summary's (promtool check metrics refuses it).
+	for _, q := range []string{"50", "90", "99"} {
+		rules = append(rules, rec("BraidRecordResponseSensitivityP"+q, "braid_llm_response_sensitivity_p"+q,
+			"p"+q+"(sensitivity)", nil))
 	}
 	for _, k := range []struct{ name, fig string }{
 		{"Jailbreak", "jailbreak"}, {"PII", "pii"}, {"Hallucination", "hallucination"}, {"Toxicity", "toxicity"},
@@ -359,6 +361,9 @@ func (c *Config) Compile() ([]Rule, error) {
 		for k := range r.Labels {
 			if !validName(k) || strings.HasPrefix(k, "__") {
 				bad("%s: label name %q is invalid", where, k)
+			}
+			if r.Record != "" && (k == "quantile" || k == "le") {
+				bad("%s: label %q of a recording rule reads as a summary's or a histogram's; name the record by it instead", where, k)
 			}
 			if k == "alertname" || k == "severity" || slices.Contains(r.GroupBy, k) || r.Record != "" && k == "record" {
 				bad("%s: label %q is set by braid", where, k)

@@ -167,7 +167,7 @@ func TestIntegrationQualitySignals(t *testing.T) {
 	compared := 0
 	for _, rec := range []string{"braid_llm_success_ratio", "braid_llm_hallucination_ratio", "braid_llm_pii_leaks",
 		"braid_llm_jailbreak_ratio", "braid_llm_jailbreak_confidence", "braid_llm_guardrail_bypass_ratio",
-		"braid_llm_toxicity_ratio", "braid_llm_response_sensitivity"} {
+		"braid_llm_toxicity_ratio", "braid_llm_response_sensitivity_p50", "braid_llm_response_sensitivity_p90", "braid_llm_response_sensitivity_p99"} {
 		ms := fams[rec].GetMetric()
 		if len(ms) == 0 {
 			t.Errorf("/metrics has no %s", rec)
@@ -183,7 +183,7 @@ func TestIntegrationQualitySignals(t *testing.T) {
 			end := time.Unix(0, int64(endS*1e9))
 			v := m.GetGauge().GetValue()
 			in := func(slack time.Duration) (bool, float64, float64) {
-				lo, hi := truthBounds(truth, rec, labelValue(m.GetLabel(), "quantile"), model, tenant, end.Add(-5*time.Minute), end, slack)
+				lo, hi := truthBounds(truth, rec, model, tenant, end.Add(-5*time.Minute), end, slack)
 				return v >= lo*(1-qualityRateError)-1e-9 && v <= hi*(1+qualityRateError)+1e-9, lo, hi
 			}
 			// The input is produced at ten times real time: a trace emitted
@@ -216,8 +216,8 @@ func TestIntegrationQualitySignals(t *testing.T) {
 		}
 		end := time.Unix(0, int64(endS*1e9))
 		rec := "braid_llm_" + kind + "_ratio"
-		nowLo, nowHi := truthBounds(truth, rec, "", model, tenant, end.Add(-5*time.Minute), end, qualitySlack)
-		weekLo, weekHi := truthBounds(truth, rec, "", model, tenant, start.Add(-time.Hour), end, qualitySlack)
+		nowLo, nowHi := truthBounds(truth, rec, model, tenant, end.Add(-5*time.Minute), end, qualitySlack)
+		weekLo, weekHi := truthBounds(truth, rec, model, tenant, start.Add(-time.Hour), end, qualitySlack)
 		if v := m.GetGauge().GetValue(); v < nowLo-weekHi-1e-9 || v > nowHi-weekLo+1e-9 {
 			t.Errorf("braid_llm_compliance_drift{model=%q,tenant=%q,kind=%q} = %v, truth in [%v, %v] (5m [%v, %v], week [%v, %v])",
 				model, tenant, kind, v, nowLo-weekHi, nowHi-weekLo, nowLo, nowHi, weekLo, weekHi)
@@ -301,7 +301,11 @@ func b2f(b bool) float64 {
 // [from, to−slack) are certainly in the window, those ending in
 // [from−slack, from) or [to−slack, to) may or may not be, later ones are
 // not.
-func truthBounds(truth simulator.Truth, rec, quantile, model, tenant string, from, to time.Time, slack time.Duration) (lo, hi float64) {
+func truthBounds(truth simulator.Truth, rec, model, tenant string, from, to time.Time, slack time.Duration) (lo, hi float64) {
+	quantile := ""
+	if q, ok := strings.CutPrefix(rec, "braid_llm_response_sensitivity_p"); ok {
+		rec, quantile = "braid_llm_response_sensitivity", "0."+q
+	}
 	type val struct{ num, den float64 }
 	var sure, edge []val
 	var sureVals, edgeVals []float64
