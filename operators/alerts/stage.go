@@ -168,6 +168,11 @@ type Counters struct {
 	Changes atomic.Int64
 	// Firing: alerts firing now (over the tasks).
 	Firing atomic.Int64
+	// Shifted: traces observed later than their end (their emission came
+	// after the task's watermark had passed it: see the fuse stage); ShiftMax,
+	// the largest such shift, ns of event time.
+	Shifted  atomic.Int64
+	ShiftMax atomic.Int64
 	// Groups held by the owners now; Bytes, their memory (approximate).
 	Groups atomic.Int64
 	Bytes  atomic.Int64
@@ -418,6 +423,20 @@ type TraceObs struct {
 	TraceID string
 	// Values by figure index (FigTTFT…), in base units; NaN: absent.
 	Values [NumTraceFigures]float64
+}
+
+// NoteShift counts a trace observed d ns of event time after its end.
+func (c *Counters) NoteShift(d int64) {
+	if d <= 0 {
+		return
+	}
+	c.Shifted.Add(1)
+	for {
+		m := c.ShiftMax.Load()
+		if d <= m || c.ShiftMax.CompareAndSwap(m, d) {
+			return
+		}
+	}
 }
 
 // NewTraceObs returns an observation with every figure absent.

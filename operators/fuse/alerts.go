@@ -107,6 +107,7 @@ func (p *processor) observeTrace(t *engine.Task, tr *trace, sum *summary) bool {
 	o.Time = tr.last
 	if wm := t.Watermark(); knownTime(wm) {
 		o.Time = max(o.Time, wm-int64(p.s.cfg.Alerts.Config().Delay))
+		p.s.cfg.Alerts.Counters().NoteShift(o.Time - tr.last)
 	}
 	o.TraceID = traceID
 	if d := e.derived; d != nil {

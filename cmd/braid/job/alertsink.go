@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -240,6 +241,8 @@ var alertsMetrics = []struct {
 	{"braid_alerts_invalid_total", "Alerts repartition records that could not be read (dead-lettered).", false, func(c *alerts.Counters) int64 { return c.Invalid.Load() }},
 	{"braid_alerts_evaluations_total", "Evaluations of a rule over a group's window.", false, func(c *alerts.Counters) int64 { return c.Evaluations.Load() }},
 	{"braid_alerts_changes_total", "Alert state changes written to the alerts topic.", false, func(c *alerts.Counters) int64 { return c.Changes.Load() }},
+	{"braid_alerts_shifted_total", "Traces the alerts stage observed later than their end, because they were emitted after the task's watermark had passed it (reading a backlog): they count in a later window.", false, func(c *alerts.Counters) int64 { return c.Shifted.Load() }},
+	{"braid_alerts_shift_max_seconds", "The most event time by which the alerts stage observed a trace after its end (see braid_alerts_shifted_total).", true, func(c *alerts.Counters) int64 { return c.ShiftMax.Load() }},
 	{"braid_alerts_firing", "Alerts firing now.", true, func(c *alerts.Counters) int64 { return c.Firing.Load() }},
 	{"braid_alerts_groups", "Rule groups the alerts stage holds.", true, func(c *alerts.Counters) int64 { return c.Groups.Load() }},
 	{"braid_alerts_memory_bytes", "Memory of the alerts stage's windows (approximate).", true, func(c *alerts.Counters) int64 { return c.Bytes.Load() }},
@@ -265,6 +268,10 @@ func (a *alertsCollector) Collect(ch chan<- prometheus.Metric) {
 		if m.gauge {
 			vt = prometheus.GaugeValue
 		}
-		ch <- prometheus.MustNewConstMetric(a.descs[i], vt, float64(m.get(a.c)))
+		v := float64(m.get(a.c))
+		if strings.HasSuffix(m.name, "_seconds") {
+			v /= 1e9 // kept in ns
+		}
+		ch <- prometheus.MustNewConstMetric(a.descs[i], vt, v)
 	}
 }
