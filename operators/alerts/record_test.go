@@ -134,8 +134,8 @@ func qualityRules() []Rule {
 	return []Rule{
 		rec("JailbreakRatio", "jailbreak_ratio", "avg(jailbreak)", nil),
 		rec("PIILeaks", "pii_leaks", "sum(pii_leak)", nil),
-		rec("SensitivityP90", "sensitivity", "p90(sensitivity)", map[string]string{"quantile": "0.9"}),
-		rec("SensitivityP50", "sensitivity", "p50(sensitivity)", map[string]string{"quantile": "0.5"}),
+		rec("SensitivityP90", "sensitivity", "p90(sensitivity)", map[string]string{"q": "0.9"}),
+		rec("SensitivityP50", "sensitivity", "p50(sensitivity)", map[string]string{"q": "0.5"}),
 		rec("JailbreakDrift", "drift", "avg(jailbreak) - avg(jailbreak, 1h)", map[string]string{"kind": "jailbreak"}),
 		rec("PIILeaksHalfHour", "pii_leaks_30m", "sum(pii_leak, 30min)", nil),
 		rec("JailbreakShort", "jailbreak_30s", "avg(jailbreak, 30s)", nil),
@@ -472,6 +472,7 @@ func TestRecordCompileErrors(t *testing.T) {
 		{Name: "J", Expr: "avg(jailbreak, 5) > 0"},
 		{Name: "K", Expr: "avg(jailbreak, -1h) > 0"},
 		{Name: "L", Record: "r", Expr: "avg(jailbreak, 1w) - avg(jailbreak)", Labels: map[string]string{"k": "2"}},
+		{Name: "M", Record: "m", Expr: "p99(sensitivity)", Labels: map[string]string{"quantile": "0.99"}},
 	}}
 	_, err := c.Compile()
 	if err == nil {
@@ -482,6 +483,7 @@ func TestRecordCompileErrors(t *testing.T) {
 		"rule A: action is not for a recording rule", "rule A: annotations are not for a recording rule",
 		`rule C: record "r" with the labels of rule B`, `rule D: record "braid_alerts_x": names braid_alerts_* are braid's own`,
 		`rule D: label "record" is set by braid`,
+		`rule M: label "quantile" of a recording rule reads as a summary's`,
 		"rule E: window 1h30m0s of jailbreak is not a multiple of alerts.baseline_resolution 1h0m0s",
 		"rule F: window 401h0m0s of jailbreak holds 401 panes of alerts.baseline_resolution 1h0m0s (at most 400)",
 		"rule G: window 20s of jailbreak is not a multiple of every 15s",
