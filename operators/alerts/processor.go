@@ -137,7 +137,11 @@ func (p *Processor) observe(t *engine.Task, l *Labels, at int64, fig func(set *g
 				aggs[f] = a
 			}
 			before := a.Bytes()
-			a.Add(at, vals[i], id)
+			fid := id
+			if !set.exemplar[f] {
+				fid = "" // no rule's alerts carry this figure's exemplars
+			}
+			a.Add(at, vals[i], fid)
 			p.localBytes += a.Bytes() - before
 		}
 		p.s.c.Observations.Add(1)

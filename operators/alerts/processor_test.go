@@ -80,7 +80,7 @@ func (tp *testProc) PrepareCheckpoint(t *engine.Task) error     { return tp.p.Pr
 func (tp *testProc) Restore(t *engine.Task) error               { return tp.p.Restore(t) }
 
 type rig struct {
-	t     *testing.T
+	t     testing.TB
 	stage *Stage
 	h     *engine.Harness
 	seen  int
@@ -98,7 +98,7 @@ func newRig(t *testing.T, rules []Rule, delay time.Duration) *rig {
 }
 
 // newRigWith runs a stage of cfg (its topics and partitions set here).
-func newRigWith(t *testing.T, cfg StageConfig) *rig {
+func newRigWith(t testing.TB, cfg StageConfig) *rig {
 	t.Helper()
 	cfg.Topic, cfg.OutputTopic, cfg.Partitions = "alerts-in", "braid.alerts", 1
 	st, err := NewStage(cfg)

@@ -124,6 +124,9 @@ type groupSet struct {
 	// sketch: per figure, whether a rule takes a quantile of it (only
 	// those aggregates keep a sketch).
 	sketch []bool
+	// exemplar: per figure, whether it is a rule's first figure (an
+	// alert's exemplars are its first figure's: only those keep ids).
+	exemplar []bool
 	// traceFig maps a trace figure (index into traceFigures) to its index
 	// in figures, -1 when no rule of the set reads it.
 	traceFig []int
@@ -269,10 +272,14 @@ func NewStage(cfg StageConfig) (*Stage, error) {
 		s.ruleSet = append(s.ruleSet, k)
 		s.rulePos = append(s.rulePos, len(g.rules))
 		g.rules = append(g.rules, i)
-		for _, f := range r.expr.figures {
+		for i, f := range r.expr.figures {
 			if !slices.Contains(g.figures, f) {
 				g.figures = append(g.figures, f)
 				g.sketch = append(g.sketch, false)
+				g.exemplar = append(g.exemplar, false)
+			}
+			if i == 0 && r.Record == "" {
+				g.exemplar[g.figure(f)] = true
 			}
 			if r.expr.quantiles[f] {
 				g.sketch[g.figure(f)] = true
