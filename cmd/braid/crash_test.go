@@ -78,7 +78,7 @@ func (c *child) waitLog(t *testing.T, s string, d time.Duration) {
 	deadline := time.Now().Add(d)
 	for !strings.Contains(c.log.String(), s) {
 		if time.Now().After(deadline) {
-			t.Fatalf("child did not log %q within %v; log:\n%s", s, d, tail(c.log.String(), 3000))
+			t.Fatalf("child did not log %q within %v; log:\n%s", s, d, headTail(c.log.String(), 3000))
 		}
 		select {
 		case err := <-c.done:
@@ -92,6 +92,15 @@ func (c *child) kill(t *testing.T) {
 	t.Helper()
 	c.cmd.Process.Signal(syscall.SIGKILL)
 	<-c.done
+}
+
+// headTail is the first and the last n bytes of a log (its start says
+// how far the child got: prepared, assigned, restored).
+func headTail(s string, n int) string {
+	if len(s) <= 2*n {
+		return s
+	}
+	return s[:n] + "\n…\n" + s[len(s)-n:]
 }
 
 func tail(s string, n int) string {

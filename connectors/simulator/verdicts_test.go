@@ -264,6 +264,7 @@ func runVerdicts(t *testing.T, cfg Config, batches int) (*Simulator, []Message) 
 // verdicts per trace, the same figures, each on a span of the trace under
 // the request's server resource, within the request's time span.
 func TestVerdictsMatchDecoded(t *testing.T) {
+	heavyVerdictTest(t)
 	for _, v := range realisticVariants[:3] {
 		t.Run(v.name, func(t *testing.T) {
 			cfg := v.cfg
@@ -434,6 +435,7 @@ func verdictShares(tr Truth, keep func(TraceTruth) bool) shares {
 // TestVerdictShares checks that the shares of attempts, misses, checks and
 // failures are the configured ones, over many requests.
 func TestVerdictShares(t *testing.T) {
+	heavyVerdictTest(t)
 	for _, vc := range []VerdictConfig{
 		{JailbreakRate: 0.05, GuardMissRate: 0.3},                                                    // defaults for the checks
 		{HallucinationChecked: 0.9, HallucinationFlagged: 0.2, PIIChecked: -1, ToxicityFlagged: 0.5}, // and for the rates
@@ -486,6 +488,7 @@ func TestVerdictShares(t *testing.T) {
 // TestVerdictJump checks that a jump raises its tenant's attempt and bypass
 // shares in its window, and nobody else's.
 func TestVerdictJump(t *testing.T) {
+	heavyVerdictTest(t)
 	jump := VerdictJump{Tenant: "globex", From: 40 * time.Second, To: 80 * time.Second, JailbreakRate: 0.4}
 	cfg := Config{Realistic: true, Seed: 3, Rate: 150, Hosts: 8, Verdicts: &VerdictConfig{Jumps: []VerdictJump{jump}}}
 	s, _ := runVerdicts(t, cfg, 600) // 120 s
@@ -579,6 +582,7 @@ func stripVerdicts(t *testing.T, cfg Config, m Message) proto.Message {
 // byte for byte), and the request truth is the same but for the span and
 // log counts.
 func TestVerdictsLeaveTheRestAlone(t *testing.T) {
+	heavyVerdictTest(t)
 	variants := append(slices.Clone(realisticVariants), struct {
 		name string
 		cfg  Config
@@ -709,5 +713,16 @@ func TestVerdictConfig(t *testing.T) {
 	}
 	if vc.HallucinationChecked != 0 || vc.PIIChecked != -1 {
 		t.Fatalf("EnsureDefaults changed the caller's VerdictConfig: %+v", *vc)
+	}
+}
+
+// heavyVerdictTest skips a statistical verdict test under the race
+// detector: it generates tens of thousands of requests in one goroutine,
+// which the detector slows several times over and has nothing to check in;
+// make test runs these tests again without it.
+func heavyVerdictTest(t *testing.T) {
+	t.Helper()
+	if raceEnabled {
+		t.Skip("generation is single-goroutine and the race detector makes it several times slower: make test runs it without -race")
 	}
 }
