@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -277,9 +278,7 @@ func text(v Value) []byte {
 // one kept, or the same and t is smaller (the result does not depend on
 // the order members are added in).
 func (d *Deriver) offerTenant(t []byte, rank uint8) {
-	if len(t) > maxCheckerBytes {
-		t = t[:maxCheckerBytes]
-	}
+	t = cut(t, maxCheckerBytes)
 	if rank > d.tenantRank || rank == d.tenantRank && bytes.Compare(t, d.str(d.tenant)) < 0 {
 		d.tenant, d.tenantRank = d.keep(t), rank
 	}
@@ -477,16 +476,26 @@ func (d *Deriver) addVerdicts(s *verdictScan, rank uint8) {
 			}
 			r.decision, r.stage = decisionOf(o.label), stageOf(o.stage)
 		}
-		if len(checker) > maxCheckerBytes {
-			checker = checker[:maxCheckerBytes]
-		}
+		checker = cut(checker, maxCheckerBytes)
 		r.checker = d.keep(checker)
 		d.verdicts = append(d.verdicts, r)
 	}
 }
 
-// maxCheckerBytes bounds a checker's name.
+// maxCheckerBytes bounds a checker's name and a tenant.
 const maxCheckerBytes = 128
+
+// cut shortens b to at most n bytes, at the start of a rune (a valid
+// UTF-8 string stays valid).
+func cut(b []byte, n int) []byte {
+	if len(b) <= n {
+		return b
+	}
+	for n > 0 && !utf8.RuneStart(b[n]) {
+		n--
+	}
+	return b[:n]
+}
 
 // spanVerdictEvent reads the verdict attributes of a span event (its
 // attributes are field 3).

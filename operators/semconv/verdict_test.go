@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -231,5 +232,20 @@ func TestVerdictsBounded(t *testing.T) {
 	}
 	if !slices.ContainsFunc(d.Derived().Verdicts, func(v *braidpb.Verdict) bool { return v.Checker == "check0" }) {
 		t.Fatal("the first verdicts were not kept")
+	}
+}
+
+// A long name is cut at a rune boundary: the fused record stays valid
+// UTF-8.
+func TestVerdictNamesCutAtRunes(t *testing.T) {
+	long := strings.Repeat("é", 100) // 200 bytes
+	var d Deriver
+	d.AddSpan(span(t, "e", 1, 2, []*commonpb.KeyValue{str("tenant.id", long)}, child, events(evalEvent(long, 0.5, "pass"))), nil)
+	got := d.Derived()
+	if !utf8.ValidString(got.Tenant) || len(got.Tenant) != 128 || !strings.HasPrefix(long, got.Tenant) {
+		t.Errorf("tenant %q", got.Tenant)
+	}
+	if c := got.Verdicts[0].Checker; !utf8.ValidString(c) || len(c) != 128 {
+		t.Errorf("checker %q (%d bytes)", c, len(c))
 	}
 }
