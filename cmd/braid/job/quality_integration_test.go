@@ -27,7 +27,7 @@ import (
 const (
 	qualitySpan      = 12 * time.Minute
 	qualityJumpFrom  = 3 * time.Minute
-	qualityJumpTo    = 7 * time.Minute
+	qualityJumpTo    = 6 * time.Minute // its bypass alert resolves about 4 minutes later, well before the input ends
 	qualityJumper    = "umbrella"
 	qualityRateError = 0.005 // the sketches' relative accuracy
 )
