@@ -23,7 +23,7 @@ import (
 )
 
 // The quality run: a realistic fleet whose guardrails and evaluators report
-// verdicts, with one tenant's jailbreak attempts jumping for four minutes.
+// verdicts, with one tenant's jailbreak attempts jumping for three minutes.
 const (
 	qualitySpan      = 12 * time.Minute
 	qualityJumpFrom  = 3 * time.Minute
