@@ -23,7 +23,7 @@
 // that "avg(jailbreak) - avg(jailbreak, 1w)" is the drift of the rate now
 // from its trailing baseline. A window no longer than the rule's is read
 // from the fine panes, exactly. A longer one must be a multiple of
-// alerts.baseline_resolution (B, default 1h), at most 400 of them, and is
+// alerts.baseline_resolution (B, default 6h), at most 400 of them, and is
 // read from a coarse tier: for the figures read with a long window, each
 // owned group keeps coarse panes of B, into which each fine pane is merged
 // (folded) when it is dropped from the fine tier — once no window of the
@@ -37,7 +37,7 @@
 //
 // The approximation is at the old edge only: the window starts at the
 // first multiple of B at or after end−W, so it is up to B shorter than W
-// (a week read with B = 1h covers between 167 and 168 hours). The newest
+// (a week read with B = 6h covers between 162 and 168 hours). The newest
 // part is exact, from the fine panes. Coarse panes keep no exemplars and,
 // unless a quantile is taken of the figure, no sketch.
 //
@@ -47,6 +47,6 @@
 // restores with its fine panes and alert states and an empty coarse tier,
 // which fills from then on). Memory per group: about (longest window / B)
 // coarse panes of one aggregate (~130 bytes) per figure read with a long
-// window — for the default rules (four figures over a week, B = 1h) about
-// 90 KB per model and tenant.
+// window — for the default rules (four figures over a week, B = 6h) about
+// 15 KB per model and tenant (90 KB with B = 1h).
 package alerts

@@ -211,7 +211,8 @@ type Config struct {
 	MaxGroups int `yaml:"max_groups"`
 	// BaselineResolution is the coarse pane of the figures read with a
 	// window longer than their rule's (e.g. avg(jailbreak, 1w)): such a
-	// window is a multiple of it, at most 400 of them. Default 1h.
+	// window is a multiple of it, at most 400 of them. Default 6h (a
+	// week's baseline in 28 panes).
 	BaselineResolution time.Duration `yaml:"baseline_resolution"`
 	// Exemplars: how many trace or incident ids an alert carries (the
 	// slowest, largest). Default 5.
@@ -246,7 +247,7 @@ func (c *Config) EnsureDefaults() {
 		c.MaxGroups = 10000
 	}
 	if c.BaselineResolution <= 0 {
-		c.BaselineResolution = time.Hour
+		c.BaselineResolution = 6 * time.Hour
 	}
 	if c.Exemplars <= 0 {
 		c.Exemplars = 5
