@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"regexp"
+	"testing"
 
 	logspb "go.opentelemetry.io/proto/otlp/logs/v1"
 	metricspb "go.opentelemetry.io/proto/otlp/metrics/v1"
@@ -45,6 +46,18 @@ func newFor(signal string) proto.Message {
 }
 
 // decode reads one record value with the otlp Go types.
+// decodeMessage decodes a message the simulator wrote with cfg, failing
+// the test when it does not decode.
+func decodeMessage(t testing.TB, cfg Config, m Message) proto.Message {
+	t.Helper()
+	signal := map[string]string{cfg.Topics.Spans: "spans", cfg.Topics.Logs: "logs", cfg.Topics.Metrics: "metrics"}[m.Topic]
+	msg, err := decode(signal, cfg.Encoding, m.Value)
+	if err != nil {
+		t.Fatalf("decode %s: %v", m.Topic, err)
+	}
+	return msg
+}
+
 func decode(signal, encoding string, value []byte) (proto.Message, error) {
 	m := newFor(signal)
 	switch encoding {

@@ -75,11 +75,7 @@ func runOps(t *testing.T, cfg Config, batches int) *opsRun {
 	}
 	add := func(m Message) {
 		d.add(t, s.cfg, m)
-		signal := map[string]string{s.cfg.Topics.Spans: "spans", s.cfg.Topics.Logs: "logs", s.cfg.Topics.Metrics: "metrics"}[m.Topic]
-		msg, err := decode(signal, s.cfg.Encoding, m.Value)
-		if err != nil {
-			t.Fatal(err)
-		}
+		msg := decodeMessage(t, s.cfg, m)
 		switch x := msg.(type) {
 		case *tracepb.TracesData:
 			for _, rs := range x.ResourceSpans {

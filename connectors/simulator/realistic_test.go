@@ -126,11 +126,7 @@ func newRDecoded() *rdecoded {
 func (d *rdecoded) add(t *testing.T, cfg Config, m Message) {
 	t.Helper()
 	d.decoded.add(t, cfg, m, func(uint64) {})
-	signal := map[string]string{cfg.Topics.Spans: "spans", cfg.Topics.Logs: "logs", cfg.Topics.Metrics: "metrics"}[m.Topic]
-	msg, err := decode(signal, cfg.Encoding, m.Value)
-	if err != nil {
-		t.Fatal(err)
-	}
+	msg := decodeMessage(t, cfg, m)
 	switch x := msg.(type) {
 	case *tracepb.TracesData:
 		for _, rs := range x.ResourceSpans {

@@ -93,11 +93,7 @@ func newDecoded() *decoded {
 func (d *decoded) add(t *testing.T, cfg Config, m Message, eventTime func(uint64)) {
 	t.Helper()
 	d.messages[m.Topic]++
-	signal := map[string]string{cfg.Topics.Spans: "spans", cfg.Topics.Logs: "logs", cfg.Topics.Metrics: "metrics"}[m.Topic]
-	msg, err := decode(signal, cfg.Encoding, m.Value)
-	if err != nil {
-		t.Fatalf("decode %s: %v", m.Topic, err)
-	}
+	msg := decodeMessage(t, cfg, m)
 	see := func(ns uint64) {
 		d.lastEvent = max(d.lastEvent, ns)
 		eventTime(ns)
@@ -290,11 +286,7 @@ func checkTruth(t *testing.T, tr Truth, d *decoded, complete bool) {
 // order, and the number of resource blocks.
 func traceIDsIn(t *testing.T, cfg Config, m Message) (ids []string, resources int) {
 	t.Helper()
-	signal := map[string]string{cfg.Topics.Spans: "spans", cfg.Topics.Logs: "logs", cfg.Topics.Metrics: "metrics"}[m.Topic]
-	msg, err := decode(signal, cfg.Encoding, m.Value)
-	if err != nil {
-		t.Fatal(err)
-	}
+	msg := decodeMessage(t, cfg, m)
 	switch x := msg.(type) {
 	case *tracepb.TracesData:
 		for _, rs := range x.ResourceSpans {

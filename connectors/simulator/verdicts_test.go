@@ -167,11 +167,7 @@ func newVerdictReader() *verdictReader {
 
 func (vr *verdictReader) add(t *testing.T, cfg Config, m Message) {
 	t.Helper()
-	signal := map[string]string{cfg.Topics.Spans: "spans", cfg.Topics.Logs: "logs", cfg.Topics.Metrics: "metrics"}[m.Topic]
-	msg, err := decode(signal, cfg.Encoding, m.Value)
-	if err != nil {
-		t.Fatal(err)
-	}
+	msg := decodeMessage(t, cfg, m)
 	switch x := msg.(type) {
 	case *tracepb.TracesData:
 		for _, rs := range x.ResourceSpans {
@@ -540,11 +536,7 @@ func TestVerdictJump(t *testing.T) {
 // when nothing is left.
 func stripVerdicts(t *testing.T, cfg Config, m Message) proto.Message {
 	t.Helper()
-	signal := map[string]string{cfg.Topics.Spans: "spans", cfg.Topics.Logs: "logs", cfg.Topics.Metrics: "metrics"}[m.Topic]
-	msg, err := decode(signal, cfg.Encoding, m.Value)
-	if err != nil {
-		t.Fatal(err)
-	}
+	msg := decodeMessage(t, cfg, m)
 	switch x := msg.(type) {
 	case *tracepb.TracesData:
 		x.ResourceSpans = slices.DeleteFunc(x.ResourceSpans, func(rs *tracepb.ResourceSpans) bool {

@@ -322,63 +322,55 @@ func (s *verdictScan) attr(k []byte, v Value) bool {
 }
 
 func (s *verdictScan) attr1(k []byte, v Value) bool {
+	// src marks source i as seen on this member and returns it.
+	src := func(i uint8) *verdictSource {
+		o := &s.src[i]
+		o.seen = true
+		return o
+	}
 	switch string(k) {
 	case "tenant.id", "tenant_id", "tenant":
 		if v.Type == ValueString && len(v.raw) > 0 && s.tenant == nil {
 			s.tenant = v.raw
 		}
 	case "gen_ai.evaluation.name":
-		o := &s.src[srcOTel]
-		o.seen, o.name = true, text(v)
+		src(srcOTel).name = text(v)
 	case "gen_ai.evaluation.score.value":
-		o := &s.src[srcOTel]
-		o.seen = true
-		o.setScore(v)
+		src(srcOTel).setScore(v)
 	case "gen_ai.evaluation.score.label":
-		o := &s.src[srcOTel]
-		o.seen, o.label = true, text(v)
+		src(srcOTel).label = text(v)
 	case "guard.validator", "guard.classification", "guard.verdict", "guard.score":
-		s.openLIT(&s.src[srcOpenLITGuard], k[len("guard."):], v)
+		src(srcOpenLITGuard).openLIT(k[len("guard."):], v)
 	case "evals.validator", "evals.classification", "evals.verdict", "evals.score":
-		s.openLIT(&s.src[srcOpenLITEvals], k[len("evals."):], v)
+		src(srcOpenLITEvals).openLIT(k[len("evals."):], v)
 	case "rail.name":
-		n := &s.src[srcNeMo]
-		n.seen, n.name = true, text(v)
+		src(srcNeMo).name = text(v)
 	case "rail.type":
-		n := &s.src[srcNeMo]
-		n.seen, n.stage = true, text(v)
+		src(srcNeMo).stage = text(v)
 	case "rail.stop":
-		n := &s.src[srcNeMo]
-		n.seen = true
+		n := src(srcNeMo)
 		n.stop, n.hasStop = v.Bool()
 	case "rail.decisions":
-		n := &s.src[srcNeMo]
-		n.seen = true
+		n := src(srcNeMo)
 		n.block = n.block || decisionsBlock(v)
 	case "braid.verdict.kind":
-		b := &s.src[srcBraid]
-		b.seen, b.kind = true, text(v)
+		src(srcBraid).kind = text(v)
 	case "braid.verdict.score":
-		b := &s.src[srcBraid]
-		b.seen = true
-		b.setScore(v)
+		src(srcBraid).setScore(v)
 	case "braid.verdict.decision":
-		b := &s.src[srcBraid]
-		b.seen, b.label = true, text(v)
+		src(srcBraid).label = text(v)
 	case "braid.verdict.checker":
-		b := &s.src[srcBraid]
-		b.seen, b.name = true, text(v)
+		src(srcBraid).name = text(v)
 	case "braid.verdict.stage":
-		b := &s.src[srcBraid]
-		b.seen, b.stage = true, text(v)
+		src(srcBraid).stage = text(v)
 	default:
 		return false
 	}
 	return true
 }
 
-func (s *verdictScan) openLIT(o *verdictSource, field []byte, v Value) {
-	o.seen = true
+// openLIT reads one of OpenLIT's guard.* or evals.* fields.
+func (o *verdictSource) openLIT(field []byte, v Value) {
 	switch string(field) {
 	case "validator":
 		o.name = text(v)
