@@ -483,13 +483,6 @@ func (p *Processor) alertRecord(g *owned, r *Rule, st *alertState, to braidpb.Al
 	return a
 }
 
-// flagFigures are the 0/1 figures whose 1 is what an alert is about: a
-// trace with 0 is no exemplar of theirs.
-var flagFigures = map[string]bool{
-	"error": true, "slow": true, "polluted": true, "blocked": true, "hallucination": true, "pii": true,
-	"pii_leak": true, "jailbreak": true, "toxicity": true, "guardrail_bypass": true,
-}
-
 func urlEscape(s string) string {
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {

@@ -79,6 +79,13 @@ var traceFigures = []string{
 	"jailbreak", "jailbreak_score", "toxicity", "toxicity_score", "sensitivity",
 }
 
+// flagFigures are the 0/1 figures whose 1 is what an alert is about: a
+// trace with 0 is no exemplar of theirs.
+var flagFigures = map[string]bool{
+	"error": true, "slow": true, "polluted": true, "blocked": true, "hallucination": true, "pii": true,
+	"pii_leak": true, "jailbreak": true, "toxicity": true, "guardrail_bypass": true,
+}
+
 // FigureIncident is 1 per KV-cache pollution incident (its first
 // revision), grouped by gpu, host, instance and pattern.
 const FigureIncident = "incident"
