@@ -161,8 +161,11 @@ type FusedTrace struct {
 	IncidentIds []string `protobuf:"bytes,14,rep,name=incident_ids,json=incidentIds,proto3" json:"incident_ids,omitempty"`
 	// This record's index among the parts of the revision (0-based), and
 	// their count; both 0 when the revision is one record.
-	Part          uint32 `protobuf:"varint,15,opt,name=part,proto3" json:"part,omitempty"`
-	Parts         uint32 `protobuf:"varint,16,opt,name=parts,proto3" json:"parts,omitempty"`
+	Part  uint32 `protobuf:"varint,15,opt,name=part,proto3" json:"part,omitempty"`
+	Parts uint32 `protobuf:"varint,16,opt,name=parts,proto3" json:"parts,omitempty"`
+	// The sampling decision for trace stores (operators/sampling), when the
+	// sampling stage is on; absent otherwise.
+	Sampling      *Sampling `protobuf:"bytes,17,opt,name=sampling,proto3" json:"sampling,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -309,6 +312,89 @@ func (x *FusedTrace) GetParts() uint32 {
 	return 0
 }
 
+func (x *FusedTrace) GetSampling() *Sampling {
+	if x != nil {
+		return x.Sampling
+	}
+	return nil
+}
+
+// Sampling is a trace's sampling decision as of this revision: kept
+// traces' spans and logs go, as plain OTLP, to the sampled topics. A trace
+// kept once stays kept; a dropped one may be kept by a later revision.
+type Sampling struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kept  bool                   `protobuf:"varint,1,opt,name=kept,proto3" json:"kept,omitempty"`
+	// Why it was kept: "rate", "error", "polluted", "quality" or "slow";
+	// empty when dropped.
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The probability its tenant's policy gives it (whatever rule keeps it).
+	Rate float64 `protobuf:"fixed64,3,opt,name=rate,proto3" json:"rate,omitempty"`
+	// Its OpenTelemetry rejection threshold (tracestate ot=th) when kept:
+	// "0" when a rule kept it.
+	Threshold     string `protobuf:"bytes,4,opt,name=threshold,proto3" json:"threshold,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Sampling) Reset() {
+	*x = Sampling{}
+	mi := &file_braid_v1_braid_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Sampling) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Sampling) ProtoMessage() {}
+
+func (x *Sampling) ProtoReflect() protoreflect.Message {
+	mi := &file_braid_v1_braid_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Sampling.ProtoReflect.Descriptor instead.
+func (*Sampling) Descriptor() ([]byte, []int) {
+	return file_braid_v1_braid_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Sampling) GetKept() bool {
+	if x != nil {
+		return x.Kept
+	}
+	return false
+}
+
+func (x *Sampling) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Sampling) GetRate() float64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *Sampling) GetThreshold() string {
+	if x != nil {
+		return x.Threshold
+	}
+	return ""
+}
+
 // FusedSpan is one span with its scope and where it was read from.
 type FusedSpan struct {
 	state         protoimpl.MessageState    `protogen:"open.v1"`
@@ -322,7 +408,7 @@ type FusedSpan struct {
 
 func (x *FusedSpan) Reset() {
 	*x = FusedSpan{}
-	mi := &file_braid_v1_braid_proto_msgTypes[1]
+	mi := &file_braid_v1_braid_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -334,7 +420,7 @@ func (x *FusedSpan) String() string {
 func (*FusedSpan) ProtoMessage() {}
 
 func (x *FusedSpan) ProtoReflect() protoreflect.Message {
-	mi := &file_braid_v1_braid_proto_msgTypes[1]
+	mi := &file_braid_v1_braid_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -347,7 +433,7 @@ func (x *FusedSpan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FusedSpan.ProtoReflect.Descriptor instead.
 func (*FusedSpan) Descriptor() ([]byte, []int) {
-	return file_braid_v1_braid_proto_rawDescGZIP(), []int{1}
+	return file_braid_v1_braid_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *FusedSpan) GetResourceIndex() uint32 {
@@ -391,7 +477,7 @@ type FusedLog struct {
 
 func (x *FusedLog) Reset() {
 	*x = FusedLog{}
-	mi := &file_braid_v1_braid_proto_msgTypes[2]
+	mi := &file_braid_v1_braid_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -403,7 +489,7 @@ func (x *FusedLog) String() string {
 func (*FusedLog) ProtoMessage() {}
 
 func (x *FusedLog) ProtoReflect() protoreflect.Message {
-	mi := &file_braid_v1_braid_proto_msgTypes[2]
+	mi := &file_braid_v1_braid_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -416,7 +502,7 @@ func (x *FusedLog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FusedLog.ProtoReflect.Descriptor instead.
 func (*FusedLog) Descriptor() ([]byte, []int) {
-	return file_braid_v1_braid_proto_rawDescGZIP(), []int{2}
+	return file_braid_v1_braid_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *FusedLog) GetResourceIndex() uint32 {
@@ -461,7 +547,7 @@ type FusedPoint struct {
 
 func (x *FusedPoint) Reset() {
 	*x = FusedPoint{}
-	mi := &file_braid_v1_braid_proto_msgTypes[3]
+	mi := &file_braid_v1_braid_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -473,7 +559,7 @@ func (x *FusedPoint) String() string {
 func (*FusedPoint) ProtoMessage() {}
 
 func (x *FusedPoint) ProtoReflect() protoreflect.Message {
-	mi := &file_braid_v1_braid_proto_msgTypes[3]
+	mi := &file_braid_v1_braid_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -486,7 +572,7 @@ func (x *FusedPoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FusedPoint.ProtoReflect.Descriptor instead.
 func (*FusedPoint) Descriptor() ([]byte, []int) {
-	return file_braid_v1_braid_proto_rawDescGZIP(), []int{3}
+	return file_braid_v1_braid_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *FusedPoint) GetResourceIndex() uint32 {
@@ -529,7 +615,7 @@ type Origin struct {
 
 func (x *Origin) Reset() {
 	*x = Origin{}
-	mi := &file_braid_v1_braid_proto_msgTypes[4]
+	mi := &file_braid_v1_braid_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -541,7 +627,7 @@ func (x *Origin) String() string {
 func (*Origin) ProtoMessage() {}
 
 func (x *Origin) ProtoReflect() protoreflect.Message {
-	mi := &file_braid_v1_braid_proto_msgTypes[4]
+	mi := &file_braid_v1_braid_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -554,7 +640,7 @@ func (x *Origin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Origin.ProtoReflect.Descriptor instead.
 func (*Origin) Descriptor() ([]byte, []int) {
-	return file_braid_v1_braid_proto_rawDescGZIP(), []int{4}
+	return file_braid_v1_braid_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Origin) GetTopic() string {
@@ -601,7 +687,7 @@ type Summary struct {
 
 func (x *Summary) Reset() {
 	*x = Summary{}
-	mi := &file_braid_v1_braid_proto_msgTypes[5]
+	mi := &file_braid_v1_braid_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -613,7 +699,7 @@ func (x *Summary) String() string {
 func (*Summary) ProtoMessage() {}
 
 func (x *Summary) ProtoReflect() protoreflect.Message {
-	mi := &file_braid_v1_braid_proto_msgTypes[5]
+	mi := &file_braid_v1_braid_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -626,7 +712,7 @@ func (x *Summary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Summary.ProtoReflect.Descriptor instead.
 func (*Summary) Descriptor() ([]byte, []int) {
-	return file_braid_v1_braid_proto_rawDescGZIP(), []int{5}
+	return file_braid_v1_braid_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Summary) GetSpanCount() uint32 {
@@ -703,7 +789,7 @@ var File_braid_v1_braid_proto protoreflect.FileDescriptor
 
 const file_braid_v1_braid_proto_rawDesc = "" +
 	"\n" +
-	"\x14braid/v1/braid.proto\x12\bbraid.v1\x1a*opentelemetry/proto/common/v1/common.proto\x1a&opentelemetry/proto/logs/v1/logs.proto\x1a,opentelemetry/proto/metrics/v1/metrics.proto\x1a.opentelemetry/proto/resource/v1/resource.proto\x1a(opentelemetry/proto/trace/v1/trace.proto\x1a\x16braid/v1/derived.proto\x1a\x18braid/v1/resources.proto\"\xae\x05\n" +
+	"\x14braid/v1/braid.proto\x12\bbraid.v1\x1a*opentelemetry/proto/common/v1/common.proto\x1a&opentelemetry/proto/logs/v1/logs.proto\x1a,opentelemetry/proto/metrics/v1/metrics.proto\x1a.opentelemetry/proto/resource/v1/resource.proto\x1a(opentelemetry/proto/trace/v1/trace.proto\x1a\x16braid/v1/derived.proto\x1a\x18braid/v1/resources.proto\"\xde\x05\n" +
 	"\n" +
 	"FusedTrace\x12\x19\n" +
 	"\btrace_id\x18\x01 \x01(\fR\atraceId\x12\x1a\n" +
@@ -722,7 +808,13 @@ const file_braid_v1_braid_proto_rawDesc = "" +
 	"\x10resource_context\x18\r \x01(\v2\x19.braid.v1.ResourceContextR\x0fresourceContext\x12!\n" +
 	"\fincident_ids\x18\x0e \x03(\tR\vincidentIds\x12\x12\n" +
 	"\x04part\x18\x0f \x01(\rR\x04part\x12\x14\n" +
-	"\x05parts\x18\x10 \x01(\rR\x05parts\"\xdf\x01\n" +
+	"\x05parts\x18\x10 \x01(\rR\x05parts\x12.\n" +
+	"\bsampling\x18\x11 \x01(\v2\x12.braid.v1.SamplingR\bsampling\"h\n" +
+	"\bSampling\x12\x12\n" +
+	"\x04kept\x18\x01 \x01(\bR\x04kept\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x12\n" +
+	"\x04rate\x18\x03 \x01(\x01R\x04rate\x12\x1c\n" +
+	"\tthreshold\x18\x04 \x01(\tR\tthreshold\"\xdf\x01\n" +
 	"\tFusedSpan\x12%\n" +
 	"\x0eresource_index\x18\x01 \x01(\rR\rresourceIndex\x12I\n" +
 	"\x05scope\x18\x02 \x01(\v23.opentelemetry.proto.common.v1.InstrumentationScopeR\x05scope\x126\n" +
@@ -781,46 +873,48 @@ func file_braid_v1_braid_proto_rawDescGZIP() []byte {
 }
 
 var file_braid_v1_braid_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_braid_v1_braid_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_braid_v1_braid_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_braid_v1_braid_proto_goTypes = []any{
 	(Flag)(0),                        // 0: braid.v1.Flag
 	(*FusedTrace)(nil),               // 1: braid.v1.FusedTrace
-	(*FusedSpan)(nil),                // 2: braid.v1.FusedSpan
-	(*FusedLog)(nil),                 // 3: braid.v1.FusedLog
-	(*FusedPoint)(nil),               // 4: braid.v1.FusedPoint
-	(*Origin)(nil),                   // 5: braid.v1.Origin
-	(*Summary)(nil),                  // 6: braid.v1.Summary
-	(*v1.Resource)(nil),              // 7: opentelemetry.proto.resource.v1.Resource
-	(*Derived)(nil),                  // 8: braid.v1.Derived
-	(*ResourceContext)(nil),          // 9: braid.v1.ResourceContext
-	(*v11.InstrumentationScope)(nil), // 10: opentelemetry.proto.common.v1.InstrumentationScope
-	(*v12.Span)(nil),                 // 11: opentelemetry.proto.trace.v1.Span
-	(*v13.LogRecord)(nil),            // 12: opentelemetry.proto.logs.v1.LogRecord
-	(*v14.Metric)(nil),               // 13: opentelemetry.proto.metrics.v1.Metric
+	(*Sampling)(nil),                 // 2: braid.v1.Sampling
+	(*FusedSpan)(nil),                // 3: braid.v1.FusedSpan
+	(*FusedLog)(nil),                 // 4: braid.v1.FusedLog
+	(*FusedPoint)(nil),               // 5: braid.v1.FusedPoint
+	(*Origin)(nil),                   // 6: braid.v1.Origin
+	(*Summary)(nil),                  // 7: braid.v1.Summary
+	(*v1.Resource)(nil),              // 8: opentelemetry.proto.resource.v1.Resource
+	(*Derived)(nil),                  // 9: braid.v1.Derived
+	(*ResourceContext)(nil),          // 10: braid.v1.ResourceContext
+	(*v11.InstrumentationScope)(nil), // 11: opentelemetry.proto.common.v1.InstrumentationScope
+	(*v12.Span)(nil),                 // 12: opentelemetry.proto.trace.v1.Span
+	(*v13.LogRecord)(nil),            // 13: opentelemetry.proto.logs.v1.LogRecord
+	(*v14.Metric)(nil),               // 14: opentelemetry.proto.metrics.v1.Metric
 }
 var file_braid_v1_braid_proto_depIdxs = []int32{
-	7,  // 0: braid.v1.FusedTrace.resources:type_name -> opentelemetry.proto.resource.v1.Resource
-	2,  // 1: braid.v1.FusedTrace.spans:type_name -> braid.v1.FusedSpan
-	3,  // 2: braid.v1.FusedTrace.logs:type_name -> braid.v1.FusedLog
-	4,  // 3: braid.v1.FusedTrace.points:type_name -> braid.v1.FusedPoint
-	6,  // 4: braid.v1.FusedTrace.summary:type_name -> braid.v1.Summary
+	8,  // 0: braid.v1.FusedTrace.resources:type_name -> opentelemetry.proto.resource.v1.Resource
+	3,  // 1: braid.v1.FusedTrace.spans:type_name -> braid.v1.FusedSpan
+	4,  // 2: braid.v1.FusedTrace.logs:type_name -> braid.v1.FusedLog
+	5,  // 3: braid.v1.FusedTrace.points:type_name -> braid.v1.FusedPoint
+	7,  // 4: braid.v1.FusedTrace.summary:type_name -> braid.v1.Summary
 	0,  // 5: braid.v1.FusedTrace.flags:type_name -> braid.v1.Flag
-	8,  // 6: braid.v1.FusedTrace.derived:type_name -> braid.v1.Derived
-	9,  // 7: braid.v1.FusedTrace.resource_context:type_name -> braid.v1.ResourceContext
-	10, // 8: braid.v1.FusedSpan.scope:type_name -> opentelemetry.proto.common.v1.InstrumentationScope
-	11, // 9: braid.v1.FusedSpan.span:type_name -> opentelemetry.proto.trace.v1.Span
-	5,  // 10: braid.v1.FusedSpan.origin:type_name -> braid.v1.Origin
-	10, // 11: braid.v1.FusedLog.scope:type_name -> opentelemetry.proto.common.v1.InstrumentationScope
-	12, // 12: braid.v1.FusedLog.log:type_name -> opentelemetry.proto.logs.v1.LogRecord
-	5,  // 13: braid.v1.FusedLog.origin:type_name -> braid.v1.Origin
-	10, // 14: braid.v1.FusedPoint.scope:type_name -> opentelemetry.proto.common.v1.InstrumentationScope
-	13, // 15: braid.v1.FusedPoint.metric:type_name -> opentelemetry.proto.metrics.v1.Metric
-	5,  // 16: braid.v1.FusedPoint.origin:type_name -> braid.v1.Origin
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	9,  // 6: braid.v1.FusedTrace.derived:type_name -> braid.v1.Derived
+	10, // 7: braid.v1.FusedTrace.resource_context:type_name -> braid.v1.ResourceContext
+	2,  // 8: braid.v1.FusedTrace.sampling:type_name -> braid.v1.Sampling
+	11, // 9: braid.v1.FusedSpan.scope:type_name -> opentelemetry.proto.common.v1.InstrumentationScope
+	12, // 10: braid.v1.FusedSpan.span:type_name -> opentelemetry.proto.trace.v1.Span
+	6,  // 11: braid.v1.FusedSpan.origin:type_name -> braid.v1.Origin
+	11, // 12: braid.v1.FusedLog.scope:type_name -> opentelemetry.proto.common.v1.InstrumentationScope
+	13, // 13: braid.v1.FusedLog.log:type_name -> opentelemetry.proto.logs.v1.LogRecord
+	6,  // 14: braid.v1.FusedLog.origin:type_name -> braid.v1.Origin
+	11, // 15: braid.v1.FusedPoint.scope:type_name -> opentelemetry.proto.common.v1.InstrumentationScope
+	14, // 16: braid.v1.FusedPoint.metric:type_name -> opentelemetry.proto.metrics.v1.Metric
+	6,  // 17: braid.v1.FusedPoint.origin:type_name -> braid.v1.Origin
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_braid_v1_braid_proto_init() }
@@ -836,7 +930,7 @@ func file_braid_v1_braid_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_braid_v1_braid_proto_rawDesc), len(file_braid_v1_braid_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   6,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -10,6 +10,7 @@ import (
 	"github.com/braidlabs/braid/operators/kvgraph"
 	"github.com/braidlabs/braid/operators/llmmetrics"
 	"github.com/braidlabs/braid/operators/resources"
+	"github.com/braidlabs/braid/operators/sampling"
 )
 
 // Source is one input topic and the encoding the Collector writes to it.
@@ -67,6 +68,11 @@ type Config struct {
 	// emission and every new incident's pattern (operators/llmmetrics);
 	// nil: none.
 	LLM *llmmetrics.Recorder
+	// Sampling is the sampling stage (operators/sampling), run in the fuse
+	// task: it decides at every emission whether the trace is kept for
+	// trace stores, and writes kept traces' spans and logs to its topics as
+	// plain OTLP. nil turns it off.
+	Sampling *sampling.Stage
 	// AlertsTopic carries the alerts stage's partial aggregates to the
 	// task that owns their group. Default braid.alerts-repartition.
 	AlertsTopic string

@@ -36,6 +36,7 @@ const (
 	fIncidents       = 14
 	fPart            = 15
 	fParts           = 16
+	fSampling        = 17
 )
 
 // emitter holds the buffers of one emission, reused across emissions.
@@ -57,6 +58,7 @@ type emitter struct {
 }
 
 type emitMember struct {
+	seq      uint32 // arrival order
 	kind     kind
 	time     int64
 	sortKey  []byte // span: start time + span id; else the payload
@@ -81,7 +83,7 @@ func (p *processor) emit(t *engine.Task, tr *trace, wm int64) error {
 	e.chunks = append(e.chunks, tr.pending...)
 	err := readMembers(e.chunks, func(m *member) error {
 		_, payload, _ := memberParts(m.body)
-		em := emitMember{kind: m.kind, time: m.time, resource: m.resource, body: m.body, sortKey: payload}
+		em := emitMember{seq: uint32(len(e.members)), kind: m.kind, time: m.time, resource: m.resource, body: m.body, sortKey: payload}
 		e.members = append(e.members, em)
 		return nil
 	})
@@ -235,6 +237,12 @@ func (p *processor) emit(t *engine.Task, tr *trace, wm int64) error {
 	for _, id := range e.incidents {
 		b = protowire.AppendTag(b, fIncidents, protowire.BytesType)
 		b = protowire.AppendString(b, id)
+	}
+	if p.sampler != nil {
+		var err error
+		if b, err = p.sample(t, tr, &sum, b); err != nil {
+			return err
+		}
 	}
 	e.out = b
 

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"github.com/braidlabs/braid/operators/alerts"
 	"github.com/braidlabs/braid/operators/kvgraph"
 	"github.com/braidlabs/braid/operators/resources"
+	"github.com/braidlabs/braid/operators/sampling"
 	"github.com/braidlabs/braid/operators/semconv"
 )
 
@@ -161,6 +163,12 @@ type trace struct {
 	lastRes     []byte // resource of pending's last member
 	timerAt     int64  // scheduled timer, 0 if none
 	touchedAt   int64  // processing time of the last member, ns
+	// sampling stage: why the trace is kept (0: not, so far), the rate
+	// then, and how many members (in arrival order) were written to the
+	// sampled topics
+	sampled    sampling.Reason
+	sampleRate float64
+	sent       uint32
 }
 
 // touch is an entry of the processing-time flush queue.
@@ -215,6 +223,11 @@ type processor struct {
 	// alerts stage (nil when off)
 	alerts *alerts.Processor
 
+	// sampling stage (nil when off)
+	sampler *sampling.Processor
+	sampEnc sampling.Encoder
+	sampMem []sampling.Member
+
 	// kvgraph stage
 	kv        *kvgraph.Processor
 	kvBuf     minHeap[*kvEvent] // KV events waiting for the watermark
@@ -260,6 +273,9 @@ func newProcessor(s *Stage, p int32) *processor {
 	pr.kv = kvgraph.NewProcessor(kc, p)
 	if s.cfg.Alerts != nil {
 		pr.alerts = s.cfg.Alerts.NewProcessor(p)
+	}
+	if s.cfg.Sampling != nil {
+		pr.sampler = s.cfg.Sampling.NewProcessor()
 	}
 	return pr
 }
@@ -789,6 +805,11 @@ func (p *processor) PrepareCheckpoint(t *engine.Task) error {
 			return err
 		}
 	}
+	if p.sampler != nil {
+		if err := p.sampler.PrepareCheckpoint(t); err != nil {
+			return err
+		}
+	}
 	for _, tr := range p.changed {
 		tr.changed = false
 		if p.traces[tr.id] != tr {
@@ -857,6 +878,11 @@ func (p *processor) Restore(t *engine.Task) error {
 			return err
 		}
 	}
+	if p.sampler != nil {
+		if err := p.sampler.Restore(t); err != nil {
+			return err
+		}
+	}
 	if err := p.restoreClosed(t); err != nil {
 		return err
 	}
@@ -911,11 +937,13 @@ func eachKey(t *engine.Task, prefix byte, fn func(k, v []byte) error) error {
 	return it.Error()
 }
 
-// encodeMeta is a trace's state record: version 2, times, flags, counts,
-// and the processing time of its last member (so that a restart keeps
-// flush_after's clock). Version 1 lacks the last.
+// encodeMeta is a trace's state record: version 3, times, flags, counts,
+// the processing time of its last member (so that a restart keeps
+// flush_after's clock), and the sampling stage's reason, rate and members
+// written. Version 2 lacks the sampling fields, version 1 also the
+// processing time.
 func encodeMeta(b []byte, tr *trace) []byte {
-	b = append(b, 2) // version
+	b = append(b, 3) // version
 	b = binary.AppendVarint(b, tr.first)
 	b = binary.AppendVarint(b, tr.last)
 	flags := byte(0)
@@ -929,11 +957,14 @@ func encodeMeta(b []byte, tr *trace) []byte {
 	for _, v := range []uint32{tr.revision, tr.spans, tr.logs, tr.points, tr.dropped[0], tr.dropped[1], tr.dropped[2], tr.bytes, tr.chunks} {
 		b = binary.AppendUvarint(b, uint64(v))
 	}
-	return binary.AppendVarint(b, tr.touchedAt)
+	b = binary.AppendVarint(b, tr.touchedAt)
+	b = append(b, byte(tr.sampled))
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(tr.sampleRate))
+	return binary.AppendUvarint(b, uint64(tr.sent))
 }
 
 func decodeMeta(b []byte, tr *trace) error {
-	if len(b) < 1 || (b[0] != 1 && b[0] != 2) {
+	if len(b) < 1 || b[0] < 1 || b[0] > 3 {
 		return fmt.Errorf("fuse: unknown trace record version")
 	}
 	version := b[0]
@@ -968,6 +999,19 @@ func decodeMeta(b []byte, tr *trace) error {
 		if tr.touchedAt, n = binary.Varint(b); n <= 0 {
 			return errCorruptChunk
 		}
+		b = b[n:]
+	}
+	if version >= 3 {
+		if len(b) < 9 {
+			return errCorruptChunk
+		}
+		tr.sampled = sampling.Reason(b[0])
+		tr.sampleRate = math.Float64frombits(binary.LittleEndian.Uint64(b[1:9]))
+		x, n := binary.Uvarint(b[9:])
+		if n <= 0 {
+			return errCorruptChunk
+		}
+		tr.sent = uint32(x)
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/braidlabs/braid/operators/fuse"
 	"github.com/braidlabs/braid/operators/kvgraph"
 	"github.com/braidlabs/braid/operators/llmmetrics"
+	"github.com/braidlabs/braid/operators/sampling"
 	"github.com/braidlabs/braid/operators/resources"
 	"github.com/braidlabs/braid/operators/semconv"
 	"github.com/braidlabs/braid/state"
@@ -107,6 +108,11 @@ type Config struct {
 	// max_tokens_per_second maps a model to its peak decode throughput,
 	// the denominator of llm_batch_efficiency_ratio.
 	LLMMetrics llmmetrics.Config `yaml:"llm_metrics"`
+	// Sampling: per-tenant sampling of fused traces for trace stores
+	// (operators/sampling); kept traces' spans and logs are written as
+	// plain OTLP to sampling.traces_topic and sampling.logs_topic. Off by
+	// default.
+	Sampling sampling.Config `yaml:"sampling"`
 
 	// CheckpointInterval, default 5s, 1s–60s.
 	CheckpointInterval time.Duration `yaml:"checkpoint_interval"`
@@ -369,6 +375,11 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("config: %w", err))
 		}
 	}
+	if c.Sampling.Enabled {
+		if _, err := sampling.New(c.Sampling); err != nil {
+			errs = append(errs, fmt.Errorf("config: %w", err))
+		}
+	}
 	if c.State.MemoryBudget < MinMemoryBudget {
 		errs = append(errs, fmt.Errorf("config: state.memory_budget %d is below the minimum of %d (64 MiB)", c.State.MemoryBudget, MinMemoryBudget))
 	}
@@ -487,7 +498,21 @@ func (c *Config) FuseConfig(partitions int32) fuse.Config {
 		JSON:            c.Outputs.Format == "json",
 		Alerts:          c.alertsStage(partitions),
 		AlertsTopic:     c.Group + ".alerts-repartition",
+		Sampling:        c.samplingStage(),
 	}
+}
+
+// samplingStage is the sampling stage of the job, nil when off (or
+// invalid: Validate reports that).
+func (c *Config) samplingStage() *sampling.Stage {
+	if !c.Sampling.Enabled {
+		return nil
+	}
+	st, err := sampling.New(c.Sampling)
+	if err != nil {
+		return nil
+	}
+	return st
 }
 
 // alertsStage is the alerts stage of the job, nil when off (or invalid:

@@ -96,6 +96,10 @@ func Prepare(ctx context.Context, cfg *Config, log *slog.Logger) (*Job, error) {
 		topics = append(topics, kafka.Topic{Name: fc.AlertsTopic, Partitions: partitions},
 			kafka.Topic{Name: ac.OutputTopic, Partitions: ac.OutputPartitions})
 	}
+	if sc := fc.Sampling; sc != nil {
+		topics = append(topics, kafka.Topic{Name: sc.Config().TracesTopic, Partitions: fc.FusedPartitions},
+			kafka.Topic{Name: sc.Config().LogsTopic, Partitions: fc.FusedPartitions})
+	}
 	if fc.ResourcesTopic != "" {
 		// Read whole by every instance at start: keep an hour, at least
 		// the table's retention.
@@ -312,6 +316,9 @@ func (o *observability) attach(cfg *Config, eng *engine.Engine, stage *fuse.Stag
 	}
 	if err == nil && stage.Config().Alerts != nil {
 		err = o.registry.Register(newAlertsCollector(stage.Config().Alerts.Counters()))
+	}
+	if err == nil && stage.Config().Sampling != nil {
+		err = o.registry.Register(newSamplingCollector(stage.Config().Sampling))
 	}
 	if err == nil && recorded != nil {
 		err = o.registry.Register(recorded)

@@ -1,0 +1,179 @@
+package fuse
+
+import (
+	"math"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/braidlabs/braid/connectors/otlp"
+	"github.com/braidlabs/braid/engine"
+	"github.com/braidlabs/braid/operators/sampling"
+	"github.com/braidlabs/braid/operators/semconv"
+)
+
+// sample decides whether tr, being emitted, is kept for trace stores
+// (operators/sampling), writes the members not yet written to the sampled
+// topics if so, and appends the decision to FusedTrace b (field 17).
+func (p *processor) sample(t *engine.Task, tr *trace, sum *summary, b []byte) ([]byte, error) {
+	e := &p.emitter
+	cfg := p.cfg.Sampling.Config()
+	var d sampling.Decision
+	st := p.sampleTrace(tr, sum, &cfg)
+	if tr.sampled == sampling.ReasonNone {
+		d = p.sampler.Decide(&st, !tr.emitted)
+		if d.Kept() {
+			tr.sampled, tr.sampleRate = d.Reason, d.Rate
+		}
+	} else {
+		// Kept before: stays kept for the same reason; its new members
+		// carry the same decision.
+		d = p.sampler.Again(&st, tr.sampled, tr.sampleRate)
+	}
+	if d.Kept() {
+		p.sampMem = p.sampMem[:0]
+		n := uint32(0)
+		for i := range e.members {
+			m := &e.members[i]
+			n = max(n, m.seq+1)
+			if m.seq < tr.sent || (m.kind != kindSpan && m.kind != kindLog) {
+				continue
+			}
+			scope, payload, _ := memberParts(m.body)
+			p.sampMem = append(p.sampMem, sampling.Member{Log: m.kind == kindLog, Resource: m.resource, Scope: scope, Payload: payload})
+		}
+		if len(p.sampMem) > 0 {
+			p.writeSampled(t, tr, d)
+		}
+		tr.sent = n
+	}
+	// FusedTrace.sampling
+	inner := 0
+	var th []byte
+	if d.Kept() {
+		th = sampling.AppendThreshold(nil, d.Threshold)
+		inner += protowire.SizeTag(1) + 1 + protowire.SizeTag(2) + protowire.SizeBytes(len(d.Reason.String())) +
+			protowire.SizeTag(4) + protowire.SizeBytes(len(th))
+	}
+	inner += protowire.SizeTag(3) + 8
+	b = protowire.AppendTag(b, fSampling, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(inner))
+	if d.Kept() {
+		b = protowire.AppendTag(b, 1, protowire.VarintType)
+		b = protowire.AppendVarint(b, 1)
+		b = protowire.AppendTag(b, 2, protowire.BytesType)
+		b = protowire.AppendString(b, d.Reason.String())
+	}
+	b = protowire.AppendTag(b, 3, protowire.Fixed64Type)
+	b = protowire.AppendFixed64(b, math.Float64bits(d.Rate))
+	if d.Kept() {
+		b = protowire.AppendTag(b, 4, protowire.BytesType)
+		b = protowire.AppendBytes(b, th)
+	}
+	return b, nil
+}
+
+// writeSampled writes p.sampMem, tr's members not yet written, to the
+// sampled topics.
+func (p *processor) writeSampled(t *engine.Task, tr *trace, d sampling.Decision) {
+	cfg := p.cfg.Sampling.Config()
+	key := otlp.AppendTraceIDHex(make([]byte, 0, 32), tr.id)
+	// Room for the key and record overhead, as for fused records.
+	room := p.room(key, nil)
+	spans, logs, unwritable := p.sampEnc.Encode(p.sampMem, d, room)
+	if unwritable > 0 {
+		p.sampler.Unwritable(unwritable)
+	}
+	n, size := 0, 0
+	for _, out := range []struct {
+		topic  string
+		values [][]byte
+	}{{cfg.TracesTopic, spans}, {cfg.LogsTopic, logs}} {
+		partition := otlp.HashPartition(key, p.cfg.FusedPartitions)
+		for _, v := range out.values {
+			t.Emit(&kgo.Record{Topic: out.topic, Partition: partition, Key: key, Value: v})
+			n++
+			size += len(v)
+		}
+	}
+	p.sampler.Written(n, size)
+}
+
+// sampleTrace is what the sampling decision reads of tr.
+func (p *processor) sampleTrace(tr *trace, sum *summary, cfg *sampling.Config) sampling.Trace {
+	e := &p.emitter
+	st := sampling.Trace{ID: tr.id, Last: tr.last, Error: sum.errors > 0, Polluted: len(e.incidents) > 0}
+	if d := e.derived; d != nil {
+		st.Tenant, st.Model = d.Tenant, d.Model
+		st.TTFT, st.E2E = d.TtftNanos, d.E2ENanos
+		st.SeqLen = d.InputTokens + d.OutputTokens
+		if q := d.Quality; q != nil {
+			st.Quality = q.GuardrailBypass || q.PiiLeak || q.Blocked
+		}
+	}
+	if st.E2E <= 0 && sum.haveRoot && sum.rootEnd > sum.rootStart {
+		st.E2E = int64(sum.rootEnd - sum.rootStart)
+	}
+	need := p.cfg.Sampling.Needs(st.Tenant, st.Model)
+	custom := cfg.TenantAttribute != ""
+	if !custom && !need.Batch && (!need.SeqLen || st.SeqLen > 0) {
+		return st
+	}
+	var tenantRank int
+	if custom {
+		st.Tenant = ""
+	}
+	var seq int64
+	for i := range e.members {
+		m := &e.members[i]
+		if m.kind != kindSpan {
+			continue
+		}
+		if custom && tenantRank < 3 {
+			if v, ok := semconv.Lookup(m.sortKey, 9, cfg.TenantAttribute); ok && v != "" {
+				rank := 2
+				if isRootSpan(m.sortKey) {
+					rank = 3
+				}
+				if rank > tenantRank || rank == tenantRank && v < st.Tenant {
+					st.Tenant, tenantRank = v, rank
+				}
+			} else if tenantRank == 0 {
+				if v, ok := semconv.Lookup(m.resource, 1, cfg.TenantAttribute); ok && v != "" && (st.Tenant == "" || v < st.Tenant) {
+					st.Tenant = v
+				}
+			}
+		}
+		if need.Batch {
+			if v, ok := semconv.LookupValue(m.sortKey, 9, semconv.KeyBatchSize); ok {
+				if n, ok := v.Int(); ok && n > st.Batch {
+					st.Batch = n
+				}
+			}
+		}
+		if need.SeqLen && st.SeqLen == 0 {
+			if v, ok := semconv.LookupValue(m.sortKey, 9, semconv.KeySeqLen); ok {
+				if n, ok := v.Int(); ok && n > seq {
+					seq = n
+				}
+			}
+		}
+	}
+	if st.SeqLen == 0 {
+		st.SeqLen = seq
+	}
+	return st
+}
+
+// isRootSpan reports whether span has no parent span id (field 4).
+func isRootSpan(span []byte) bool {
+	root := true
+	fields(span, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) bool {
+		if num == 4 && typ == protowire.BytesType && len(v) > 0 {
+			root = false
+			return false
+		}
+		return true
+	})
+	return root
+}

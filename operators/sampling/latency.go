@@ -1,0 +1,215 @@
+package sampling
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+	"slices"
+
+	"github.com/braidlabs/braid/engine"
+	"github.com/braidlabs/braid/windows"
+)
+
+// latencies are a task's latency windows for the slow rule: per model,
+// per pane of last event time, aggregates (windows.Agg, the alert
+// windows' type) of TTFT and end-to-end latency.
+type latencies struct {
+	cfg          *Config
+	pane, window int64
+	models       map[string]*modelLat
+	bytes        int64
+	untracked    int64 // traces of models beyond MaxModels
+	scratch      []byte
+}
+
+type modelLat struct {
+	panes   map[int64]*[2]windows.Agg // pane start → TTFT, e2e
+	maxPane int64
+	dirty   bool
+	bytes   int64
+
+	// the thresholds for traces of pane cachePane (NaN: too few samples)
+	cached    bool
+	cachePane int64
+	thr       [2]float64
+}
+
+func newLatencies(c *Config) latencies {
+	return latencies{cfg: c, pane: int64(c.Slow.Pane), window: int64(c.Slow.Window), models: map[string]*modelLat{}}
+}
+
+func floorTo(t, d int64) int64 {
+	r := t % d
+	if r < 0 {
+		r += d
+	}
+	return t - r
+}
+
+// slow reports whether tr's TTFT or e2e is above its model's threshold.
+func (l *latencies) slow(tr *Trace) bool {
+	m := l.models[tr.Model]
+	if m == nil {
+		return false
+	}
+	p := floorTo(tr.Last, l.pane)
+	if !m.cached || m.cachePane != p {
+		m.thresholds(p, l)
+	}
+	return float64(tr.TTFT) > m.thr[0] || float64(tr.E2E) > m.thr[1]
+}
+
+// thresholds computes the quantiles of the window before pane p.
+func (m *modelLat) thresholds(p int64, l *latencies) {
+	var w [2]windows.Agg
+	for start, a := range m.panes {
+		if start >= p-l.window && start < p {
+			w[0].Merge(&a[0])
+			w[1].Merge(&a[1])
+		}
+	}
+	for i := range w {
+		m.thr[i] = math.NaN()
+		if w[i].Count >= float64(l.cfg.Slow.MinSamples) {
+			m.thr[i] = w[i].Quantile(l.cfg.Slow.Quantile)
+		}
+	}
+	m.cached, m.cachePane = true, p
+}
+
+// add puts tr's latencies in its model's pane.
+func (l *latencies) add(tr *Trace) {
+	if tr.TTFT <= 0 && tr.E2E <= 0 {
+		return
+	}
+	m := l.models[tr.Model]
+	if m == nil {
+		if len(l.models) >= l.cfg.MaxModels {
+			l.untracked++
+			return
+		}
+		m = &modelLat{panes: map[int64]*[2]windows.Agg{}, maxPane: math.MinInt64}
+		l.models[tr.Model] = m
+	}
+	p := floorTo(tr.Last, l.pane)
+	if p < m.maxPane-l.window {
+		return // older than any window still asked for
+	}
+	a := m.panes[p]
+	if a == nil {
+		a = &[2]windows.Agg{}
+		m.panes[p] = a
+	}
+	a[0].Add(tr.Last, finitePos(tr.TTFT), "")
+	a[1].Add(tr.Last, finitePos(tr.E2E), "")
+	if m.cached && p < m.cachePane {
+		m.cached = false
+	}
+	if p > m.maxPane {
+		m.maxPane = p
+		for start := range m.panes {
+			if start < p-l.window {
+				delete(m.panes, start)
+			}
+		}
+	}
+	m.dirty = true
+	l.account(m)
+}
+
+func (l *latencies) account(m *modelLat) {
+	n := int64(64)
+	for _, a := range m.panes {
+		n += int64(a[0].Bytes() + a[1].Bytes())
+	}
+	l.bytes += n - m.bytes
+	m.bytes = n
+}
+
+// checkpoint writes every model whose panes changed: version 1, the pane
+// count, then per pane its start and both aggregates (length-prefixed).
+func (l *latencies) checkpoint(t *engine.Task) error {
+	for name, m := range l.models {
+		if !m.dirty {
+			continue
+		}
+		m.dirty = false
+		starts := make([]int64, 0, len(m.panes))
+		for s := range m.panes {
+			starts = append(starts, s)
+		}
+		slices.Sort(starts)
+		b := append(l.scratch[:0], 1)
+		b = binary.AppendUvarint(b, uint64(len(starts)))
+		for _, s := range starts {
+			b = binary.AppendVarint(b, s)
+			for i := range 2 {
+				agg := m.panes[s][i].AppendBinary(nil)
+				b = binary.AppendUvarint(b, uint64(len(agg)))
+				b = append(b, agg...)
+			}
+		}
+		l.scratch = b
+		key := append([]byte{prefix}, name...)
+		if err := t.State.Set(key, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var errCorrupt = errors.New("corrupt latency window record")
+
+func (l *latencies) restore(t *engine.Task) error {
+	clear(l.models)
+	l.bytes = 0
+	it, err := t.State.Iter([]byte{prefix}, []byte{prefix + 1})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		name := string(it.Key()[1:])
+		m, err := decodeModel(it.Value())
+		if err != nil {
+			return err
+		}
+		l.models[name] = m
+		l.account(m)
+	}
+	return it.Error()
+}
+
+func decodeModel(b []byte) (*modelLat, error) {
+	if len(b) < 1 || b[0] != 1 {
+		return nil, errCorrupt
+	}
+	b = b[1:]
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > 1024 {
+		return nil, errCorrupt
+	}
+	b = b[k:]
+	m := &modelLat{panes: map[int64]*[2]windows.Agg{}, maxPane: math.MinInt64}
+	for range n {
+		s, k := binary.Varint(b)
+		if k <= 0 {
+			return nil, errCorrupt
+		}
+		b = b[k:]
+		a := &[2]windows.Agg{}
+		for i := range 2 {
+			sz, k := binary.Uvarint(b)
+			if k <= 0 || sz > uint64(len(b)-k) {
+				return nil, errCorrupt
+			}
+			if err := a[i].UnmarshalBinary(b[k : k+int(sz)]); err != nil {
+				return nil, err
+			}
+			b = b[k+int(sz):]
+		}
+		m.panes[s] = a
+		m.maxPane = max(m.maxPane, s)
+	}
+	return m, nil
+}
