@@ -92,7 +92,7 @@ func (l *latencies) add(tr *Trace) {
 		l.models[tr.Model] = m
 	}
 	p := floorTo(tr.Last, l.pane)
-	if p < m.maxPane-l.window {
+	if m.maxPane != math.MinInt64 && p < m.maxPane-l.window {
 		return // older than any window still asked for
 	}
 	a := m.panes[p]
@@ -126,9 +126,21 @@ func (l *latencies) account(m *modelLat) {
 	m.bytes = n
 }
 
-// checkpoint writes every model whose panes changed: version 1, the pane
-// count, then per pane its start and both aggregates (length-prefixed).
+// checkpoint writes every model whose panes changed.
 func (l *latencies) checkpoint(t *engine.Task) error {
+	var err error
+	l.each(func(name string, v []byte) {
+		if err == nil {
+			err = t.State.Set(append([]byte{prefix}, name...), v)
+		}
+	})
+	return err
+}
+
+// each calls fn with the record of every model whose panes changed, and
+// marks it clean: version 1, the pane count, then per pane its start and
+// both aggregates (length-prefixed). v is valid during the call only.
+func (l *latencies) each(fn func(name string, v []byte)) {
 	for name, m := range l.models {
 		if !m.dirty {
 			continue
@@ -150,12 +162,8 @@ func (l *latencies) checkpoint(t *engine.Task) error {
 			}
 		}
 		l.scratch = b
-		key := append([]byte{prefix}, name...)
-		if err := t.State.Set(key, b); err != nil {
-			return err
-		}
+		fn(name, b)
 	}
-	return nil
 }
 
 var errCorrupt = errors.New("corrupt latency window record")
