@@ -186,10 +186,17 @@ pid_of() {
   echo "$pid"
 }
 
-# is_ours PID: whether PID is alive (not a zombie) and is our Collector.
-is_ours() {
+# alive PID: whether PID is alive and not a zombie.
+alive() {
   kill -0 "$1" 2>/dev/null || return 1
-  [[ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]] || return 1
+  [[ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]]
+}
+
+# is_ours PID: whether PID is alive and is our Collector. (Not for the pid
+# of a process just started: until it has exec'd the binary its command
+# line is this script's.)
+is_ours() {
+  alive "$1" || return 1
   tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -qF -- "--config=file:$CONFIG "
 }
 
@@ -295,9 +302,13 @@ cmd_start() {
   echo "$pid" >"$PIDFILE"
   local deadline=$((SECONDS + START_TIMEOUT))
   until is_ready; do
-    if ! is_ours "$pid" || ((SECONDS >= deadline)); then
+    if ! alive "$pid" || ((SECONDS >= deadline)); then
       log_tail 60
-      log "the Collector did not become ready within ${START_TIMEOUT}s; stopping it"
+      if alive "$pid"; then
+        log "the Collector did not become ready within ${START_TIMEOUT}s; stopping it"
+      else
+        log "the Collector exited before it was ready"
+      fi
       cmd_stop >/dev/null 2>&1 || true
       exit 1
     fi
