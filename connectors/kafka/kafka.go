@@ -133,14 +133,55 @@ func EnsureTopics(ctx context.Context, adm *kadm.Client, replication int16, topi
 			cfg["retention.ms"] = &v
 		}
 		resp, err := adm.CreateTopic(ctx, t.Partitions, replication, cfg, t.Name)
-		if err != nil {
-			return fmt.Errorf("kafka: create topic %s: %w", t.Name, err)
+		if err == nil {
+			err = resp.Err
 		}
-		if resp.Err != nil && !errors.Is(resp.Err, kerr.TopicAlreadyExists) {
-			errs = append(errs, fmt.Errorf("kafka: create topic %s: %w", t.Name, resp.Err))
+		switch {
+		case err == nil || errors.Is(err, kerr.TopicAlreadyExists):
+			// Created, here or meanwhile by another instance starting at
+			// the same time: once its metadata shows, it must have the
+			// partitions asked for.
+			n, err := visiblePartitions(ctx, adm, t.Name)
+			if err != nil {
+				return err
+			}
+			if n != t.Partitions {
+				errs = append(errs, fmt.Errorf("kafka: topic %s has %d partitions, want %d", t.Name, n, t.Partitions))
+			}
+		default:
+			errs = append(errs, fmt.Errorf("kafka: create topic %s: %w", t.Name, err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// topicVisibleTimeout bounds the wait for a created topic's metadata.
+const topicVisibleTimeout = 30 * time.Second
+
+// visiblePartitions waits until the metadata shows topic with all its
+// partitions led, and returns their count.
+func visiblePartitions(ctx context.Context, adm *kadm.Client, topic string) (int32, error) {
+	ctx, cancel := context.WithTimeout(ctx, topicVisibleTimeout)
+	defer cancel()
+	for {
+		td, err := adm.ListTopics(ctx, topic)
+		if err == nil {
+			if d, ok := td[topic]; ok && d.Err == nil && len(d.Partitions) > 0 {
+				led := true
+				for _, p := range d.Partitions {
+					led = led && p.Leader >= 0 && p.Err == nil
+				}
+				if led {
+					return int32(len(d.Partitions)), nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("kafka: topic %s created but not visible in the metadata within %v", topic, topicVisibleTimeout)
+		case <-time.After(100 * time.Millisecond): // the metadata's pace, bounded by ctx
+		}
+	}
 }
 
 // PartitionCounts returns the partition count of each existing topic among
