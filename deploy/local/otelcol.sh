@@ -11,8 +11,9 @@
 # The Collector is a distribution of our own, otelcol-braid, made with the
 # Collector builder (ocb) from deploy/local/otelcol-builder.yaml: the contrib
 # Kafka receiver, the file exporter and the debug exporter. ocb and the
-# modules come from the Go module proxy on the first build (about two
-# minutes on two cores); the binary is cached under
+# modules come from the Go module proxy on the first build (about four
+# minutes on two cores with an empty Go build cache, ten seconds with a warm
+# one); the binary is cached under
 # $BRAID_CACHE_DIR/otelcol-<version>/<hash of the manifest>/, so later
 # builds do nothing and a changed manifest builds anew.
 #
@@ -111,7 +112,7 @@ build() {
   rm -rf "$out" "$CACHE"/*/bin.tmp.*   # leftovers of an interrupted build; we hold the lock
   mkdir -p "$out"
   : >"$BUILD_LOG"
-  log "building the OpenTelemetry Collector $VERSION (ocb $OCB_VERSION, $MANIFEST) into $out (once, about 2 minutes) ..."
+  log "building the OpenTelemetry Collector $VERSION (ocb $OCB_VERSION, $MANIFEST) into $out (once; minutes with an empty Go build cache) ..."
   # GOFLAGS= : the project's flags (say -mod=vendor) are not the distribution's.
   if [[ ! -x "$tools/builder" ]]; then
     rm -rf "$tools.tmp"
