@@ -310,7 +310,8 @@ cmd_start() {
       else
         log "the Collector exited before it was ready"
       fi
-      cmd_stop >/dev/null 2>&1 || true
+      # By its pid: pid_of does not know a process that has not exec'd yet.
+      stop_pid "$pid" 2>/dev/null
       exit 1
     fi
     sleep 0.1
@@ -322,18 +323,24 @@ cmd_start() {
   echo "$DIR"
 }
 
+# stop_pid PID: SIGTERM, then SIGKILL after STOP_TIMEOUT; returns once it is gone.
+stop_pid() {
+  local pid=$1
+  kill -TERM "$pid" 2>/dev/null || true
+  local deadline=$((SECONDS + STOP_TIMEOUT))
+  while alive "$pid" && ((SECONDS < deadline)); do sleep 0.1; done
+  if alive "$pid"; then
+    log "pid $pid still running after ${STOP_TIMEOUT}s; sending SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    while alive "$pid"; do sleep 0.1; done
+  fi
+  rm -f "$PIDFILE"
+}
+
 cmd_stop() {
   local pid
   if pid=$(pid_of); then
-    kill -TERM "$pid" 2>/dev/null || true
-    local deadline=$((SECONDS + STOP_TIMEOUT))
-    while is_ours "$pid" && ((SECONDS < deadline)); do sleep 0.1; done
-    if is_ours "$pid"; then
-      log "pid $pid still running after ${STOP_TIMEOUT}s; sending SIGKILL"
-      kill -KILL "$pid" 2>/dev/null || true
-      while is_ours "$pid"; do sleep 0.1; done
-    fi
-    rm -f "$PIDFILE"
+    stop_pid "$pid"
     log "stopped pid $pid (its output stays in $DIR)"
   else
     log "not running"
