@@ -1,14 +1,15 @@
 # braid — see README.md. `make run` runs the demo; `make test` runs every test,
 # starting a real Kafka broker (deploy/local/kafka.sh) for the integration
-# tests; those that need a real Alertmanager or Prometheus start their own
-# (deploy/local/alertmanager.sh, deploy/local/prometheus.sh).
+# tests; those that need a real Alertmanager, Prometheus or OpenTelemetry
+# Collector start their own (deploy/local/alertmanager.sh,
+# deploy/local/prometheus.sh, deploy/local/otelcol.sh).
 
 GO        ?= go
 KAFKA     := bash deploy/local/kafka.sh
 PKGS      ?= ./...
 GO_TEST_FLAGS ?= -race -count=1 -timeout 40m
 
-.PHONY: all build run test test-unit fuzz bench bench-e2e bench-scale bench-restart bench-pause bench-latency lint proto kafka-start kafka-stop clean
+.PHONY: all build run test test-unit fuzz bench bench-e2e bench-scale bench-restart bench-pause bench-latency lint proto otelcol kafka-start kafka-stop clean
 
 all: build
 
@@ -93,6 +94,11 @@ proto:
 	protoc -I operators/braidpb --plugin=protoc-gen-go=$(CURDIR)/bin/protoc-gen-go \
 	  --go_out=. --go_opt=module=github.com/braidlabs/braid \
 	  operators/braidpb/braid/v1/*.proto
+
+## otelcol: build the OpenTelemetry Collector of the tests (ocb, once; cached
+## under $BRAID_CACHE_DIR) and print its path. connectors/otelcoltest runs it.
+otelcol:
+	@bash deploy/local/otelcol.sh build
 
 kafka-start:
 	@$(KAFKA) start

@@ -24,6 +24,9 @@
 //     Prometheus integration test runs every expression of it.
 //   - local/alertmanager.sh: a real Prometheus Alertmanager with one webhook
 //     receiver, for the tests of connectors/alertmanager.
+//   - local/otelcol.sh: a real OpenTelemetry Collector (Kafka receiver in,
+//     file exporter out) built with the Collector builder from
+//     local/otelcol-builder.yaml and cached, for connectors/otelcoltest.
 //
 // The validators are installed on first use into the cache
 // ($BRAID_CACHE_DIR, default ~/.cache/braid) from PyPI and npm, pinned.
