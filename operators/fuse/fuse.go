@@ -1048,5 +1048,8 @@ func (p *processor) Close() error {
 	if p.alerts != nil {
 		p.alerts.Close()
 	}
+	if p.sampler != nil {
+		p.sampler.Close()
+	}
 	return nil
 }

@@ -44,6 +44,10 @@ type Config struct {
 	// MaxModels bounds the models whose latency each task tracks for the
 	// slow rule; a trace of a model beyond it is never slow. Default 256.
 	MaxModels int `yaml:"max_models"`
+	// MaxBytes bounds each task's latency windows (the job sets it from
+	// state.memory_budget); past it the model updated longest ago is
+	// forgotten (Counts.Evicted). Default 8 MiB.
+	MaxBytes int64 `yaml:"-"`
 
 	keep    uint8 // rule bits
 	keepSet bool  // Keep was given (even empty)
@@ -123,6 +127,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.MaxModels <= 0 {
 		c.MaxModels = 256
+	}
+	if c.MaxBytes <= 0 {
+		c.MaxBytes = 8 << 20
 	}
 	if c.Slow.Quantile == 0 {
 		c.Slow.Quantile = 0.99

@@ -17,7 +17,8 @@ type counters struct {
 	max     int
 	tenants map[string]*tenantCounts
 
-	records, bytes, unwritable atomic.Int64
+	records, bytes, unwritable      atomic.Int64
+	windowBytes, evicted, untracked atomic.Int64
 }
 
 type tenantCounts struct {
@@ -90,6 +91,10 @@ type Counts struct {
 	// left out because they do not fit a record with the sampling
 	// attributes.
 	Records, Bytes, Unwritable int64
+	// WindowBytes is the memory of the slow rule's latency windows (all
+	// tasks); Evicted counts models forgotten to stay within MaxBytes,
+	// Untracked traces of models beyond MaxModels.
+	WindowBytes, Evicted, Untracked int64
 }
 
 // Counts returns a snapshot of the counters.
@@ -108,6 +113,7 @@ func (s *Stage) Counts() Counts {
 	c.mu.RUnlock()
 	sort.Slice(out.Tenants, func(i, j int) bool { return out.Tenants[i].Tenant < out.Tenants[j].Tenant })
 	out.Records, out.Bytes, out.Unwritable = c.records.Load(), c.bytes.Load(), c.unwritable.Load()
+	out.WindowBytes, out.Evicted, out.Untracked = c.windowBytes.Load(), c.evicted.Load(), c.untracked.Load()
 	return out
 }
 

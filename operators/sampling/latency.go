@@ -15,10 +15,12 @@ import (
 // windows' type) of TTFT and end-to-end latency.
 type latencies struct {
 	cfg          *Config
+	c            *counters
 	pane, window int64
 	models       map[string]*modelLat
 	bytes        int64
-	untracked    int64 // traces of models beyond MaxModels
+	seq          uint64   // adds so far (modelLat.used)
+	forgotten    []string // models evicted since the last checkpoint
 	scratch      []byte
 }
 
@@ -27,6 +29,7 @@ type modelLat struct {
 	maxPane int64
 	dirty   bool
 	bytes   int64
+	used    uint64 // latencies.seq at its last add
 
 	// the thresholds for traces of pane cachePane (NaN: too few samples)
 	cached    bool
@@ -34,8 +37,8 @@ type modelLat struct {
 	thr       [2]float64
 }
 
-func newLatencies(c *Config) latencies {
-	return latencies{cfg: c, pane: int64(c.Slow.Pane), window: int64(c.Slow.Window), models: map[string]*modelLat{}}
+func newLatencies(c *Config, cs *counters) latencies {
+	return latencies{cfg: c, c: cs, pane: int64(c.Slow.Pane), window: int64(c.Slow.Window), models: map[string]*modelLat{}}
 }
 
 func floorTo(t, d int64) int64 {
@@ -85,7 +88,7 @@ func (l *latencies) add(tr *Trace) {
 	m := l.models[tr.Model]
 	if m == nil {
 		if len(l.models) >= l.cfg.MaxModels {
-			l.untracked++
+			l.c.untracked.Add(1)
 			return
 		}
 		m = &modelLat{panes: map[int64]*[2]windows.Agg{}, maxPane: math.MinInt64}
@@ -114,7 +117,28 @@ func (l *latencies) add(tr *Trace) {
 		}
 	}
 	m.dirty = true
+	l.seq++
+	m.used = l.seq
 	l.account(m)
+	for l.bytes > l.cfg.MaxBytes && len(l.models) > 1 {
+		l.evict(tr.Model)
+	}
+}
+
+// evict forgets the model updated longest ago other than keep.
+func (l *latencies) evict(keep string) {
+	var name string
+	var old *modelLat
+	for n, m := range l.models {
+		if n != keep && (old == nil || m.used < old.used) {
+			name, old = n, m
+		}
+	}
+	delete(l.models, name)
+	l.forgotten = append(l.forgotten, name)
+	l.bytes -= old.bytes
+	l.c.windowBytes.Add(-old.bytes)
+	l.c.evicted.Add(1)
 }
 
 func (l *latencies) account(m *modelLat) {
@@ -123,11 +147,21 @@ func (l *latencies) account(m *modelLat) {
 		n += int64(a[0].Bytes() + a[1].Bytes())
 	}
 	l.bytes += n - m.bytes
+	l.c.windowBytes.Add(n - m.bytes)
 	m.bytes = n
 }
 
-// checkpoint writes every model whose panes changed.
+// checkpoint writes every model whose panes changed, and deletes those
+// forgotten.
 func (l *latencies) checkpoint(t *engine.Task) error {
+	for _, name := range l.forgotten {
+		if _, back := l.models[name]; !back {
+			if err := t.State.Delete(append([]byte{prefix}, name...)); err != nil {
+				return err
+			}
+		}
+	}
+	l.forgotten = l.forgotten[:0]
 	var err error
 	l.each(func(name string, v []byte) {
 		if err == nil {
@@ -168,9 +202,16 @@ func (l *latencies) each(fn func(name string, v []byte)) {
 
 var errCorrupt = errors.New("corrupt latency window record")
 
-func (l *latencies) restore(t *engine.Task) error {
+// close forgets every window (the task leaves).
+func (l *latencies) close() {
 	clear(l.models)
+	l.c.windowBytes.Add(-l.bytes)
 	l.bytes = 0
+	l.forgotten = l.forgotten[:0]
+}
+
+func (l *latencies) restore(t *engine.Task) error {
+	l.close()
 	it, err := t.State.Iter([]byte{prefix}, []byte{prefix + 1})
 	if err != nil {
 		return err

@@ -336,3 +336,27 @@ func encodeModelForTest(m *modelLat) []byte {
 	l.each(func(_ string, b []byte) { out = append([]byte(nil), b...) })
 	return out
 }
+
+// The windows stay within MaxBytes: the model updated longest ago goes,
+// counted, and its gauge share with it.
+func TestWindowsBounded(t *testing.T) {
+	s := newStage(t, Config{Policy: Policy{Rate: ptr(0.0)}, MaxBytes: 64 << 10})
+	p := s.NewProcessor()
+	r := rand.New(rand.NewPCG(9, 9))
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	for i := range 4000 {
+		m := "model-" + string(rune('a'+i%40))
+		p.Decide(&Trace{ID: randID(r), Model: m, E2E: 1e6 + r.Int64N(1e10), TTFT: 1e6 + r.Int64N(1e9), Last: t0 + int64(i)*int64(time.Second)/10}, true)
+		if p.lat.bytes > 64<<10 {
+			t.Fatalf("windows hold %d bytes, over 64 KiB", p.lat.bytes)
+		}
+	}
+	c := s.Counts()
+	if c.Evicted == 0 || c.WindowBytes != p.lat.bytes || len(p.lat.models) >= 40 {
+		t.Fatalf("evicted %d, gauge %d vs %d, models %d", c.Evicted, c.WindowBytes, p.lat.bytes, len(p.lat.models))
+	}
+	p.Close()
+	if c := s.Counts(); c.WindowBytes != 0 {
+		t.Errorf("gauge %d after the task left", c.WindowBytes)
+	}
+}

@@ -48,7 +48,7 @@ type Processor struct {
 
 // NewProcessor returns the processor of one task.
 func (s *Stage) NewProcessor() *Processor {
-	return &Processor{s: s, lat: newLatencies(&s.cfg)}
+	return &Processor{s: s, lat: newLatencies(&s.cfg, s.c)}
 }
 
 // Decide decides whether tr is kept. first says that this is the trace's
@@ -105,8 +105,8 @@ func (p *Processor) Restore(t *engine.Task) error {
 	return nil
 }
 
-// Bytes is the memory the task's latency windows hold.
-func (p *Processor) Bytes() int64 { return p.lat.bytes }
+// Close implements the task's leaving: its windows leave the gauges.
+func (p *Processor) Close() { p.lat.close() }
 
 func finitePos(ns int64) float64 {
 	if ns <= 0 {

@@ -49,6 +49,9 @@ type Budget struct {
 	// Resources bounds the resources table (per-resource series); when
 	// full the least recently updated series are removed.
 	Resources int64
+	// Sampling bounds the sampling stage's latency windows (the slow
+	// rule); when full the model updated longest ago is forgotten.
+	Sampling int64
 }
 
 // budgetShares are the shares in percent of the total, in Budget's order.
@@ -57,7 +60,7 @@ var budgetShares = []struct {
 	percent int64
 	field   func(*Budget) *int64
 }{
-	{"pebble block cache", 15, func(b *Budget) *int64 { return &b.PebbleCache }},
+	{"pebble block cache", 13, func(b *Budget) *int64 { return &b.PebbleCache }},
 	{"pebble memtables", 10, func(b *Budget) *int64 { return &b.PebbleMemTables }},
 	{"state writes before checkpoint", 10, func(b *Budget) *int64 { return &b.StateBatch }},
 	{"fetched records", 10, func(b *Budget) *int64 { return &b.FetchBuffer }},
@@ -68,6 +71,7 @@ var budgetShares = []struct {
 	{"KV event buffer", 5, func(b *Budget) *int64 { return &b.KVBuffer }},
 	{"KV detector state", 10, func(b *Budget) *int64 { return &b.KVState }},
 	{"resources table", 5, func(b *Budget) *int64 { return &b.Resources }},
+	{"sampling windows", 2, func(b *Budget) *int64 { return &b.Sampling }},
 }
 
 // MinMemoryBudget is the smallest state.memory_budget accepted.

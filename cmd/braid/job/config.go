@@ -19,8 +19,8 @@ import (
 	"github.com/braidlabs/braid/operators/fuse"
 	"github.com/braidlabs/braid/operators/kvgraph"
 	"github.com/braidlabs/braid/operators/llmmetrics"
-	"github.com/braidlabs/braid/operators/sampling"
 	"github.com/braidlabs/braid/operators/resources"
+	"github.com/braidlabs/braid/operators/sampling"
 	"github.com/braidlabs/braid/operators/semconv"
 	"github.com/braidlabs/braid/state"
 )
@@ -498,17 +498,19 @@ func (c *Config) FuseConfig(partitions int32) fuse.Config {
 		JSON:            c.Outputs.Format == "json",
 		Alerts:          c.alertsStage(partitions),
 		AlertsTopic:     c.Group + ".alerts-repartition",
-		Sampling:        c.samplingStage(),
+		Sampling:        c.samplingStage(perTask(budget.Sampling)),
 	}
 }
 
 // samplingStage is the sampling stage of the job, nil when off (or
 // invalid: Validate reports that).
-func (c *Config) samplingStage() *sampling.Stage {
+func (c *Config) samplingStage(maxBytes int64) *sampling.Stage {
 	if !c.Sampling.Enabled {
 		return nil
 	}
-	st, err := sampling.New(c.Sampling)
+	sc := c.Sampling
+	sc.MaxBytes = maxBytes
+	st, err := sampling.New(sc)
 	if err != nil {
 		return nil
 	}

@@ -304,6 +304,11 @@ func (o *observability) attach(cfg *Config, eng *engine.Engine, stage *fuse.Stag
 		k.Dropped = map[string]int64{"skip policy": c.Skipped.Load() + (kc.Rejected.Load() - kc.DeadLettered.Load()),
 			"derived fields that did not fit": c.DerivedDropped.Load(), "supporting lines over the incident caps": kc.EvidenceDropped.Load(),
 			"unwritable kvgraph records": kc.Unwritable.Load()}
+		if sc := stage.Config().Sampling; sc != nil {
+			n := sc.Counts()
+			k.MemoryBytes["sampling_windows"] = n.WindowBytes
+			k.Evictions["sampling_windows"] = n.Evicted
+		}
 		if tb := stage.Resources(); tb != nil {
 			k.ResourceSamples, k.ResourceSeries = tb.Samples.Load(), int64(tb.Series())
 			k.MemoryBytes["resources"] = tb.Bytes.Load()

@@ -11,6 +11,7 @@ type samplingCollector struct {
 	s                            *sampling.Stage
 	seen, dropped, revised, kept *prometheus.Desc
 	records, bytes, unwritable   *prometheus.Desc
+	untracked                    *prometheus.Desc
 }
 
 func newSamplingCollector(s *sampling.Stage) *samplingCollector {
@@ -25,11 +26,12 @@ func newSamplingCollector(s *sampling.Stage) *samplingCollector {
 		records:    d("braid_sampling_records_total", "Records written to the sampled topics (OTLP TracesData and LogsData)."),
 		bytes:      d("braid_sampling_bytes_total", "Bytes of the record values written to the sampled topics."),
 		unwritable: d("braid_sampling_unwritable_total", "Members of kept traces left out of the sampled topics: with the sampling attributes they fit no record."),
+		untracked:  d("braid_sampling_slow_untracked_total", "Traces whose model had no latency window (more models than sampling.max_models): the slow rule could not judge them."),
 	}
 }
 
 func (c *samplingCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.seen, c.dropped, c.revised, c.kept, c.records, c.bytes, c.unwritable} {
+	for _, d := range []*prometheus.Desc{c.seen, c.dropped, c.revised, c.kept, c.records, c.bytes, c.unwritable, c.untracked} {
 		ch <- d
 	}
 }
@@ -47,4 +49,5 @@ func (c *samplingCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.records, prometheus.CounterValue, float64(n.Records))
 	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.CounterValue, float64(n.Bytes))
 	ch <- prometheus.MustNewConstMetric(c.unwritable, prometheus.CounterValue, float64(n.Unwritable))
+	ch <- prometheus.MustNewConstMetric(c.untracked, prometheus.CounterValue, float64(n.Untracked))
 }
