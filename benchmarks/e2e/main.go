@@ -22,7 +22,14 @@
 //   - braid-noalerts (-alerts-off, on by default): exactly-once with the
 //     alerts stage off (alerts.disabled), so that the CPU time of the
 //     default rules is braid's over braid-noalerts' (Result.Alerts); braid
-//     and braid-noalerts take turns going first, round by round.
+//     and braid-noalerts take turns going first, round by round;
+//   - braid-sampling (-sampling, on by default): exactly-once with the
+//     sampling stage on (sampling.enabled, the default policy: rate 0.1 and
+//     the error, polluted, quality and slow rules), its sampled topics of
+//     its own, so that the CPU time of sampling is braid-sampling's over
+//     braid's (Result.Sampling); braid and braid-sampling take turns going
+//     first. Each run reports the stage's counters (braid_sampling_*) as
+//     the job's /metrics registry has them.
 //
 // A braid run that fails or times out is recorded with its error and left
 // out of the median. The program prints a table and writes the result as
@@ -50,12 +57,14 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/braidlabs/braid/benchmarks/internal/machine"
 	"github.com/braidlabs/braid/cmd/braid/job"
 	"github.com/braidlabs/braid/connectors/simulator"
+	"github.com/braidlabs/braid/operators/sampling"
 )
 
 type options struct {
@@ -78,6 +87,8 @@ type options struct {
 	alertsOff   bool
 	eventTime   string
 	profileOff  string
+	sampling    bool
+	profileSamp string
 	settle      int
 	budget      int64
 
@@ -105,6 +116,8 @@ func main() {
 	flag.Int64Var(&o.budget, "memory-budget", 0, "braid's state.memory_budget, bytes (0: the job's default, 512 MiB); a backlog of more than ~150,000 requests read within one checkpoint interval needs more")
 	flag.IntVar(&o.settle, "settle", 3, "braid's third window: this many more checkpoints after the second (the alerts stage evaluates the last partial aggregates)")
 	flag.StringVar(&o.profileOff, "cpuprofile-alerts-off", "", "write a CPU profile of braid-noalerts' run of the last round to this file")
+	flag.BoolVar(&o.sampling, "sampling", true, "also run braid with the sampling stage on (sampling.enabled, default policy) in each round: the cost of sampling")
+	flag.StringVar(&o.profileSamp, "cpuprofile-sampling", "", "write a CPU profile of braid-sampling's run of the last round to this file")
 	flag.StringVar(&o.eventTime, "event-time", "short", "braid's event-time settings: short (out-of-orderness 1s, idle gap 1s, allowed lateness 30s, flush after 2s, idleness 30s) | default (the job's defaults)")
 	flag.BoolVar(&o.verbose, "v", false, "log the job's info lines (progress every 10s)")
 	brokers := flag.String("brokers", os.Getenv("BRAID_KAFKA_BROKERS"), "bootstrap brokers, comma separated (default $BRAID_KAFKA_BROKERS)")
@@ -157,15 +170,22 @@ type Result struct {
 	// BraidNoAlerts is braid (exactly-once) with the alerts stage off
 	// (-alerts-off).
 	BraidNoAlerts []Phase `json:"braid_alerts_off,omitempty"`
+	// BraidSampling is braid (exactly-once) with the sampling stage on
+	// (-sampling).
+	BraidSampling []Phase `json:"braid_sampling,omitempty"`
 	Median        struct {
 		Raw           Phase  `json:"raw"`
 		Braid         Phase  `json:"braid"`
 		BraidALO      *Phase `json:"braid_at_least_once,omitempty"`
 		BraidNoAlerts *Phase `json:"braid_alerts_off,omitempty"`
+		BraidSampling *Phase `json:"braid_sampling,omitempty"`
 	} `json:"median"`
 	// Alerts is the cost of the alerts stage with the default rules:
 	// braid against braid-noalerts.
 	Alerts *AlertsCost `json:"alerts,omitempty"`
+	// Sampling is the cost of the sampling stage with its default policy:
+	// braid-sampling against braid.
+	Sampling *SamplingCost `json:"sampling,omitempty"`
 	// Ratio is median braid msgs/s over median raw msgs/s; RatioALO the
 	// same for braid at-least-once.
 	Ratio    float64 `json:"ratio"`
@@ -199,6 +219,46 @@ type AlertsCost struct {
 	OffCPUSecPerMSpans float64 `json:"off_settled_cpu_s_per_million_spans"`
 }
 
+// SamplingCost compares braid's CPU time with the sampling stage on
+// (braid-sampling) and off (braid), over the same records: the ratio of the
+// median CPU-s of braid-sampling over braid. The figure is
+// AllFusedCPURatio, window 2 (every trace emitted, hence decided, its kept
+// members written to the sampled topics, and committed); the target is at
+// most 1.2.
+type SamplingCost struct {
+	AllFusedCPURatio float64 `json:"all_fused_cpu_ratio"`         // window 2
+	CPURatio         float64 `json:"cpu_ratio"`                   // window 1
+	SettledCPURatio  float64 `json:"settled_cpu_ratio,omitempty"` // window 3
+	// Per round: the ratio of each round's pair of runs.
+	AllFusedPerRound []float64 `json:"all_fused_cpu_ratio_per_round,omitempty"`
+	PerRound         []float64 `json:"cpu_ratio_per_round,omitempty"`
+	SettledPerRound  []float64 `json:"settled_cpu_ratio_per_round,omitempty"`
+	// Median CPU-s of window 2 per million input messages and per million
+	// spans, on and off; the same for window 3.
+	OnCPUSecPerMMsgs          float64 `json:"on_all_fused_cpu_s_per_million_messages"`
+	OffCPUSecPerMMsgs         float64 `json:"off_all_fused_cpu_s_per_million_messages"`
+	OnCPUSecPerMSpans         float64 `json:"on_all_fused_cpu_s_per_million_spans"`
+	OffCPUSecPerMSpans        float64 `json:"off_all_fused_cpu_s_per_million_spans"`
+	OnSettledCPUSecPerMMsgs   float64 `json:"on_settled_cpu_s_per_million_messages,omitempty"`
+	OffSettledCPUSecPerMMsgs  float64 `json:"off_settled_cpu_s_per_million_messages,omitempty"`
+	OnSettledCPUSecPerMSpans  float64 `json:"on_settled_cpu_s_per_million_spans,omitempty"`
+	OffSettledCPUSecPerMSpans float64 `json:"off_settled_cpu_s_per_million_spans,omitempty"`
+}
+
+// SamplingCounters are the sampling stage's counters (braid_sampling_*, as
+// the job's /metrics registry serves them), summed over tenants.
+type SamplingCounters struct {
+	Tenants    int              `json:"tenants"`
+	Seen       int64            `json:"seen"`
+	Dropped    int64            `json:"dropped"`
+	Revised    int64            `json:"revised"`
+	Kept       map[string]int64 `json:"kept"` // by reason
+	KeptTotal  int64            `json:"kept_total"`
+	Records    int64            `json:"records"`
+	Bytes      int64            `json:"bytes"`
+	Unwritable int64            `json:"unwritable"`
+}
+
 // AlertsCounters are the alerts stage's counters (braid_alerts_*) at the
 // end of a run's measurement.
 type AlertsCounters struct {
@@ -230,6 +290,7 @@ type Settings struct {
 	EventTime          string `json:"event_time"`
 	AtLeastOnce        bool   `json:"at_least_once_contender"`
 	AlertsOff          bool   `json:"alerts_off_contender"`
+	Sampling           bool   `json:"sampling_contender"`
 	Settle             int    `json:"settle_checkpoints"`
 	MemoryBudget       int64  `json:"memory_budget,omitempty"`
 }
@@ -290,6 +351,11 @@ type Phase struct {
 	// off).
 	Alerts         *AlertsCounters `json:"alerts,omitempty"`
 	AlertsAllFused *AlertsCounters `json:"alerts_all_fused,omitempty"`
+	// Sampling: the sampling stage's counters at the end of the
+	// measurement (window 3, else 2), SamplingAllFused at the end of
+	// window 2 (nil: the stage is off).
+	Sampling         *SamplingCounters `json:"sampling,omitempty"`
+	SamplingAllFused *SamplingCounters `json:"sampling_all_fused,omitempty"`
 
 	// braid, second window: from Run until every trace was emitted and a
 	// checkpoint committed after that (0: not within -complete-timeout).
@@ -317,7 +383,7 @@ func run(o options) error {
 	res := &Result{Benchmark: "e2e", Time: time.Now().UTC(), Note: o.description, Machine: machine.Read()}
 	res.Settings = Settings{Encoding: o.encoding, Keying: o.keying, Partitions: o.partitions, Requests: o.requests,
 		RequestsPerBatch: simulator.DefaultRequestsPerBatch, Seed: o.seed, Rounds: o.rounds, CheckpointInterval: o.checkpoint.String(),
-		EventTime: o.eventTime, AtLeastOnce: o.alo, AlertsOff: o.alertsOff, Settle: o.settle, MemoryBudget: o.budget}
+		EventTime: o.eventTime, AtLeastOnce: o.alo, AlertsOff: o.alertsOff, Sampling: o.sampling, Settle: o.settle, MemoryBudget: o.budget}
 	if o.brokerPID == 0 {
 		o.brokerPID = brokerPID()
 	}
@@ -375,14 +441,16 @@ func run(o options) error {
 		res.Raw = append(res.Raw, ph)
 		fmt.Printf("round %d %-10s %6.2fs %8.0f msgs/s %6.1f MB/s  cpu %5.2fs%s\n", r, "raw", ph.Seconds, ph.MsgsPS, ph.MBPS, ph.CPUSec, brokerCPU(ph))
 
-		// braid and braid-noalerts take turns going first.
-		kinds := []contender{braidEO, braidNoAlerts}
+		// braid takes turns going first with braid-noalerts and with
+		// braid-sampling: braid, noalerts, sampling in odd rounds, the
+		// reverse in even ones.
+		kinds := []contender{braidEO, braidNoAlerts, braidSampling}
 		if r%2 == 0 {
-			kinds[0], kinds[1] = kinds[1], kinds[0]
+			slices.Reverse(kinds)
 		}
 		kinds = append(kinds, braidALO)
 		for _, k := range kinds {
-			if k == braidALO && !o.alo || k == braidNoAlerts && !o.alertsOff {
+			if k == braidALO && !o.alo || k == braidNoAlerts && !o.alertsOff || k == braidSampling && !o.sampling {
 				continue
 			}
 			name := k.String()
@@ -393,6 +461,8 @@ func run(o options) error {
 					profile = o.cpuprofile
 				case braidNoAlerts:
 					profile = o.profileOff
+				case braidSampling:
+					profile = o.profileSamp
 				}
 			}
 			ph, err = braidJob(ctx, o, topics, group, k, wl, profile)
@@ -405,6 +475,8 @@ func run(o options) error {
 				res.BraidALO = append(res.BraidALO, ph)
 			case braidNoAlerts:
 				res.BraidNoAlerts = append(res.BraidNoAlerts, ph)
+			case braidSampling:
+				res.BraidSampling = append(res.BraidSampling, ph)
 			default:
 				res.Braid = append(res.Braid, ph)
 			}
@@ -417,7 +489,7 @@ func run(o options) error {
 			}
 			fmt.Printf("round %d %-14s %6.2fs %8.0f msgs/s %6.1f MB/s  cpu %5.2fs%s  (read all in %.2fs, %d fused of which %d revisions, %d checkpoints, %d aborts); all fused+committed %.2fs %.0f msgs/s cpu %.2fs%s\n",
 				r, name, ph.Seconds, ph.MsgsPS, ph.MBPS, ph.CPUSec, brokerCPU(ph), ph.ReadSec, ph.Fused, ph.Revisions, ph.Checkpoints, ph.Aborts,
-				ph.AllFusedSec, ph.AllFusedMsgsPS, ph.AllFusedCPUSec, alertsLine(ph.Alerts))
+				ph.AllFusedSec, ph.AllFusedMsgsPS, ph.AllFusedCPUSec, alertsLine(ph.Alerts)+samplingLine(ph.Sampling))
 		}
 		if !o.keepTopics {
 			deleteTopics(adm, out)
@@ -436,6 +508,11 @@ func run(o options) error {
 		m := median(res.BraidNoAlerts)
 		res.Median.BraidNoAlerts = &m
 		res.Alerts = alertsCost(res.Braid, res.BraidNoAlerts, res.Median.Braid, m)
+	}
+	if len(res.BraidSampling) > 0 {
+		m := median(res.BraidSampling)
+		res.Median.BraidSampling = &m
+		res.Sampling = samplingCost(res.BraidSampling, res.Braid, m, res.Median.Braid)
 	}
 	if o.cpuprofile != "" {
 		res.Profile = o.cpuprofile
@@ -467,6 +544,7 @@ const (
 	braidEO       contender = iota // exactly-once, alerts on (the job's defaults)
 	braidALO                       // at-least-once
 	braidNoAlerts                  // exactly-once, alerts off
+	braidSampling                  // exactly-once, alerts on, sampling on
 )
 
 func (k contender) String() string {
@@ -475,6 +553,8 @@ func (k contender) String() string {
 		return "braid-alo"
 	case braidNoAlerts:
 		return "braid-noalerts"
+	case braidSampling:
+		return "braid-sampling"
 	}
 	return "braid"
 }
@@ -512,6 +592,114 @@ func alertsCost(on, off []Phase, mOn, mOff Phase) *AlertsCost {
 		}
 	}
 	return c
+}
+
+// samplingCost compares the runs with the sampling stage on and off:
+// medians, and the ratio of each round's pair.
+func samplingCost(on, off []Phase, mOn, mOff Phase) *SamplingCost {
+	ratio := func(a, b float64) float64 {
+		if a <= 0 || b <= 0 {
+			return 0
+		}
+		return a / b
+	}
+	c := &SamplingCost{
+		AllFusedCPURatio: ratio(mOn.AllFusedCPUSec, mOff.AllFusedCPUSec),
+		CPURatio:         ratio(mOn.CPUSec, mOff.CPUSec),
+		SettledCPURatio:  ratio(mOn.SettledCPUSec, mOff.SettledCPUSec),
+		OnCPUSecPerMMsgs: mOn.AllFusedCPUSecPerMMsgs, OffCPUSecPerMMsgs: mOff.AllFusedCPUSecPerMMsgs,
+		OnCPUSecPerMSpans: mOn.AllFusedCPUSecPerMSpans, OffCPUSecPerMSpans: mOff.AllFusedCPUSecPerMSpans,
+		OnSettledCPUSecPerMMsgs: mOn.SettledCPUSecPerMMsgs, OffSettledCPUSecPerMMsgs: mOff.SettledCPUSecPerMMsgs,
+		OnSettledCPUSecPerMSpans: mOn.SettledCPUSecPerMSpans, OffSettledCPUSecPerMSpans: mOff.SettledCPUSecPerMSpans,
+	}
+	for _, p := range on {
+		for _, q := range off {
+			if p.Round != q.Round || p.Error != "" || q.Error != "" {
+				continue
+			}
+			if r := ratio(p.AllFusedCPUSec, q.AllFusedCPUSec); r > 0 {
+				c.AllFusedPerRound = append(c.AllFusedPerRound, r)
+			}
+			if r := ratio(p.CPUSec, q.CPUSec); r > 0 {
+				c.PerRound = append(c.PerRound, r)
+			}
+			if r := ratio(p.SettledCPUSec, q.SettledCPUSec); r > 0 {
+				c.SettledPerRound = append(c.SettledPerRound, r)
+			}
+		}
+	}
+	return c
+}
+
+// samplingCounters reads the sampling stage's counters from the job's
+// metrics registry (what /metrics serves), summed over tenants; nil when
+// the registry has none.
+func samplingCounters(reg prometheus.Gatherer) (*SamplingCounters, error) {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return nil, err
+	}
+	sc := &SamplingCounters{Kept: map[string]int64{}}
+	found := false
+	tenants := map[string]bool{}
+	for _, mf := range mfs {
+		name := mf.GetName()
+		if !strings.HasPrefix(name, "braid_sampling_") {
+			continue
+		}
+		found = true
+		for _, m := range mf.GetMetric() {
+			v := int64(m.GetCounter().GetValue())
+			var reason string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "tenant":
+					tenants[l.GetValue()] = true
+				case "reason":
+					reason = l.GetValue()
+				}
+			}
+			switch name {
+			case "braid_sampling_seen_total":
+				sc.Seen += v
+			case "braid_sampling_dropped_total":
+				sc.Dropped += v
+			case "braid_sampling_revised_total":
+				sc.Revised += v
+			case "braid_sampling_kept_total":
+				sc.Kept[reason] += v
+				sc.KeptTotal += v
+			case "braid_sampling_records_total":
+				sc.Records += v
+			case "braid_sampling_bytes_total":
+				sc.Bytes += v
+			case "braid_sampling_unwritable_total":
+				sc.Unwritable += v
+			}
+		}
+	}
+	if !found {
+		return nil, nil
+	}
+	sc.Tenants = len(tenants)
+	return sc, nil
+}
+
+func samplingLine(c *SamplingCounters) string {
+	if c == nil {
+		return ""
+	}
+	return fmt.Sprintf("; sampling: %d seen, %d kept (%s), %d revised, %d records, %.1f MB, %d unwritable",
+		c.Seen, c.KeptTotal, keptString(c.Kept), c.Revised, c.Records, float64(c.Bytes)/1e6, c.Unwritable)
+}
+
+// keptString is the kept counts by reason, in a fixed order.
+func keptString(kept map[string]int64) string {
+	var s []string
+	for _, r := range sampling.Reasons() {
+		s = append(s, fmt.Sprintf("%s %d", r, kept[r]))
+	}
+	return strings.Join(s, ", ")
 }
 
 func alertsLine(c *AlertsCounters) string {
@@ -746,6 +934,12 @@ func braidJob(ctx context.Context, o options, in simulator.Topics, group string,
 	cfg.CheckpointInterval = o.checkpoint
 	cfg.AtLeastOnce = kind == braidALO
 	cfg.Alerts.Disabled = kind == braidNoAlerts
+	if kind == braidSampling {
+		// The default policy; the sampled topics are the run's own, as
+		// its other outputs.
+		cfg.Sampling.Enabled = true
+		cfg.Sampling.TracesTopic, cfg.Sampling.LogsTopic = group+".sampled.spans", group+".sampled.logs"
+	}
 	if o.eventTime == "short" {
 		// Short, as in the integration tests, so that traces close soon
 		// after their data and their emission falls in the measured
@@ -790,6 +984,19 @@ func braidJob(ctx context.Context, o options, in simulator.Topics, group string,
 	alertsStage := j.Stage().Config().Alerts
 	if (alertsStage == nil) != (kind == braidNoAlerts) {
 		return Phase{}, fmt.Errorf("alerts stage on: %v, want %v", alertsStage != nil, kind != braidNoAlerts)
+	}
+	if on := j.Stage().Config().Sampling != nil; on != (kind == braidSampling) {
+		return Phase{}, fmt.Errorf("sampling stage on: %v, want %v", on, kind == braidSampling)
+	}
+	samplingNow := func() *SamplingCounters {
+		if kind != braidSampling {
+			return nil
+		}
+		sc, err := samplingCounters(j.Registry())
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: sampling counters:", err)
+		}
+		return sc
 	}
 	m := startMeter(o.brokerPID)
 	if prof != nil {
@@ -923,6 +1130,7 @@ func braidJob(ctx context.Context, o options, in simulator.Topics, group string,
 		}
 	}
 	ph.AlertsAllFused = alertsNow()
+	ph.SamplingAllFused = samplingNow()
 	// Window 3: -settle more checkpoints after window 2, so that the
 	// alerts stage's partial aggregates of the last checkpoints reach
 	// their owners over its internal topic and the windows the
@@ -949,6 +1157,7 @@ func braidJob(ctx context.Context, o options, in simulator.Topics, group string,
 	}
 	stopProfile()
 	ph.Alerts = alertsNow()
+	ph.Sampling = samplingNow()
 
 	t0 = time.Now()
 	cancel()
@@ -1038,10 +1247,14 @@ func median(all []Phase) Phase {
 			ps = append(ps, p)
 		}
 	}
-	med := func(f func(Phase) float64) float64 {
-		v := make([]float64, len(ps))
-		for i, p := range ps {
-			v[i] = f(p)
+	// Windows 2 and 3 are 0 in a run that did not reach them (within
+	// -complete-timeout): medReached leaves those runs out.
+	medOf := func(f func(Phase) float64, reached bool) float64 {
+		var v []float64
+		for _, p := range ps {
+			if x := f(p); x != 0 || !reached {
+				v = append(v, x)
+			}
 		}
 		slices.Sort(v)
 		n := len(v)
@@ -1053,6 +1266,8 @@ func median(all []Phase) Phase {
 		}
 		return (v[n/2-1] + v[n/2]) / 2
 	}
+	med := func(f func(Phase) float64) float64 { return medOf(f, false) }
+	medReached := func(f func(Phase) float64) float64 { return medOf(f, true) }
 	m := Phase{
 		Seconds:         med(func(p Phase) float64 { return p.Seconds }),
 		MsgsPS:          med(func(p Phase) float64 { return p.MsgsPS }),
@@ -1065,18 +1280,18 @@ func median(all []Phase) Phase {
 		ReadSec:         med(func(p Phase) float64 { return p.ReadSec }),
 		PrepareSec:      med(func(p Phase) float64 { return p.PrepareSec }),
 
-		AllFusedSec:             med(func(p Phase) float64 { return p.AllFusedSec }),
-		AllFusedMsgsPS:          med(func(p Phase) float64 { return p.AllFusedMsgsPS }),
-		AllFusedCPUSec:          med(func(p Phase) float64 { return p.AllFusedCPUSec }),
-		AllFusedBrokerCPUSec:    med(func(p Phase) float64 { return p.AllFusedBrokerCPUSec }),
-		AllFusedCPUSecPerMSpans: med(func(p Phase) float64 { return p.AllFusedCPUSecPerMSpans }),
-		AllFusedCPUSecPerMMsgs:  med(func(p Phase) float64 { return p.AllFusedCPUSecPerMMsgs }),
+		AllFusedSec:             medReached(func(p Phase) float64 { return p.AllFusedSec }),
+		AllFusedMsgsPS:          medReached(func(p Phase) float64 { return p.AllFusedMsgsPS }),
+		AllFusedCPUSec:          medReached(func(p Phase) float64 { return p.AllFusedCPUSec }),
+		AllFusedBrokerCPUSec:    medReached(func(p Phase) float64 { return p.AllFusedBrokerCPUSec }),
+		AllFusedCPUSecPerMSpans: medReached(func(p Phase) float64 { return p.AllFusedCPUSecPerMSpans }),
+		AllFusedCPUSecPerMMsgs:  medReached(func(p Phase) float64 { return p.AllFusedCPUSecPerMMsgs }),
 
-		SettledSec:             med(func(p Phase) float64 { return p.SettledSec }),
-		SettledCPUSec:          med(func(p Phase) float64 { return p.SettledCPUSec }),
-		SettledBrokerCPUSec:    med(func(p Phase) float64 { return p.SettledBrokerCPUSec }),
-		SettledCPUSecPerMSpans: med(func(p Phase) float64 { return p.SettledCPUSecPerMSpans }),
-		SettledCPUSecPerMMsgs:  med(func(p Phase) float64 { return p.SettledCPUSecPerMMsgs }),
+		SettledSec:             medReached(func(p Phase) float64 { return p.SettledSec }),
+		SettledCPUSec:          medReached(func(p Phase) float64 { return p.SettledCPUSec }),
+		SettledBrokerCPUSec:    medReached(func(p Phase) float64 { return p.SettledBrokerCPUSec }),
+		SettledCPUSecPerMSpans: medReached(func(p Phase) float64 { return p.SettledCPUSecPerMSpans }),
+		SettledCPUSecPerMMsgs:  medReached(func(p Phase) float64 { return p.SettledCPUSecPerMMsgs }),
 	}
 	m.Fused = int64(med(func(p Phase) float64 { return float64(p.Fused) }))
 	return m
@@ -1107,6 +1322,9 @@ func printTable(res *Result) {
 	if res.Median.BraidNoAlerts != nil {
 		row("braid, alerts off", *res.Median.BraidNoAlerts, res.BraidNoAlerts)
 	}
+	if res.Median.BraidSampling != nil {
+		row("braid, sampling on", *res.Median.BraidSampling, res.BraidSampling)
+	}
 	if res.Median.BraidALO != nil {
 		row("braid (at-least-once)", *res.Median.BraidALO, res.BraidALO)
 	}
@@ -1120,6 +1338,9 @@ func printTable(res *Result) {
 	if res.Median.BraidNoAlerts != nil {
 		row2("braid, alerts off", *res.Median.BraidNoAlerts)
 	}
+	if res.Median.BraidSampling != nil {
+		row2("braid, sampling on", *res.Median.BraidSampling)
+	}
 	if res.Median.BraidALO != nil {
 		row2("braid (at-least-once)", *res.Median.BraidALO)
 	}
@@ -1132,6 +1353,9 @@ func printTable(res *Result) {
 	row3("braid (exactly-once)", res.Median.Braid)
 	if res.Median.BraidNoAlerts != nil {
 		row3("braid, alerts off", *res.Median.BraidNoAlerts)
+	}
+	if res.Median.BraidSampling != nil {
+		row3("braid, sampling on", *res.Median.BraidSampling)
 	}
 	if res.Median.BraidALO != nil {
 		row3("braid (at-least-once)", *res.Median.BraidALO)
@@ -1148,6 +1372,19 @@ func printTable(res *Result) {
 			a.OnCPUSecPerMMsgs, a.OffCPUSecPerMMsgs, a.OnCPUSecPerMSpans, a.OffCPUSecPerMSpans)
 		fmt.Printf("  window 1 (all read and committed): %.3f× (per round %s); window 2 (every trace fused): %.3f× (per round %s)\n",
 			a.CPURatio, ratios(a.PerRound), a.AllFusedCPURatio, ratios(a.AllFusedPerRound))
+	}
+	if sc := res.Sampling; sc != nil {
+		fmt.Printf("sampling on/off (braid-sampling over braid), CPU-s until every trace fused and committed: %.3f×  (target ≤ 1.2×; per round %s)\n",
+			sc.AllFusedCPURatio, ratios(sc.AllFusedPerRound))
+		fmt.Printf("  CPU-s per million input messages: on %.2f, off %.2f; per million spans: on %.2f, off %.2f\n",
+			sc.OnCPUSecPerMMsgs, sc.OffCPUSecPerMMsgs, sc.OnCPUSecPerMSpans, sc.OffCPUSecPerMSpans)
+		fmt.Printf("  window 1: %.3f× (per round %s); window 3 (%d checkpoints more): %.3f× (per round %s)\n",
+			sc.CPURatio, ratios(sc.PerRound), res.Settings.Settle, sc.SettledCPURatio, ratios(sc.SettledPerRound))
+		for _, p := range res.BraidSampling {
+			if p.Sampling != nil {
+				fmt.Printf("  round %d%s\n", p.Round, samplingLine(p.Sampling))
+			}
+		}
 	}
 	fmt.Printf("load average at start %s, at end %s (%d CPUs)\n", res.Machine.LoadAvgStart, res.Machine.LoadAvgEnd, res.Machine.CPUs)
 }
