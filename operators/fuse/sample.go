@@ -80,7 +80,7 @@ func (p *processor) writeSampled(t *engine.Task, tr *trace, d sampling.Decision)
 	key := otlp.AppendTraceIDHex(make([]byte, 0, 32), tr.id)
 	// Room for the key and record overhead, as for fused records.
 	room := p.room(key, nil)
-	spans, logs, unwritable := p.sampEnc.Encode(p.sampMem, d, room)
+	spans, logs, unwritable := p.sampEnc.Encode(tr.id, p.sampMem, d, room)
 	if unwritable > 0 {
 		p.sampler.Unwritable(unwritable)
 	}

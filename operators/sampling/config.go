@@ -81,12 +81,15 @@ type RateFunc struct {
 }
 
 // Slow configures the slow rule: a trace is slow when its TTFT or its
-// end-to-end latency is above Quantile of its model's traces whose last
-// event time falls in the Window before the Pane of its own (panes are
-// aligned to Pane), as the task has seen them at their first emission,
-// and at least MinSamples traces are in that window. Traces of a model
-// are spread over the tasks by trace id, so each task's window is a
-// uniform sample of the model's traffic.
+// end-to-end latency is above its model's current Quantile: that of its
+// model's traces in the Window that ends a Pane before the trace's own
+// pane (panes aligned to Pane, each holding the traces whose last event
+// time falls in it, as the task saw them at their first emission),
+// leaving out the pane whose own quantile is highest when three or more
+// have samples; fewer than MinSamples traces decide nothing. A burst of slow requests within one
+// pane does not raise the bar for the requests after it.
+// Traces of a model are spread over the tasks by trace id, so each task's
+// window is a uniform sample of the model's traffic.
 type Slow struct {
 	Quantile   float64       `yaml:"quantile"`    // default 0.99
 	Window     time.Duration `yaml:"window"`      // default 5m (the built-in alert rules' window)

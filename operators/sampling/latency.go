@@ -62,22 +62,40 @@ func (l *latencies) slow(tr *Trace) bool {
 	return float64(tr.TTFT) > m.thr[0] || float64(tr.E2E) > m.thr[1]
 }
 
-// thresholds computes the quantiles of the window before pane p.
+// thresholds computes the thresholds for traces of pane p: per figure,
+// the quantile of the panes in the window that ends one pane before p
+// merged, leaving out the pane whose own quantile is highest when three
+// or more panes have samples, if what is merged holds MinSamples. The pane
+// just before p is left out because some of its traces may be emitted
+// after those of p (flush_after, the end of the input): every trace of
+// the window is in it when a trace of p is decided, in the live job as in
+// a replay. A burst of slow requests within one pane does not raise the
+// bar for the requests after it; a shift that lasts two panes does.
 func (m *modelLat) thresholds(p int64, l *latencies) {
-	var w [2]windows.Agg
-	for start, a := range m.panes {
-		if start >= p-l.window && start < p {
-			w[0].Merge(&a[0])
-			w[1].Merge(&a[1])
+	p -= l.pane
+	for i := range m.thr {
+		worst, worstQ, n := int64(0), math.Inf(-1), 0
+		for start, a := range m.panes {
+			if start < p-l.window || start >= p || a[i].Count == 0 {
+				continue
+			}
+			n++
+			if q := a[i].Quantile(l.cfg.Slow.Quantile); q > worstQ || q == worstQ && start < worst {
+				worst, worstQ = start, q
+			}
 		}
-	}
-	for i := range w {
+		var w windows.Agg
+		for start, a := range m.panes {
+			if start >= p-l.window && start < p && (n < 3 || start != worst) {
+				w.Merge(&a[i])
+			}
+		}
 		m.thr[i] = math.NaN()
-		if w[i].Count >= float64(l.cfg.Slow.MinSamples) {
-			m.thr[i] = w[i].Quantile(l.cfg.Slow.Quantile)
+		if w.Count >= float64(l.cfg.Slow.MinSamples) {
+			m.thr[i] = w.Quantile(l.cfg.Slow.Quantile)
 		}
 	}
-	m.cached, m.cachePane = true, p
+	m.cached, m.cachePane = true, p+l.pane
 }
 
 // add puts tr's latencies in its model's pane.
@@ -95,7 +113,7 @@ func (l *latencies) add(tr *Trace) {
 		l.models[tr.Model] = m
 	}
 	p := floorTo(tr.Last, l.pane)
-	if m.maxPane != math.MinInt64 && p < m.maxPane-l.window {
+	if m.maxPane != math.MinInt64 && p < m.maxPane-l.window-l.pane {
 		return // older than any window still asked for
 	}
 	a := m.panes[p]
@@ -105,13 +123,13 @@ func (l *latencies) add(tr *Trace) {
 	}
 	a[0].Add(tr.Last, finitePos(tr.TTFT), "")
 	a[1].Add(tr.Last, finitePos(tr.E2E), "")
-	if m.cached && p < m.cachePane {
+	if m.cached && p < m.cachePane-l.pane {
 		m.cached = false
 	}
 	if p > m.maxPane {
 		m.maxPane = p
 		for start := range m.panes {
-			if start < p-l.window {
+			if start < p-l.window-l.pane {
 				delete(m.panes, start)
 			}
 		}

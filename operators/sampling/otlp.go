@@ -3,6 +3,7 @@ package sampling
 import (
 	"bytes"
 	"math"
+	"slices"
 	"strings"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -21,6 +22,7 @@ const (
 	fSpanTraceState = 3
 	fSpanAttributes = 9
 	fLogAttributes  = 6
+	fLogTraceID     = 9
 	fKVKey          = 1
 	fKVValue        = 2
 	fAnyString      = 1
@@ -48,13 +50,15 @@ type group struct {
 	size       int
 }
 
-// Encode appends to out the record values (OTLP TracesData for spans,
-// LogsData for logs) that carry members with decision d's sampling
+// Encode returns the record values (OTLP TracesData for spans, LogsData
+// for logs) that carry the members of trace id with decision d's sampling
 // attributes, each at most maxBytes: members are grouped by resource and
 // scope in order of first appearance, and a trace too large for one
-// record is cut into several. It returns the span and log values and the
-// number of members that cannot fit a record of their own.
-func (e *Encoder) Encode(members []Member, d Decision, maxBytes int) (spans, logs [][]byte, unwritable int) {
+// record is cut into several. A log record without a trace id of its own
+// (joined by request id) gets id, so that a trace store files it with
+// the trace. It also returns the number of members that cannot fit a
+// record of their own.
+func (e *Encoder) Encode(id [16]byte, members []Member, d Decision, maxBytes int) (spans, logs [][]byte, unwritable int) {
 	for _, log := range []bool{false, true} {
 		e.groups = e.groups[:0]
 		e.buf = e.buf[:0]
@@ -70,7 +74,7 @@ func (e *Encoder) Encode(members []Member, d Decision, maxBytes int) (spans, log
 			}
 			start := len(e.buf)
 			if log {
-				e.buf = e.annotateLog(e.buf, m.Payload, d)
+				e.buf = e.annotateLog(e.buf, m.Payload, id, d)
 			} else {
 				e.buf = e.annotateSpan(e.buf, m.Payload, d)
 			}
@@ -217,8 +221,14 @@ func (e *Encoder) annotateSpan(b, span []byte, d Decision) []byte {
 	return appendDoubleKV(b, fSpanAttributes, AttrRate, d.Rate)
 }
 
-func (e *Encoder) annotateLog(b, log []byte, d Decision) []byte {
+func (e *Encoder) annotateLog(b, log []byte, id [16]byte, d Decision) []byte {
 	b = append(b, log...)
+	if !hasTraceID(log) {
+		// The log's own empty trace_id fields, if any, stay: the last one
+		// read wins.
+		b = protowire.AppendTag(b, fLogTraceID, protowire.BytesType)
+		b = protowire.AppendBytes(b, id[:])
+	}
 	b = appendStringKV(b, fLogAttributes, AttrReason, d.Reason.String())
 	b = appendDoubleKV(b, fLogAttributes, AttrRate, d.Rate)
 	return appendStringKV(b, fLogAttributes, AttrThreshold, string(AppendThreshold(nil, d.Threshold)))
@@ -248,6 +258,27 @@ func appendDoubleKV(b []byte, field protowire.Number, k string, v float64) []byt
 	b = protowire.AppendVarint(b, uint64(anyLen))
 	b = protowire.AppendTag(b, fAnyDouble, protowire.Fixed64Type)
 	return protowire.AppendFixed64(b, math.Float64bits(v))
+}
+
+// hasTraceID reports whether LogRecord log has a non-zero trace_id.
+func hasTraceID(log []byte) bool {
+	has := false
+	for off := 0; off < len(log); {
+		num, typ, n := protowire.ConsumeTag(log[off:])
+		if n < 0 {
+			break
+		}
+		m := protowire.ConsumeFieldValue(num, typ, log[off+n:])
+		if m < 0 {
+			break
+		}
+		if num == fLogTraceID && typ == protowire.BytesType {
+			v, _ := protowire.ConsumeBytes(log[off+n:])
+			has = slices.ContainsFunc(v, func(c byte) bool { return c != 0 })
+		}
+		off += n + m
+	}
+	return has
 }
 
 // maxListMembers is the W3C limit on tracestate list members.
