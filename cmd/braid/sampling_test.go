@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/braidlabs/braid/cmd/braid/job"
 	"github.com/braidlabs/braid/connectors/kafka/kafkatest"
@@ -60,7 +62,7 @@ func TestSamplingToCollector(t *testing.T) {
 	const partitions = 4
 	brokers := kafkatest.Brokers(t)
 	in := kafkatest.NewTopics(t, brokers, partitions, "otlp_spans", "otlp_logs", "otlp_metrics")
-	out := kafkatest.NewTopics(t, brokers, partitions, "braid.fused", "braid.late", "braid.dlq", "sampled.spans", "sampled.logs", "smp")
+	out := kafkatest.NewTopics(t, brokers, partitions, "braid.fused", "braid.late", "braid.dlq", "sampled.spans", "sampled.logs", "smp", "braid.alerts")
 	dir := t.TempDir()
 	path := filepath.Join(dir, "braid.yaml")
 	yaml := fmt.Sprintf(`kafka:
@@ -71,14 +73,14 @@ inputs:
   spans: {topic: %s}
   logs: {topic: %s}
   metrics: {topic: %s}
-outputs: {fused: %s, late: %s, dlq: %s}
+outputs: {fused: %s, late: %s, dlq: %s, alerts: %s}
 state: {dir: %s}
 checkpoint_interval: 1s
 event_time: {out_of_orderness: 5s, idleness: 30s, idle_gap: 1s, allowed_lateness: 2m, flush_after: 10s}
 admin: {addr: ""}
 %s  traces_topic: %s
   logs_topic: %s
-`, strings.Join(brokers, ", "), "smp-"+out[5], in[0], in[1], in[2], out[0], out[1], out[2], filepath.Join(dir, "state0"),
+`, strings.Join(brokers, ", "), "smp-"+out[5], in[0], in[1], in[2], out[0], out[1], out[2], out[6], filepath.Join(dir, "state0"),
 		samplingPolicy, out[3], out[4])
 	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
@@ -409,6 +411,29 @@ admin: {addr: ""}
 		if math.Abs(s.kept-s.expect) > 0.1*s.expect {
 			t.Errorf("tenant %q: kept %v of %v normal traces, want %.0f ± 10%%", tenant, s.kept, s.n, s.expect)
 		}
+	}
+
+	// Every trace a firing alert names is kept.
+	firing, named := map[string]bool{}, 0
+	for _, r := range flatten(readAll(t, brokers, out[6])) {
+		var a braidpb.Alert
+		if err := proto.Unmarshal(r.Value, &a); err != nil {
+			t.Fatalf("alert record: %v", err)
+		}
+		if a.State != braidpb.AlertState_ALERT_STATE_FIRING {
+			continue
+		}
+		firing[a.Rule] = true
+		for _, id := range a.TraceIds {
+			named++
+			if kept[id] == nil {
+				t.Errorf("alert %s %v names trace %s, not kept (%v)", a.Rule, a.Group, id, fused[id].GetSampling())
+			}
+		}
+	}
+	t.Logf("firing alerts %v name %d traces", slices.Sorted(maps.Keys(firing)), named)
+	if named == 0 {
+		t.Error("no firing alert names a trace; the check needs some")
 	}
 
 	// The counters of both instances add up to the decisions.
