@@ -42,7 +42,7 @@ FUZZTIME ?= 10m
 # Minimizing each new interesting input of the pipeline targets for the
 # default 60s would leave little time to fuzz.
 FUZZMINIMIZE ?= 300x
-FUZZ_TARGETS ?= ./connectors/otlp:FuzzDecode ./operators/semconv:FuzzWire ./operators/fuse:FuzzPipeline ./operators/fuse:FuzzKVEvent ./operators/fuse:FuzzFuseStage ./operators/kvgraph:FuzzKVGraph
+FUZZ_TARGETS ?= ./connectors/otlp:FuzzDecode ./operators/semconv:FuzzWire ./operators/fuse:FuzzPipeline ./operators/fuse:FuzzKVEvent ./operators/fuse:FuzzFuseStage ./operators/kvgraph:FuzzKVGraph ./operators/sampling:FuzzEncode
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  pkg=$${t%%:*}; fn=$${t##*:}; echo "fuzz $$fn ($$pkg) for $(FUZZTIME)"; \

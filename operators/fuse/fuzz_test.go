@@ -13,6 +13,7 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/braidlabs/braid/operators/sampling"
 	"github.com/braidlabs/braid/operators/semconv"
 )
 
@@ -30,8 +31,16 @@ func FuzzFuseStage(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	one := 1.0
 	f.Fuzz(func(t *testing.T, in1 uint8, v1 []byte, in2 uint8, v2 []byte, skew int64) {
+		// Every trace kept, so that every one is re-encoded for trace
+		// stores.
+		smp, err := sampling.New(sampling.Config{Enabled: true, Policy: sampling.Policy{Rate: &one}})
+		if err != nil {
+			t.Fatal(err)
+		}
 		c := newCluster(t, 2, func(cfg *Config) {
+			cfg.Sampling = smp
 			cfg.RequestIDs = ids
 			cfg.MaxRecordBytes = 64 << 10
 			cfg.MaxBytes = 256 << 10

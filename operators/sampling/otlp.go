@@ -198,22 +198,13 @@ func appendResourceGroup(b, res, scope []byte, items [][]byte) []byte {
 // (ot=th:…;rv:…, merged into what it had) and the sampling attributes.
 func (e *Encoder) annotateSpan(b, span []byte, d Decision) []byte {
 	var old []byte
-	for off := 0; off < len(span); {
-		num, typ, n := protowire.ConsumeTag(span[off:])
-		if n < 0 {
-			break
-		}
-		m := protowire.ConsumeFieldValue(num, typ, span[off+n:])
-		if m < 0 {
-			break
-		}
+	eachField(span, func(num protowire.Number, typ protowire.Type, field, value []byte) {
 		if num == fSpanTraceState && typ == protowire.BytesType {
-			old, _ = protowire.ConsumeBytes(span[off+n:])
+			old, _ = protowire.ConsumeBytes(value)
 		} else {
-			b = append(b, span[off:off+n+m]...)
+			b = append(b, field...)
 		}
-		off += n + m
-	}
+	})
 	e.ts = mergeTraceState(e.ts[:0], old, d)
 	b = protowire.AppendTag(b, fSpanTraceState, protowire.BytesType)
 	b = protowire.AppendBytes(b, e.ts)
@@ -263,22 +254,31 @@ func appendDoubleKV(b []byte, field protowire.Number, k string, v float64) []byt
 // hasTraceID reports whether LogRecord log has a non-zero trace_id.
 func hasTraceID(log []byte) bool {
 	has := false
-	for off := 0; off < len(log); {
-		num, typ, n := protowire.ConsumeTag(log[off:])
-		if n < 0 {
-			break
-		}
-		m := protowire.ConsumeFieldValue(num, typ, log[off+n:])
-		if m < 0 {
-			break
-		}
+	eachField(log, func(num protowire.Number, typ protowire.Type, _, value []byte) {
 		if num == fLogTraceID && typ == protowire.BytesType {
-			v, _ := protowire.ConsumeBytes(log[off+n:])
+			v, _ := protowire.ConsumeBytes(value)
 			has = slices.ContainsFunc(v, func(c byte) bool { return c != 0 })
 		}
+	})
+	return has
+}
+
+// eachField calls fn with every top-level field of msg: its number, wire
+// type, whole encoding (tag and value) and encoded value; it stops at the
+// first malformed field.
+func eachField(msg []byte, fn func(num protowire.Number, typ protowire.Type, field, value []byte)) {
+	for off := 0; off < len(msg); {
+		num, typ, n := protowire.ConsumeTag(msg[off:])
+		if n < 0 {
+			return
+		}
+		m := protowire.ConsumeFieldValue(num, typ, msg[off+n:])
+		if m < 0 {
+			return
+		}
+		fn(num, typ, msg[off:off+n+m], msg[off+n:off+n+m])
 		off += n + m
 	}
-	return has
 }
 
 // maxListMembers is the W3C limit on tracestate list members.

@@ -392,3 +392,20 @@ func TestWindowsBounded(t *testing.T) {
 		t.Errorf("gauge %d after the task left", c.WindowBytes)
 	}
 }
+
+// Encode never panics, whatever the members' bytes (fuse hands it decoded
+// members, but nothing reachable from input may panic).
+func FuzzEncode(f *testing.F) {
+	span, _ := proto.Marshal(&tracepb.Span{Name: "x", TraceState: "a=1,ot=th:8;rv:1"})
+	f.Add(span, []byte{}, "ot=p:3,b=2", 0.5)
+	f.Add([]byte{0x1a, 0xff}, []byte{0x4a, 0x02, 0, 0}, "", 1.0)
+	f.Fuzz(func(t *testing.T, payload, log []byte, state string, rate float64) {
+		d := Decision{Reason: ReasonRate, Rate: rate, Threshold: threshold(rate), Randomness: 7}
+		var e Encoder
+		spans, logs, _ := e.Encode([16]byte{1}, []Member{{Payload: payload}, {Log: true, Payload: log}}, d, 1<<16)
+		if len(payload) < 1<<15 && len(spans) != 1 || len(log) < 1<<15 && len(logs) != 1 {
+			t.Fatalf("%d span and %d log records", len(spans), len(logs))
+		}
+		mergeTraceState(nil, []byte(state), d)
+	})
+}
