@@ -38,3 +38,32 @@ func TestReadmeConfigLoads(t *testing.T) {
 		t.Errorf("README rules find %q %v in an SGLang line", id, ok)
 	}
 }
+
+// TestReadmeSamplingLoads: the sampling example of README.md is a valid
+// sampling section.
+func TestReadmeSamplingLoads(t *testing.T) {
+	b, err := os.ReadFile("../../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "## Sampling for trace stores")
+	if !ok {
+		t.Fatal("README.md has no Sampling for trace stores section")
+	}
+	_, rest, ok = strings.Cut(rest, "```yaml\n")
+	if !ok {
+		t.Fatal("no yaml block in the sampling section")
+	}
+	block, _, _ := strings.Cut(rest, "```")
+	path := filepath.Join(t.TempDir(), "braid.yaml")
+	if err := os.WriteFile(path, []byte("kafka: {brokers: [kafka-0:9092]}\n"+block), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadConfig(path)
+	if err != nil {
+		t.Fatalf("README sampling example: %v", err)
+	}
+	if st := c.samplingStage(1 << 20); !c.Sampling.Enabled || st == nil || len(st.Config().Tenants) != 3 || len(st.Config().Keep) != 4 {
+		t.Fatalf("README sampling example: %+v", c.Sampling)
+	}
+}
