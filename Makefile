@@ -27,9 +27,12 @@ test:
 	  $(KAFKA) start >/dev/null && eval "$$($(KAFKA) env)" && \
 	  $(GO) test $(GO_TEST_FLAGS) $(PKGS) && \
 	  $(GO) test -count=1 -run '^TestIntegrationCorrelationOnRealisticTelemetry$$' ./cmd/braid/job && \
+	  $(GO) test -count=1 -run '^TestSamplingToCollector$$' ./cmd/braid && \
 	  $(GO) test -count=1 -run '^(TestVerdictsMatchDecoded|TestVerdictShares|TestVerdictJump|TestVerdictsLeaveTheRestAlone)$$' ./connectors/simulator
-# The second and third runs are without -race: the correlation test stalls
-# under it (known defect); the simulator's statistical verdict tests are
+# The second to fourth runs are without -race: the correlation test stalls
+# under it (known defect); the sampling test runs two jobs beside the real
+# Collector over a paced fleet, which the detector makes several times
+# slower and late; the simulator's statistical verdict tests are
 # single-goroutine generation the detector only slows.
 
 ## test-unit: tests that need no broker (integration tests skip outside CI).
