@@ -17,9 +17,8 @@ import (
 // topics if so, and appends the decision to FusedTrace b (field 17).
 func (p *processor) sample(t *engine.Task, tr *trace, sum *summary, b []byte) ([]byte, error) {
 	e := &p.emitter
-	cfg := p.cfg.Sampling.Config()
 	var d sampling.Decision
-	st := p.sampleTrace(tr, sum, &cfg)
+	st := p.sampleTrace(tr, sum)
 	if tr.sampled == sampling.ReasonNone {
 		d = p.sampler.Decide(&st, !tr.emitted)
 		if d.Kept() {
@@ -76,7 +75,7 @@ func (p *processor) sample(t *engine.Task, tr *trace, sum *summary, b []byte) ([
 // writeSampled writes p.sampMem, tr's members not yet written, to the
 // sampled topics.
 func (p *processor) writeSampled(t *engine.Task, tr *trace, d sampling.Decision) {
-	cfg := p.cfg.Sampling.Config()
+	cfg := p.sampler.Config()
 	key := otlp.AppendTraceIDHex(make([]byte, 0, 32), tr.id)
 	// Room for the key and record overhead, as for fused records.
 	room := p.room(key, nil)
@@ -85,11 +84,11 @@ func (p *processor) writeSampled(t *engine.Task, tr *trace, d sampling.Decision)
 		p.sampler.Unwritable(unwritable)
 	}
 	n, size := 0, 0
+	partition := otlp.HashPartition(key, p.cfg.FusedPartitions)
 	for _, out := range []struct {
 		topic  string
 		values [][]byte
 	}{{cfg.TracesTopic, spans}, {cfg.LogsTopic, logs}} {
-		partition := otlp.HashPartition(key, p.cfg.FusedPartitions)
 		for _, v := range out.values {
 			t.Emit(&kgo.Record{Topic: out.topic, Partition: partition, Key: key, Value: v})
 			n++
@@ -100,7 +99,8 @@ func (p *processor) writeSampled(t *engine.Task, tr *trace, d sampling.Decision)
 }
 
 // sampleTrace is what the sampling decision reads of tr.
-func (p *processor) sampleTrace(tr *trace, sum *summary, cfg *sampling.Config) sampling.Trace {
+func (p *processor) sampleTrace(tr *trace, sum *summary) sampling.Trace {
+	cfg := p.sampler.Config()
 	e := &p.emitter
 	st := sampling.Trace{ID: tr.id, Last: tr.last, Error: sum.errors > 0, Polluted: len(e.incidents) > 0}
 	if d := e.derived; d != nil {

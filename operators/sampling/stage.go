@@ -39,6 +39,10 @@ func New(cfg Config) (*Stage, error) {
 // Config returns the stage's configuration with defaults filled in.
 func (s *Stage) Config() Config { return s.cfg }
 
+// Config is the stage's configuration, shared (read only): no copy per
+// emission.
+func (p *Processor) Config() *Config { return &p.s.cfg }
+
 // Processor is the stage in one fuse task: the latency windows of the slow
 // rule, and the decisions.
 type Processor struct {

@@ -10,19 +10,7 @@ import (
 // TestReadmeConfigLoads: the configuration example in README.md is a valid
 // configuration, every field known.
 func TestReadmeConfigLoads(t *testing.T) {
-	b, err := os.ReadFile("../../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(b), "## Configuration")
-	if !ok {
-		t.Fatal("README.md has no Configuration section")
-	}
-	_, rest, ok = strings.Cut(rest, "```yaml\n")
-	if !ok {
-		t.Fatal("no yaml block in the Configuration section")
-	}
-	block, _, _ := strings.Cut(rest, "```")
+	block := readmeYAML(t, "## Configuration")
 	path := filepath.Join(t.TempDir(), "braid.yaml")
 	if err := os.WriteFile(path, []byte(block), 0o600); err != nil {
 		t.Fatal(err)
@@ -42,19 +30,7 @@ func TestReadmeConfigLoads(t *testing.T) {
 // TestReadmeSamplingLoads: the sampling example of README.md is a valid
 // sampling section.
 func TestReadmeSamplingLoads(t *testing.T) {
-	b, err := os.ReadFile("../../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(b), "## Sampling for trace stores")
-	if !ok {
-		t.Fatal("README.md has no Sampling for trace stores section")
-	}
-	_, rest, ok = strings.Cut(rest, "```yaml\n")
-	if !ok {
-		t.Fatal("no yaml block in the sampling section")
-	}
-	block, _, _ := strings.Cut(rest, "```")
+	block := readmeYAML(t, "## Sampling for trace stores")
 	path := filepath.Join(t.TempDir(), "braid.yaml")
 	if err := os.WriteFile(path, []byte("kafka: {brokers: [kafka-0:9092]}\n"+block), 0o600); err != nil {
 		t.Fatal(err)
@@ -66,4 +42,23 @@ func TestReadmeSamplingLoads(t *testing.T) {
 	if st := c.samplingStage(1 << 20); !c.Sampling.Enabled || st == nil || len(st.Config().Tenants) != 3 || len(st.Config().Keep) != 4 {
 		t.Fatalf("README sampling example: %+v", c.Sampling)
 	}
+}
+
+// readmeYAML returns the first yaml block of README.md's section heading.
+func readmeYAML(t *testing.T, heading string) string {
+	t.Helper()
+	b, err := os.ReadFile("../../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), heading)
+	if !ok {
+		t.Fatalf("README.md has no %q section", heading)
+	}
+	_, rest, ok = strings.Cut(rest, "```yaml\n")
+	if !ok {
+		t.Fatalf("no yaml block in README.md's %q section", heading)
+	}
+	block, _, _ := strings.Cut(rest, "```")
+	return block
 }
