@@ -256,11 +256,18 @@ func (r *restorer) apply(rec *kgo.Record) error {
 	return r.ks.Set(rec.Key, v)
 }
 
-// fetchCommitted returns the group's committed offsets of partition p.
+// fetchCommitted returns the group's committed offsets of partition p,
+// stable ones: while a transaction that commits offsets of the group is
+// open (the task's previous owner finishing its last checkpoint), the
+// broker answers UNSTABLE_OFFSET_COMMIT and this waits. An unstable read
+// would give the offsets before that transaction: the state would be
+// restored to them while consumption (kgo always fetches stable offsets)
+// resumes after it, and what that transaction emitted would be emitted
+// again.
 func (e *Engine) fetchCommitted(ctx context.Context, p int32) (map[string]int64, error) {
 	adm := kadm.NewClient(e.sess.Client())
 	for {
-		resp, err := adm.FetchOffsets(ctx, e.cfg.Group)
+		resp, err := adm.FetchOffsets(kadm.RequireStable(ctx), e.cfg.Group)
 		if err == nil {
 			err = resp.Error()
 		}
