@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/braidlabs/braid/state"
@@ -363,7 +364,33 @@ type Engine struct {
 	// chunkMu keeps the chunks of one record together (EmitChunks).
 	chunkMu    sync.Mutex
 	produceErr atomic.Pointer[error]
-	stats      Stats
+	// produceAborts counts the checkpoints in a row that a retryable
+	// produce error aborted (Run goroutine).
+	produceAborts int
+	stats         Stats
+}
+
+// maxProduceAborts is how many checkpoints in a row a retryable produce
+// error may abort before the job stops: an error that comes back each
+// time the input is read again is not the broker's passing state.
+const maxProduceAborts = 5
+
+// retryableProduce reports whether a failed produce is worth going back to
+// the last checkpoint for: the transaction, not the record, was the
+// problem. INVALID_PRODUCER_EPOCH is what a transaction the coordinator
+// aborted on timeout answers; TRANSACTION_ABORTABLE (KIP-890) and the
+// retriable errors are the broker's passing state. A record too large,
+// an authorization failure, or PRODUCER_FENCED (another instance with this
+// transactional id) would come back: those stop the job.
+func retryableProduce(err error) bool {
+	switch {
+	case errors.Is(err, ErrRecordTooLarge), errors.Is(err, kerr.ProducerFenced):
+		return false
+	case errors.Is(err, kerr.InvalidProducerEpoch), errors.Is(err, kerr.TransactionAbortable),
+		errors.Is(err, kgo.ErrRecordTimeout), errors.Is(err, kgo.ErrRecordRetries):
+		return true
+	}
+	return kerr.IsRetriable(err)
 }
 
 // Stats are the engine's counters. Safe for concurrent reads.
@@ -599,9 +626,7 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 			// Everything the last poll returned has been dispatched: the
 			// session commits the polled offsets with this checkpoint, so
 			// the records must be in it.
-			fctx, fcancel := context.WithTimeout(context.Background(), e.cfg.TransactionTimeout)
-			defer fcancel()
-			if err := e.checkpoint(fctx, false, 0); err != nil {
+			if err := e.checkpoint(context.Background(), false, 0); err != nil {
 				return fmt.Errorf("engine: final checkpoint: %w", err)
 			}
 			return nil
@@ -620,10 +645,7 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 			e.follow = followUp{}
 			if e.followUseful.Load() {
 				e.stats.FollowUpCheckpoints.Add(1)
-				cctx, ccancel := context.WithTimeout(context.Background(), e.cfg.TransactionTimeout)
-				err := e.checkpoint(cctx, true, step)
-				ccancel()
-				if err != nil {
+				if err := e.checkpoint(context.Background(), true, step); err != nil {
 					return err
 				}
 			}
@@ -631,10 +653,7 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 		if !now.Before(next) {
 			// A checkpoint runs to its end even when ctx is cancelled
 			// meanwhile: the final checkpoint follows it.
-			cctx, ccancel := context.WithTimeout(context.Background(), e.cfg.TransactionTimeout)
-			err := e.checkpoint(cctx, true, 0)
-			ccancel()
-			if err != nil {
+			if err := e.checkpoint(context.Background(), true, 0); err != nil {
 				return err
 			}
 			next = e.cfg.Now().Add(e.cfg.CheckpointInterval)
@@ -696,6 +715,11 @@ func (e *Engine) checkpoint(ctx context.Context, begin bool, step int) error {
 			prepErr = err
 		}
 	}
+	// The transaction's end gets TransactionTimeout from here, not from
+	// the checkpoint's start: a task that was slow to reach the barrier
+	// does not use up the time the broker has to answer.
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.TransactionTimeout)
+	defer cancel()
 	// The tasks are held until the outcome: what they published is what
 	// they prepared with.
 	live := e.live()
@@ -720,10 +744,22 @@ func (e *Engine) checkpoint(ctx context.Context, begin bool, step int) error {
 	marks := e.marks.take()
 	e.stats.LastCommitNanos.Store(int64(time.Since(start)))
 	if perr := e.produceErr.Swap(nil); perr != nil {
-		e.log.Error("produce failed; transaction aborted", "err", *perr)
-		if prepErr == nil {
-			prepErr = *perr
+		switch {
+		case prepErr == nil && !committed && retryableProduce(*perr) && e.produceAborts < maxProduceAborts:
+			// The transaction was lost on the broker's side (timed
+			// out while a task was stuck, aborted by the coordinator):
+			// nothing of it is committed, the tasks reload the last
+			// checkpoint and the input is read again.
+			e.produceAborts++
+			e.log.Warn("produce failed; transaction aborted, going back to the last checkpoint", "err", *perr, "in_a_row", e.produceAborts)
+		default:
+			e.log.Error("produce failed; transaction aborted", "err", *perr)
+			if prepErr == nil {
+				prepErr = *perr
+			}
 		}
+	} else if committed {
+		e.produceAborts = 0
 	}
 	if endErr != nil {
 		e.log.Warn("end transaction", "err", endErr)

@@ -667,3 +667,111 @@ func TestChunkedChangelogRestoresThroughKafka(t *testing.T) {
 		}
 	}
 }
+
+// stuckRelay is relay whose source record with key stuck waits for
+// release: the task is stuck in the middle of a transaction.
+type stuckRelay struct {
+	relay
+	stuck   string
+	once    *sync.Once
+	reached chan<- struct{}
+	release <-chan struct{}
+}
+
+func (s stuckRelay) Process(t *Task, rec *kgo.Record, input int) error {
+	if input == 0 && string(rec.Key) == s.stuck {
+		s.once.Do(func() {
+			close(s.reached)
+			<-s.release
+		})
+	}
+	return s.relay.Process(t, rec, input)
+}
+
+// TestTransactionTimedOutOnTheBrokerIsRetried: a task stuck for longer
+// than the transaction timeout, after its transaction produced, finds the
+// transaction aborted by the coordinator (its producer epoch is stale):
+// the engine goes back to the last checkpoint and goes on, instead of
+// stopping, and the output is exactly once.
+func TestTransactionTimedOutOnTheBrokerIsRetried(t *testing.T) {
+	b := newBrokerEnv(t, 2)
+	const n = 200
+	b.produce(t, "a", n)
+	reached, release := make(chan struct{}), make(chan struct{})
+	topo := b.topology()
+	topo.NewProcessor = func(*Task) (Processor, error) {
+		return stuckRelay{relay: relay{mid: b.mid, out: b.out}, stuck: fmt.Sprintf("a%04d", n-2), once: &sync.Once{}, reached: reached, release: release}, nil
+	}
+	store, err := state.Open(state.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	const txnTimeout = 11 * time.Second
+	e, err := New(Config{ClientOpts: []kgo.Opt{kgo.SeedBrokers(b.brokers...), kgo.FetchMaxWait(200 * time.Millisecond)},
+		Group: b.group, TransactionalID: b.txnID, CheckpointInterval: time.Second, TransactionTimeout: txnTimeout, Store: store}, topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- e.Run(ctx) }()
+	select {
+	case <-reached:
+	case err := <-errc:
+		t.Fatalf("run ended before the stuck record: %v", err)
+	case <-time.After(90 * time.Second):
+		t.Fatal("the stuck record was not reached within 90s")
+	}
+	// Stuck until the coordinator has aborted the open transaction.
+	adm := kadm.NewClient(kafkatest.Client(t, b.brokers))
+	deadline := time.Now().Add(txnTimeout + time.Minute)
+	for {
+		ds, err := adm.DescribeTransactions(ctx, b.txnID)
+		if err == nil {
+			if d, ok := ds[b.txnID]; ok && d.Err == nil && (d.State == "PrepareAbort" || d.State == "CompleteAbort") {
+				t.Logf("the coordinator aborted the transaction (%s, epoch %d)", d.State, d.ProducerEpoch)
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the transaction was not aborted on timeout (last: %v, %v)", ds, err)
+		}
+		time.Sleep(100 * time.Millisecond) // polling the coordinator
+	}
+	close(release)
+	b.produce(t, "b", n)
+	cl := kafkatest.Client(t, b.brokers, kgo.ConsumeTopics(b.out), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	seen := map[string]bool{}
+	pctx, pcancel := context.WithTimeout(ctx, 90*time.Second)
+	defer pcancel()
+	for len(seen) < 2*n {
+		select {
+		case err := <-errc:
+			t.Fatalf("the engine stopped with %d of %d keys out: %v", len(seen), 2*n, err)
+		default:
+		}
+		fs := cl.PollFetches(pctx)
+		if pctx.Err() != nil {
+			t.Fatalf("output has %d of %d keys after 90s", len(seen), 2*n)
+		}
+		fs.EachRecord(func(r *kgo.Record) { seen[string(r.Key)] = true })
+	}
+	if a := e.Stats().Aborts.Load(); a == 0 {
+		t.Error("no checkpoint aborted: the transaction did not time out while the task was stuck")
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	got := b.readOut(t)
+	for _, prefix := range []string{"a", "b"} {
+		for i := range n {
+			if k := fmt.Sprintf("%s%04d", prefix, i); got[k] != 1 {
+				t.Errorf("key %s is in the output %d times, want once", k, got[k])
+			}
+		}
+	}
+}

@@ -377,8 +377,10 @@ transaction.state.log.num.partitions=8
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 
-# Tests should not wait for rebalances.
+# Tests should not wait for rebalances, nor long for the coordinator to
+# abort a transaction that timed out.
 group.initial.rebalance.delay.ms=0
+transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
 
 # Small segments; a test broker keeps little.
 log.segment.bytes=8388608
