@@ -24,6 +24,7 @@ import (
 // GPUs carry its memory, utilisation and Xid in their FusedTrace — and not
 // the other GPU's.
 func TestIntegrationGPUExporterFeedsResources(t *testing.T) {
+	t.Parallel() // its own job and topics
 	tj := startJob(t, "otlp_proto", 4)
 	lib := fake.New(2)
 	for i, d := range lib.Devs {

@@ -502,6 +502,7 @@ func TestIntegrationHostileInput(t *testing.T) {
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel() // each case its own job and topics, mostly waiting on the paced producer
 			runHostile(t, c, int64(300+i))
 		})
 	}

@@ -206,6 +206,7 @@ func TestIntegrationEveryCollectorForm(t *testing.T) {
 	}
 	for i, f := range forms {
 		t.Run(fmt.Sprintf("encoding=%s/keying=%s", f.encoding, f.keying), func(t *testing.T) {
+			t.Parallel() // each form its own job and topics
 			tj := startJob(t, f.encoding, 4)
 			sim, err := simulator.New(simulator.Config{
 				Seed: int64(100 + i), Encoding: f.encoding, Keying: f.keying, Topics: tj.simTopics(),
