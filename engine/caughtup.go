@@ -16,9 +16,10 @@ import (
 // Two reports feed it: every polled batch carries the end of the fetch it
 // came from, judged by the task once it has processed the batch; and, since
 // franz-go hands the poll loop no empty fetch, the end checker asks the
-// brokers for the ends of the source partitions of every task that is not
-// caught up, every endCheckInterval, off the poll loop (a partition that
-// returned no record since its task opened has no other source).
+// brokers for the ends of the source partitions of every task, every
+// endCheckInterval, off the poll loop (a partition that returned no record
+// since its task opened has no other source; one that is caught up gets
+// records the held poll loop does not fetch).
 const (
 	endCheckInterval = 250 * time.Millisecond
 	endCheckTimeout  = 5 * time.Second
@@ -75,17 +76,20 @@ func (e *Engine) watchEnds(ctx context.Context, cl *kgo.Client) {
 }
 
 // checkEnds asks for the ends of the source partitions of every open task
-// that is not caught up and leaves them to the tasks. A partition whose
+// and leaves them to the tasks. A partition whose
 // answer fails is left out (-1) this time.
 func (e *Engine) checkEnds(ctx context.Context, cl *kgo.Client) {
 	e.mu.Lock()
 	pubs := map[int32]*published{}
 	needStart := false
 	for p, pub := range e.mu.tasks {
-		if !pub.caughtUp.Load() {
-			pubs[p] = pub
-			needStart = needStart || pub.needStart.Load()
-		}
+		// Caught-up tasks too: while the poll loop is held (backpressure,
+		// a checkpoint) records that reach a caught-up partition are not
+		// fetched, and only the broker's end says the partition is behind
+		// again — without it the partition would go idle and what it
+		// holds would arrive late.
+		pubs[p] = pub
+		needStart = needStart || pub.needStart.Load()
 	}
 	e.mu.Unlock()
 	if len(pubs) == 0 {

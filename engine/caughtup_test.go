@@ -355,3 +355,52 @@ func TestDownstreamWatermarkFollows(t *testing.T) {
 		t.Logf("task %d's watermark covered partition 0's records %v (median) after their write, max %v", p, median(lat), slices.Max(lat))
 	}
 }
+
+// TestCaughtUpPartitionGettingRecordsHoldsWatermark: a partition that was
+// caught up and gets records the poll loop does not fetch (here: its
+// fetching paused, as a held poll loop or a starved fetch leaves it) is
+// behind again by the broker's end, and holds the watermark behind them;
+// once they are read, none was behind the watermark.
+func TestCaughtUpPartitionGettingRecordsHoldsWatermark(t *testing.T) {
+	b := kafkatest.Brokers(t)
+	topics := kafkatest.NewTopics(t, b, 1, "cu-live", "cu-quiet")
+	live, quiet := topics[0], topics[1]
+	cl := kafkatest.Client(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: quiet, Timestamp: time.Now()}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	e, proc := liveEngine(t, b, 1, []Input{{Topic: live}, {Topic: quiet}}, nil)
+	stop := stream(t, cl, live)
+	defer stop()
+	if _, ok := waitFor(60*time.Second, func() bool {
+		s, _ := taskStat(e, 0)
+		return proc.seen[1].Load() == 1 && proc.seen[0].Load() > 0 && s.CaughtUp
+	}); !ok {
+		t.Fatal("the task did not read both partitions to their end within 60s")
+	}
+	e.sess.Client().PauseFetchPartitions(map[string][]int32{quiet: {0}})
+	const n = 20
+	ts := time.Now()
+	var recs []*kgo.Record
+	for range n {
+		recs = append(recs, &kgo.Record{Topic: quiet, Timestamp: ts})
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	// The live partition moves on; the quiet one, behind, holds the
+	// watermark for 10 times the caught-up idleness (and the 1s bound).
+	window := time.Second + 10*DefaultCaughtUpIdleness
+	if _, passed := waitFor(window, func() bool { return e.Watermarks()[0] > ts.UnixNano() }); passed {
+		t.Fatalf("watermark %v passed the unread records of a partition that was caught up (at %v)", time.Unix(0, e.Watermarks()[0]), ts)
+	}
+	e.sess.Client().ResumeFetchPartitions(map[string][]int32{quiet: {0}})
+	if _, ok := waitFor(30*time.Second, func() bool { return proc.seen[1].Load() == 1+n }); !ok {
+		t.Fatalf("%d of %d records of the quiet partition read within 30s of resuming", proc.seen[1].Load(), 1+n)
+	}
+	if late := proc.late[1].Load(); late != 0 {
+		t.Errorf("%d records came behind the watermark", late)
+	}
+}
