@@ -71,6 +71,12 @@ func (b brokerEnv) topology() Topology {
 
 func (b brokerEnv) engine(t *testing.T, dir string, mod func(*Config)) *Engine {
 	t.Helper()
+	return b.engineFor(t, dir, b.topology(), mod)
+}
+
+// engineFor is engine with a topology of the caller's.
+func (b brokerEnv) engineFor(t *testing.T, dir string, topo Topology, mod func(*Config)) *Engine {
+	t.Helper()
 	store, err := state.Open(state.Options{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +92,7 @@ func (b brokerEnv) engine(t *testing.T, dir string, mod func(*Config)) *Engine {
 	if mod != nil {
 		mod(&cfg)
 	}
-	e, err := New(cfg, b.topology())
+	e, err := New(cfg, topo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,6 +207,26 @@ func (b brokerEnv) runUntil(t *testing.T, e *Engine, want int) error {
 	return <-errc
 }
 
+// runUntilSignal runs e in the background until signal is ready (what
+// says what that means) and returns Run's context, its cancel and Run's
+// result; the engine stopping first, or d passing, fails the test.
+func runUntilSignal(t *testing.T, e *Engine, signal <-chan struct{}, d time.Duration, what string) (context.Context, context.CancelFunc, <-chan error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- e.Run(ctx) }()
+	select {
+	case <-signal:
+	case err := <-errc:
+		cancel()
+		t.Fatalf("engine stopped before %s: %v", what, err)
+	case <-time.After(d):
+		cancel()
+		t.Fatalf("not %s within %v", what, d)
+	}
+	return ctx, cancel, errc
+}
+
 // TestSIGTERMAfterPollLosesNothing stops the engine (as SIGTERM does: the
 // Run context is cancelled) while the loop holds records of the internal
 // topic between poll and dispatch, then restarts it from an empty local
@@ -304,30 +330,10 @@ func TestSlowRestoreDoesNotStallOtherTasks(t *testing.T) {
 	topo.NewProcessor = func(*Task) (Processor, error) {
 		return slowRestore{relay: relay{mid: b.mid, out: b.out}, release: release, blocked: blocked}, nil
 	}
-	store, err := state.Open(state.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
 	const txnTimeout = 11 * time.Second
-	e, err := New(Config{
-		ClientOpts: []kgo.Opt{kgo.SeedBrokers(b.brokers...), kgo.FetchMaxWait(200 * time.Millisecond)},
-		Group:      b.group, TransactionalID: b.txnID, CheckpointInterval: time.Second, TransactionTimeout: txnTimeout, Store: store,
-	}, topo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
+	e := b.engineFor(t, t.TempDir(), topo, func(c *Config) { c.TransactionTimeout = txnTimeout })
+	ctx, cancel, errc := runUntilSignal(t, e, blocked, 60*time.Second, "task 1 started opening")
 	defer cancel()
-	errc := make(chan error, 1)
-	go func() { errc <- e.Run(ctx) }()
-	select {
-	case <-blocked:
-	case err := <-errc:
-		t.Fatalf("engine stopped: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("task 1 never started opening")
-	}
 	start := time.Now()
 	// Partition 0's half of the input comes out while task 1 is opening.
 	cl := kafkatest.Client(t, b.brokers, kgo.ConsumeTopics(b.out), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
@@ -702,28 +708,10 @@ func TestTransactionTimedOutOnTheBrokerIsRetried(t *testing.T) {
 	topo.NewProcessor = func(*Task) (Processor, error) {
 		return stuckRelay{relay: relay{mid: b.mid, out: b.out}, stuck: fmt.Sprintf("a%04d", n-2), once: &sync.Once{}, reached: reached, release: release}, nil
 	}
-	store, err := state.Open(state.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
 	const txnTimeout = 11 * time.Second
-	e, err := New(Config{ClientOpts: []kgo.Opt{kgo.SeedBrokers(b.brokers...), kgo.FetchMaxWait(200 * time.Millisecond)},
-		Group: b.group, TransactionalID: b.txnID, CheckpointInterval: time.Second, TransactionTimeout: txnTimeout, Store: store}, topo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
+	e := b.engineFor(t, t.TempDir(), topo, func(c *Config) { c.TransactionTimeout = txnTimeout })
+	ctx, cancel, errc := runUntilSignal(t, e, reached, 90*time.Second, "the stuck record was reached")
 	defer cancel()
-	errc := make(chan error, 1)
-	go func() { errc <- e.Run(ctx) }()
-	select {
-	case <-reached:
-	case err := <-errc:
-		t.Fatalf("run ended before the stuck record: %v", err)
-	case <-time.After(90 * time.Second):
-		t.Fatal("the stuck record was not reached within 90s")
-	}
 	// Stuck until the coordinator has aborted the open transaction.
 	adm := kadm.NewClient(kafkatest.Client(t, b.brokers))
 	deadline := time.Now().Add(txnTimeout + time.Minute)
