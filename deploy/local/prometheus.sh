@@ -218,7 +218,13 @@ cmd_start() {
   echo "$pid" >"$PIDFILE"
   local deadline=$((SECONDS + START_TIMEOUT))
   until is_ready; do
-    if ! is_ours "$pid" || ((SECONDS >= deadline)); then
+    if ! is_ours "$pid"; then
+      log_tail 60
+      log "Prometheus exited before it was ready (port $PORT taken meanwhile? see the log above)"
+      cmd_stop >/dev/null 2>&1 || true
+      exit 1
+    fi
+    if ((SECONDS >= deadline)); then
       log_tail 60
       log "Prometheus did not become ready within ${START_TIMEOUT}s; stopping it"
       cmd_stop >/dev/null 2>&1 || true

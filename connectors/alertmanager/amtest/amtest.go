@@ -197,27 +197,35 @@ func StartPrometheus(t testing.TB, targets ...string) string {
 		Unavailable(t, "prometheus not found (Debian: apt-get install -y prometheus): this test runs a real one with deploy/local/prometheus.sh")
 	}
 	script := Script(t, "prometheus.sh")
-	port := FreePort(t)
-	env := append(os.Environ(),
-		fmt.Sprintf("BRAID_PROMETHEUS_PORT=%d", port),
-		"BRAID_PROMETHEUS_DIR="+filepath.Join(t.TempDir(), "prometheus"),
-		"BRAID_PROMETHEUS_TARGETS="+strings.Join(targets, ","))
-	sh := func(arg string) (string, error) {
+	dir := filepath.Join(t.TempDir(), "prometheus")
+	sh := func(port int, arg string) (string, error) {
 		cmd := exec.Command("bash", script, arg)
-		cmd.Env = env
+		cmd.Env = append(os.Environ(),
+			fmt.Sprintf("BRAID_PROMETHEUS_PORT=%d", port),
+			"BRAID_PROMETHEUS_DIR="+dir,
+			"BRAID_PROMETHEUS_TARGETS="+strings.Join(targets, ","))
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	out, err := sh("start")
-	t.Cleanup(func() {
-		if out, err := sh("stop"); err != nil {
-			t.Errorf("prometheus.sh stop: %v\n%s", err, out)
+	// A free port may be taken between the check and Prometheus binding it
+	// (then it exits at once, or the script finds the port taken): try
+	// thrice, each time on another port.
+	for attempt := 1; ; attempt++ {
+		port := FreePort(t)
+		out, err := sh(port, "start")
+		if err == nil {
+			t.Cleanup(func() {
+				if out, err := sh(port, "stop"); err != nil {
+					t.Errorf("prometheus.sh stop: %v\n%s", err, out)
+				}
+			})
+			return fmt.Sprintf("http://127.0.0.1:%d", port)
 		}
-	})
-	if err != nil {
-		t.Fatalf("prometheus.sh start: %v\n%s", err, out)
+		if attempt == 3 || !(strings.Contains(out, "exited") || strings.Contains(out, "is taken")) {
+			t.Fatalf("prometheus.sh start: %v\n%s", err, out)
+		}
+		t.Logf("prometheus.sh start on port %d: %v\n%s; trying another port", port, err, out)
 	}
-	return fmt.Sprintf("http://127.0.0.1:%d", port)
 }
 
 // PromAPI gets path (e.g. /api/v1/query) with query q from the Prometheus
