@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"time"
 
@@ -76,22 +77,21 @@ func (e *Engine) watchEnds(ctx context.Context, cl *kgo.Client) {
 }
 
 // checkEnds asks for the ends of the source partitions of every open task
-// and leaves them to the tasks. A partition whose
-// answer fails is left out (-1) this time.
+// and leaves them to the tasks. A partition whose answer fails is left out
+// (-1) this time.
 func (e *Engine) checkEnds(ctx context.Context, cl *kgo.Client) {
 	e.mu.Lock()
-	pubs := map[int32]*published{}
+	// Caught-up tasks too: while the poll loop is held (backpressure, a
+	// checkpoint) records that reach a caught-up partition are not
+	// fetched, and only the broker's end says the partition is behind
+	// again — without it the partition would go idle and what it holds
+	// would arrive late.
+	pubs := maps.Clone(e.mu.tasks)
+	e.mu.Unlock()
 	needStart := false
-	for p, pub := range e.mu.tasks {
-		// Caught-up tasks too: while the poll loop is held (backpressure,
-		// a checkpoint) records that reach a caught-up partition are not
-		// fetched, and only the broker's end says the partition is behind
-		// again — without it the partition would go idle and what it
-		// holds would arrive late.
-		pubs[p] = pub
+	for _, pub := range pubs {
 		needStart = needStart || pub.needStart.Load()
 	}
-	e.mu.Unlock()
 	if len(pubs) == 0 {
 		return
 	}

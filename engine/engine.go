@@ -626,7 +626,7 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 			// Everything the last poll returned has been dispatched: the
 			// session commits the polled offsets with this checkpoint, so
 			// the records must be in it.
-			if err := e.checkpoint(context.Background(), false, 0); err != nil {
+			if err := e.checkpoint(false, 0); err != nil {
 				return fmt.Errorf("engine: final checkpoint: %w", err)
 			}
 			return nil
@@ -645,15 +645,13 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 			e.follow = followUp{}
 			if e.followUseful.Load() {
 				e.stats.FollowUpCheckpoints.Add(1)
-				if err := e.checkpoint(context.Background(), true, step); err != nil {
+				if err := e.checkpoint(true, step); err != nil {
 					return err
 				}
 			}
 		}
 		if !now.Before(next) {
-			// A checkpoint runs to its end even when ctx is cancelled
-			// meanwhile: the final checkpoint follows it.
-			if err := e.checkpoint(context.Background(), true, 0); err != nil {
+			if err := e.checkpoint(true, 0); err != nil {
 				return err
 			}
 			next = e.cfg.Now().Add(e.cfg.CheckpointInterval)
@@ -699,8 +697,10 @@ func (e *Engine) taskErr() error {
 
 // checkpoint runs one checkpoint: barrier, prepare, end the transaction,
 // apply the outcome in every task, and begin the next transaction. step is
-// 0 for a regular checkpoint, n for the n-th follow-up after one.
-func (e *Engine) checkpoint(ctx context.Context, begin bool, step int) error {
+// 0 for a regular checkpoint, n for the n-th follow-up after one. It runs
+// to its end whatever happens to Run's context (the final checkpoint
+// follows it).
+func (e *Engine) checkpoint(begin bool, step int) error {
 	start := time.Now()
 	if err := e.applyAssignment(); err != nil {
 		return err
@@ -718,7 +718,7 @@ func (e *Engine) checkpoint(ctx context.Context, begin bool, step int) error {
 	// The transaction's end gets TransactionTimeout from here, not from
 	// the checkpoint's start: a task that was slow to reach the barrier
 	// does not use up the time the broker has to answer.
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.TransactionTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.TransactionTimeout)
 	defer cancel()
 	// The tasks are held until the outcome: what they published is what
 	// they prepared with.

@@ -96,21 +96,35 @@ func Start(t testing.TB, webhook string) string {
 		t.Logf("alertmanager.sh %s: %s", cmd, strings.TrimSpace(stderr.String()))
 		return strings.TrimSpace(stdout.String()), nil
 	}
-	// A free port may be taken between the check and the start: try thrice.
+	var u string
+	port := onFreePort(t, func(port int) (err error) {
+		u, err = run(port, "start")
+		return err
+	}, func(err error) bool { return strings.Contains(err.Error(), "is taken") })
+	t.Cleanup(func() {
+		if _, err := run(port, "stop"); err != nil {
+			t.Errorf("stop the Alertmanager: %v", err)
+		}
+	})
+	return u
+}
+
+// onFreePort calls start with a free port until it succeeds and returns
+// that port. A free port may be taken between the check and the server
+// binding it: an error retry accepts is tried again, on another port, up
+// to three times in all; any other fails the test.
+func onFreePort(t testing.TB, start func(port int) error, retry func(error) bool) int {
+	t.Helper()
 	for attempt := 1; ; attempt++ {
 		port := FreePort(t)
-		u, err := run(port, "start")
+		err := start(port)
 		if err == nil {
-			t.Cleanup(func() {
-				if _, err := run(port, "stop"); err != nil {
-					t.Errorf("stop the Alertmanager: %v", err)
-				}
-			})
-			return u
+			return port
 		}
-		if attempt == 3 || !strings.Contains(err.Error(), "is taken") {
+		if attempt == 3 || !retry(err) {
 			t.Fatal(err)
 		}
+		t.Logf("port %d: %v; trying another port", port, err)
 	}
 }
 
@@ -207,25 +221,21 @@ func StartPrometheus(t testing.TB, targets ...string) string {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	// A free port may be taken between the check and Prometheus binding it
-	// (then it exits at once, or the script finds the port taken): try
-	// thrice, each time on another port.
-	for attempt := 1; ; attempt++ {
-		port := FreePort(t)
-		out, err := sh(port, "start")
-		if err == nil {
-			t.Cleanup(func() {
-				if out, err := sh(port, "stop"); err != nil {
-					t.Errorf("prometheus.sh stop: %v\n%s", err, out)
-				}
-			})
-			return fmt.Sprintf("http://127.0.0.1:%d", port)
+	// Prometheus exits at once when its port was taken before it bound it.
+	port := onFreePort(t, func(port int) error {
+		if out, err := sh(port, "start"); err != nil {
+			return fmt.Errorf("prometheus.sh start: %w\n%s", err, out)
 		}
-		if attempt == 3 || !(strings.Contains(out, "exited") || strings.Contains(out, "is taken")) {
-			t.Fatalf("prometheus.sh start: %v\n%s", err, out)
+		return nil
+	}, func(err error) bool {
+		return strings.Contains(err.Error(), "exited") || strings.Contains(err.Error(), "is taken")
+	})
+	t.Cleanup(func() {
+		if out, err := sh(port, "stop"); err != nil {
+			t.Errorf("prometheus.sh stop: %v\n%s", err, out)
 		}
-		t.Logf("prometheus.sh start on port %d: %v\n%s; trying another port", port, err, out)
-	}
+	})
+	return fmt.Sprintf("http://127.0.0.1:%d", port)
 }
 
 // PromAPI gets path (e.g. /api/v1/query) with query q from the Prometheus
