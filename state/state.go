@@ -230,6 +230,26 @@ func (k *Keyspace) Get(dst, key []byte) ([]byte, bool, error) {
 	return dst, true, nil
 }
 
+// GetCommitted returns a copy of the value of key as of the last
+// checkpoint, appended to dst, and whether it exists. Unlike every other
+// method it is safe for concurrent use with the owner's writes (a reader
+// beside the task that owns the keyspace, e.g. a query server); it must
+// not be called once Close has begun.
+func (k *Keyspace) GetCommitted(dst, key []byte) ([]byte, bool, error) {
+	v, closer, err := k.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return dst, false, nil
+	}
+	if err != nil {
+		return dst, false, fmt.Errorf("state: get in %s: %w", k.name, err)
+	}
+	dst = append(dst, v...)
+	if err := closer.Close(); err != nil {
+		return dst, false, fmt.Errorf("state: get in %s: %w", k.name, err)
+	}
+	return dst, true, nil
+}
+
 // Set writes key=value to the pending batch. Both are copied.
 func (k *Keyspace) Set(key, value []byte) error {
 	if k.batch == nil {

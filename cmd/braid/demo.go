@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/braidlabs/braid/cmd/braid/job"
 	"github.com/braidlabs/braid/connectors/simulator"
+	"github.com/braidlabs/braid/connectors/view"
 )
 
 func cmdDemo(ctx context.Context, args []string, log *slog.Logger) error {
@@ -42,6 +44,7 @@ func runDemo(ctx context.Context, args []string, log *slog.Logger, out, errOut i
 	stateDir := fs.String("state-dir", "", "state directory (default: a temporary one)")
 	quiet := fs.Bool("quiet", false, "do not print fused records, only the stats line")
 	adminAddr := fs.String("admin-addr", "127.0.0.1:9464", "admin HTTP server (/metrics, /healthz, /readyz); empty: none")
+	viewAddr := fs.String("view-addr", view.DefaultAddr, "the drill-down view (braid view) in the browser; empty: none")
 	regression := fs.String("regression", defaultRegression, "TTFT regression to inject (realistic fleet only): server=INDEX (host·2 + GPU index),factor=F (TTFT × F),from=D,to=D (event time after the start); \"\": none")
 	leak := fs.String("leak", defaultLeak, "GPU memory leak to inject (realistic fleet only): gpu=INDEX (host·2 + GPU index),rate=MiB per minute,from=D,to=D (event time after the start); \"\": none")
 	jump := fs.String("jailbreak-jump", defaultJump, "a tenant's jailbreak attempts to jump (realistic fleet only; its guardrails and evaluators report verdicts): tenant=NAME (acme, globex, initech, umbrella, hooli),rate=SHARE of its requests,from=D,to=D (event time after the start); \"\": none")
@@ -130,6 +133,9 @@ func runDemo(ctx context.Context, args []string, log *slog.Logger, out, errOut i
 	if u := os.Getenv("BRAID_ALERTMANAGER_URL"); u != "" {
 		cfg.Alerts.Alertmanager.URLs = []string{u}
 	}
+	if *viewAddr != "" {
+		cfg.Alerts.ViewURL = strings.TrimSuffix(view.URL(*viewAddr), "/")
+	}
 	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -138,6 +144,9 @@ func runDemo(ctx context.Context, args []string, log *slog.Logger, out, errOut i
 	fmt.Fprintf(out, "braid demo: in-process Kafka listening on %s\n", *addr)
 	fmt.Fprintf(out, "  read fused records with: kcat -C -b %s -t %s   or   braid tail --brokers %s\n", *addr, cfg.Outputs.Fused, *addr)
 	fmt.Fprintf(out, "  alert state changes (pending, firing, resolved) are printed as they are committed to %s (lines \"** ALERT\")\n", cfg.Outputs.Alerts)
+	if *viewAddr != "" {
+		fmt.Fprintf(out, "  view: open %s in a browser (latency heatmaps, spike explanation, layer heatmaps, incidents and traces as they are found)\n", view.URL(*viewAddr))
+	}
 	if *adminAddr != "" {
 		fmt.Fprintf(out, "  metrics: curl http://%s/metrics   (braid_alerts_*, braid_llm_*; exemplars: -H 'Accept: application/openmetrics-text')\n", *adminAddr)
 	}
@@ -172,6 +181,14 @@ func runDemo(ctx context.Context, args []string, log *slog.Logger, out, errOut i
 	go func() { errc <- watchIncidents(ctx, *addr, cfg.Outputs.Incidents, errOut, clk.now) }()
 	go func() { errc <- watchAlerts(ctx, *addr, cfg.Outputs.Alerts, errOut) }()
 	workers := 4 // job, simulator, incidents, alerts
+	if *viewAddr != "" {
+		workers++
+		vo := viewOptions{addr: *viewAddr, stateDir: filepath.Join(*stateDir, "view")}
+		go func() {
+			errc <- runView(ctx, vo, view.Topics{Fused: cfg.Outputs.Fused, Incidents: cfg.Outputs.Incidents, Alerts: cfg.Outputs.Alerts},
+				[]kgo.Opt{kgo.SeedBrokers(*addr)}, log, nil)
+		}()
+	}
 	if !*quiet {
 		workers++
 		go func() {

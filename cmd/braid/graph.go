@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -12,7 +11,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"sort"
 	"strings"
 	"time"
 
@@ -23,7 +21,7 @@ import (
 
 	"github.com/braidlabs/braid/connectors/otlp"
 	"github.com/braidlabs/braid/operators/braidpb"
-	"github.com/braidlabs/braid/operators/kvgraph"
+	"github.com/braidlabs/braid/connectors/view"
 )
 
 const graphUsage = `braid graph renders one KV-cache pollution incident.
@@ -98,7 +96,7 @@ func renderIncident(w io.Writer, inc *braidpb.Incident, format string) error {
 		_, err := io.WriteString(w, incidentMermaid(inc))
 		return err
 	case "json":
-		b, err := json.MarshalIndent(incidentView(inc), "", "  ")
+		b, err := json.MarshalIndent(view.IncidentGraph(inc), "", "  ")
 		if err != nil {
 			return err
 		}
@@ -241,112 +239,6 @@ func fetchIncident(ctx context.Context, brokers []string, topic, id string) (*br
 }
 
 // graphNode is a node of the rendered graph.
-type graphNode struct {
-	ID       string `json:"id"`
-	Kind     string `json:"kind"` // request, block, layer
-	Label    string `json:"label"`
-	Polluted bool   `json:"polluted,omitempty"`
-	Via      string `json:"via,omitempty"`
-	TraceID  string `json:"trace_id,omitempty"`
-	Root     bool   `json:"root,omitempty"`
-}
-
-type graphEdge struct {
-	Source string `json:"source"`
-	Target string `json:"target"`
-	Kind   string `json:"kind"`
-	Time   string `json:"time"`
-	Block  int64  `json:"block"`
-	Layer  int32  `json:"layer"`
-	Detail string `json:"detail,omitempty"`
-}
-
-type graphView struct {
-	ID           string                `json:"id"`
-	Revision     uint32                `json:"revision"`
-	State        string                `json:"state"`
-	Host         string                `json:"host"`
-	GPU          string                `json:"gpu"`
-	Pattern      string                `json:"pattern"`
-	Root         map[string]any        `json:"root"`
-	First        string                `json:"first"`
-	Last         string                `json:"last"`
-	Nodes        []graphNode           `json:"nodes"`
-	Edges        []graphEdge           `json:"edges"`
-	EdgesDropped uint32                `json:"edges_dropped,omitempty"`
-	Layers       []*braidpb.LayerCount `json:"layers"`
-	Evidence     []map[string]any      `json:"evidence,omitempty"`
-}
-
-func nanoTime(ns uint64) string {
-	if ns == 0 {
-		return ""
-	}
-	return time.Unix(0, int64(ns)).UTC().Format(time.RFC3339Nano)
-}
-
-// incidentView is the graph of inc: its nodes (in first-seen order),
-// edges, root and per-layer counts.
-func incidentView(inc *braidpb.Incident) graphView {
-	v := graphView{ID: inc.Id, Revision: inc.Revision, State: strings.TrimPrefix(inc.State.String(), "INCIDENT_STATE_"), Host: inc.Host, GPU: inc.Gpu,
-		Pattern: kvgraph.KindName(inc.Pattern), First: nanoTime(inc.FirstUnixNano), Last: nanoTime(inc.LastUnixNano), EdgesDropped: inc.EdgesDropped,
-		Layers: inc.Layers, Nodes: []graphNode{}, Edges: []graphEdge{}}
-	if r := inc.Root; r != nil {
-		v.Root = map[string]any{"node": r.Node, "kind": kvgraph.KindName(r.Kind), "request_id": r.RequestId, "block": r.Block, "layer": r.Layer,
-			"time": nanoTime(r.TimeUnixNano), "detail": r.Detail}
-		if len(r.TraceId) > 0 {
-			v.Root["trace_id"] = hex.EncodeToString(r.TraceId)
-		}
-	}
-	polluted := map[string]*braidpb.PollutedRequest{}
-	for _, p := range inc.Polluted {
-		polluted[p.RequestId] = p
-	}
-	seen := map[string]int{}
-	add := func(id string) {
-		if _, ok := seen[id]; ok {
-			return
-		}
-		n := graphNode{ID: id}
-		kind, rest, _ := strings.Cut(id, ":")
-		name := strings.TrimPrefix(rest, inc.Gpu+"/")
-		switch kind {
-		case "req":
-			n.Kind, n.Label = "request", name
-			if p := polluted[name]; p != nil {
-				n.Polluted = true
-				n.Via = strings.ToLower(strings.TrimPrefix(p.Via.String(), "POLLUTION_VIA_"))
-				if len(p.TraceId) > 0 {
-					n.TraceID = hex.EncodeToString(p.TraceId)
-				}
-			}
-		case "blk":
-			n.Kind, n.Label = "block", "block "+name
-		case "layer":
-			n.Kind, n.Label = "layer", "layer "+name
-		default:
-			n.Kind, n.Label = kind, id
-		}
-		n.Root = inc.Root != nil && inc.Root.Node == id
-		seen[id] = len(v.Nodes)
-		v.Nodes = append(v.Nodes, n)
-	}
-	if inc.Root != nil && inc.Root.Node != "" {
-		add(inc.Root.Node)
-	}
-	for _, e := range inc.Edges {
-		add(e.Source)
-		add(e.Target)
-		v.Edges = append(v.Edges, graphEdge{Source: e.Source, Target: e.Target, Kind: kvgraph.KindName(e.Kind), Time: nanoTime(e.TimeUnixNano),
-			Block: e.Block, Layer: e.Layer, Detail: e.Detail})
-	}
-	for _, e := range inc.Evidence {
-		v.Evidence = append(v.Evidence, map[string]any{"kind": e.Kind, "time": nanoTime(e.TimeUnixNano), "text": e.Text})
-	}
-	sort.SliceStable(v.Layers, func(i, j int) bool { return v.Layers[i].Layer < v.Layers[j].Layer })
-	return v
-}
-
 func dotQuote(s string) string {
 	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s) + `"`
 }
@@ -355,7 +247,7 @@ var edgeColor = map[string]string{"dirty_residue": "darkorange", "mixed_write": 
 
 // incidentDOT renders inc for Graphviz.
 func incidentDOT(inc *braidpb.Incident) string {
-	v := incidentView(inc)
+	v := view.IncidentGraph(inc)
 	var b strings.Builder
 	b.WriteString("digraph incident {\n  rankdir=LR;\n  node [fontname=\"Helvetica\", fontsize=10];\n  edge [fontname=\"Helvetica\", fontsize=9];\n")
 	title := fmt.Sprintf("%s rev %d (%s)\n%s on %s / %s\nroot: %s", v.ID, v.Revision, strings.ToLower(v.State), v.Pattern, v.Host, v.GPU, inc.GetRoot().GetDetail())
@@ -403,7 +295,7 @@ func incidentDOT(inc *braidpb.Incident) string {
 
 // incidentMermaid renders inc as a Mermaid flowchart.
 func incidentMermaid(inc *braidpb.Incident) string {
-	v := incidentView(inc)
+	v := view.IncidentGraph(inc)
 	var b strings.Builder
 	fmt.Fprintf(&b, "---\ntitle: %s rev %d %s — %s on %s\n---\nflowchart LR\n", v.ID, v.Revision, strings.ToLower(v.State), v.Pattern, v.GPU)
 	ids := map[string]string{}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/braidlabs/braid/connectors/otlp"
+	"github.com/braidlabs/braid/connectors/view"
 	"github.com/braidlabs/braid/operators/braidpb"
 )
 
@@ -86,7 +87,7 @@ func TestGraphJSON(t *testing.T) {
 	if err := renderIncident(&buf, graphFixture(), "json"); err != nil {
 		t.Fatal(err)
 	}
-	var v graphView
+	var v view.Graph
 	if err := json.Unmarshal(buf.Bytes(), &v); err != nil {
 		t.Fatal(err)
 	}

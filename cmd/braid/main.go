@@ -5,6 +5,7 @@
 //	braid demo                  in-process Kafka + simulator + job, live view
 //	braid tail                  print fused records
 //	braid replay                re-run the stage over a past range (forensics)
+//	braid view                  the drill-down view in the browser
 package main
 
 import (
@@ -26,6 +27,8 @@ Usage:
                              inputs, into a topic or a Parquet/Arrow file
   braid gpu-exporter [flags] sample GPUs through NVML, emit DCGM-named OTLP metrics
   braid graph [flags]        render a KV-pollution incident as DOT, Mermaid, JSON, SVG or PNG
+  braid view [flags]         the drill-down view in the browser: latency heatmaps,
+                             spike explanation, layer heatmaps, incidents, traces
 
 Run "braid COMMAND -h" for a command's flags.
 `
@@ -52,6 +55,8 @@ func main() {
 		err = cmdGPUExporter(ctx, os.Args[2:], log)
 	case "graph":
 		err = cmdGraph(ctx, os.Args[2:], os.Stdout)
+	case "view":
+		err = cmdView(ctx, os.Args[2:], log, os.Stdout)
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return
