@@ -20,8 +20,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/braidlabs/braid/connectors/otlp"
-	"github.com/braidlabs/braid/operators/braidpb"
 	"github.com/braidlabs/braid/connectors/view"
+	"github.com/braidlabs/braid/operators/braidpb"
 )
 
 const graphUsage = `braid graph renders one KV-cache pollution incident.

@@ -35,7 +35,7 @@ type Status struct {
 	Models    []string `json:"models"`
 	Instances []string `json:"instances"`
 	// BytesPerTrace is the index's estimate of its memory per trace.
-	BytesPerTrace int `json:"bytes_per_trace"`
+	BytesPerTrace int   `json:"bytes_per_trace"`
 	Retention     int64 `json:"retention_ms"`
 	MaxTraces     int   `json:"max_traces"`
 }
@@ -57,13 +57,13 @@ type Heatmap struct {
 
 // Series are per-time-bucket figures on the same buckets as the heatmaps.
 type Series struct {
-	Times      []int64   `json:"times"`
-	Rate       []float64 `json:"rate"`        // requests per second
-	ErrorRate  []float64 `json:"error_rate"`  // share of requests with an error span, 0..1
-	KVUsage    []float64 `json:"kv_usage"`    // mean KV-cache usage (0..1) at the requests' end; null → NaN is sent as -1
-	TTFTP99    []float64 `json:"ttft_p99"`    // ms, -1 when the bucket is empty
-	E2EP99     []float64 `json:"e2e_p99"`     // ms
-	Polluted   []int64   `json:"polluted"`    // requests an incident names
+	Times     []int64   `json:"times"`
+	Rate      []float64 `json:"rate"`       // requests per second
+	ErrorRate []float64 `json:"error_rate"` // share of requests with an error span, 0..1
+	KVUsage   []float64 `json:"kv_usage"`   // mean KV-cache usage (0..1) at the requests' end; null → NaN is sent as -1
+	TTFTP99   []float64 `json:"ttft_p99"`   // ms, -1 when the bucket is empty
+	E2EP99    []float64 `json:"e2e_p99"`    // ms
+	Polluted  []int64   `json:"polluted"`   // requests an incident names
 }
 
 // Group is one model × instance row of the overview.
@@ -127,14 +127,14 @@ type Explain struct {
 // Corrupted holds the incident's per-layer counts and Polluted the layers
 // it names (most corrupted reads first).
 type Layers struct {
-	Times     []int64       `json:"times"`
-	BucketMs  int64         `json:"bucket_ms"`
-	Layers    []int64       `json:"layers"`
-	HitRatio  [][3]float64  `json:"hit_ratio"`  // mean kv_cache_hit_ratio of the layer's decode spans
-	DecodeMs  [][3]float64  `json:"decode_ms"`  // mean decode time of the layer's spans
-	Corrupted []LayerCount  `json:"corrupted,omitempty"`
-	Polluted  []int64       `json:"polluted,omitempty"`
-	Traces    int           `json:"traces"`
+	Times     []int64      `json:"times"`
+	BucketMs  int64        `json:"bucket_ms"`
+	Layers    []int64      `json:"layers"`
+	HitRatio  [][3]float64 `json:"hit_ratio"` // mean kv_cache_hit_ratio of the layer's decode spans
+	DecodeMs  [][3]float64 `json:"decode_ms"` // mean decode time of the layer's spans
+	Corrupted []LayerCount `json:"corrupted,omitempty"`
+	Polluted  []int64      `json:"polluted,omitempty"`
+	Traces    int          `json:"traces"`
 }
 
 // LayerCount is one layer of an incident's per-layer counts.
@@ -146,15 +146,15 @@ type LayerCount struct {
 
 // TraceRow is one trace of a list.
 type TraceRow struct {
-	TraceID  string   `json:"trace_id"`
-	Start    int64    `json:"start"`
-	Model    string   `json:"model"`
-	Instance string   `json:"instance"`
-	Tenant   string   `json:"tenant"`
-	TTFT     float64  `json:"ttft_ms"`
-	E2E      float64  `json:"e2e_ms"`
-	Error    bool     `json:"error"`
-	Polluted bool     `json:"polluted"`
+	TraceID   string   `json:"trace_id"`
+	Start     int64    `json:"start"`
+	Model     string   `json:"model"`
+	Instance  string   `json:"instance"`
+	Tenant    string   `json:"tenant"`
+	TTFT      float64  `json:"ttft_ms"`
+	E2E       float64  `json:"e2e_ms"`
+	Error     bool     `json:"error"`
+	Polluted  bool     `json:"polluted"`
 	Incidents []string `json:"incidents,omitempty"`
 }
 
@@ -267,7 +267,7 @@ type IncidentPage struct {
 	Timeline []Event         `json:"timeline"`
 	Victims  []Victim        `json:"victims"`
 	// Resource context of the incident's GPU and server over its window.
-	Resources []SeriesRow `json:"resources"`
+	Resources []SeriesRow    `json:"resources"`
 	Alerts    []AlertSummary `json:"alerts"` // alerts that name the incident
 }
 

@@ -145,7 +145,7 @@ func newTimeAxis(from, to time.Time) timeAxis {
 		}
 	}
 	start := from.UnixNano() - from.UnixNano()%int64(w)
-	n := int((to.UnixNano()-start+int64(w)-1)/int64(w))
+	n := int((to.UnixNano() - start + int64(w) - 1) / int64(w))
 	return timeAxis{from: start, width: int64(w), n: max(n, 1)}
 }
 
