@@ -66,16 +66,27 @@ func (ix *Index) scan(q *Query, f func(s *summary)) {
 }
 
 // DefaultRange is the last d of indexed event time, ending just after the
-// newest event time the index holds (the wall clock when it holds none).
+// newest event time the index holds (the wall clock when it holds none),
+// and starting no earlier than its oldest trace.
 func (ix *Index) DefaultRange(d time.Duration) (from, to time.Time) {
 	ix.mu.RLock()
 	n := ix.mu.newest
+	oldest := int64(0)
+	for _, s := range ix.mu.ring[ix.mu.head:] {
+		if s != nil && (oldest == 0 || s.Start < oldest) {
+			oldest = s.Start
+		}
+	}
 	ix.mu.RUnlock()
 	to = time.Now()
 	if n > 0 {
 		to = time.Unix(0, n).Add(time.Second)
 	}
-	return to.Add(-d), to
+	from = to.Add(-d)
+	if o := time.Unix(0, oldest); oldest > 0 && o.After(from) && to.Sub(o) >= time.Minute {
+		from = o.Truncate(time.Second)
+	}
+	return from, to
 }
 
 // Status reports what the index holds.
