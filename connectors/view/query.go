@@ -82,9 +82,15 @@ func (ix *Index) DefaultRange(d time.Duration) (from, to time.Time) {
 	if n > 0 {
 		to = time.Unix(0, n).Add(time.Second)
 	}
+	// The range ends at the newest trace and starts d earlier, or at the
+	// oldest indexed trace when that is later (a young index fills the
+	// page), but spans a minute at least.
 	from = to.Add(-d)
-	if o := time.Unix(0, oldest); oldest > 0 && o.After(from) && to.Sub(o) >= time.Minute {
-		from = o.Truncate(time.Second)
+	if o := time.Unix(0, oldest).Truncate(time.Second); oldest > 0 && o.After(from) {
+		from = o
+		if m := to.Add(-time.Minute); m.Before(o) {
+			from = m
+		}
 	}
 	return from, to
 }

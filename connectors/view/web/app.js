@@ -39,7 +39,7 @@
       else if (k.startsWith('data-')) e.setAttribute(k, v);
       else e.setAttribute(k, v);
     }
-    for (const kid of kids.flat()) {
+    for (const kid of kids.flat(Infinity)) {
       if (kid === null || kid === undefined || kid === false) continue;
       e.append(kid instanceof Node ? kid : document.createTextNode(String(kid)));
     }
@@ -457,8 +457,8 @@
         el('table', { id: 'victims' }, el('tr', {}, ['request', 'via', 'from', 'when', 'trace'].map((h) => el('th', {}, h))),
           p.victims.map((v) => el('tr', { 'data-request': v.request_id }, el('td', {}, v.request_id), el('td', {}, v.via), el('td', {}, v.from), el('td', {}, fmtTimeMs(v.time)),
             el('td', {}, v.trace_id ? (v.indexed ? link('/trace/' + v.trace_id, v.trace_id.slice(0, 16) + '…', 'trace-link') : v.trace_id.slice(0, 16) + '… (not indexed)') : '–'))))),
-      el('div', { class: 'grid' }, el('div', { class: 'card' }, el('h2', {}, 'Resources during the incident'), seriesTable(p.resources)),
-        el('div', { class: 'card' }, el('h2', {}, 'Alerts naming it'), alertTable(p.alerts, 'No alert names this incident.')))];
+      el('div', { class: 'card', id: 'incident-alerts' }, el('h2', {}, 'Alerts naming it'), alertTable(p.alerts, 'No alert names this incident.')),
+      el('div', { class: 'card' }, el('h2', {}, 'Resources during the incident'), seriesTable(p.resources))];
     nodes.after = () => {
       const elements = [];
       for (const n of g.nodes) {
