@@ -9,7 +9,7 @@ KAFKA     := bash deploy/local/kafka.sh
 PKGS      ?= ./...
 GO_TEST_FLAGS ?= -race -count=1 -timeout 40m
 
-.PHONY: all build run test test-unit fuzz bench bench-e2e bench-scale bench-restart bench-pause bench-latency lint proto otelcol kafka-start kafka-stop clean
+.PHONY: all build run test test-unit fuzz bench bench-e2e bench-scale bench-restart bench-pause bench-latency bench-view lint proto otelcol kafka-start kafka-stop clean
 
 all: build
 
@@ -28,7 +28,7 @@ test:
 	  $(GO) test $(GO_TEST_FLAGS) $(RACE_PKGS) && \
 	  $(GO) test -race -count=1 -run '^TestKfakeSmoke$$' ./cmd/braid/job && \
 	  $(GO) test -count=1 -timeout 30m $(NORACE_PKGS) && \
-	  $(GO) test -count=1 -run '^TestSamplingToCollector$$' ./cmd/braid
+	  $(GO) test -count=1 -run '^(TestSamplingToCollector|TestViewInBrowser)$$' ./cmd/braid
 # NORACE_PKGS run without -race. The simulator's, the KV-diagnosis
 # accuracy suite's and the alerting benchmark's tests are single-goroutine
 # generation and scoring, which the detector only slows (15-25 times:
@@ -38,7 +38,8 @@ test:
 # falls late and the run takes 20 minutes. The job's goroutines are
 # race-checked by TestKfakeSmoke (the whole job on kfake, under -race),
 # the engine's by its own tests on the real broker. The sampling test runs
-# two jobs beside the real Collector over a paced fleet, likewise.
+# two jobs beside the real Collector over a paced fleet, likewise; the
+# view's browser test drives headless Chromium through a running demo.
 NORACE_PKGS := ./cmd/braid/job ./connectors/simulator ./benchmarks/kvaccuracy ./benchmarks/alerts
 MODULE      := github.com/braidlabs/braid
 RACE_PKGS    = $(filter-out $(patsubst ./%,$(MODULE)/%,$(NORACE_PKGS)),$(shell $(GO) list $(PKGS)))
@@ -91,6 +92,11 @@ bench-latency:
 ## bench-restart: restart time from 1 GiB of local state.
 bench-restart:
 	$(GO) run ./benchmarks/restart $(BENCH_FLAGS)
+
+## bench-view: the view with 100,000 traces indexed: memory and disk per
+## trace, API and rendered-page latency (headless Chromium).
+bench-view:
+	$(GO) run ./benchmarks/view $(BENCH_FLAGS)
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \

@@ -547,7 +547,13 @@ func (ix *Index) applyAlert(r *Record, pend *pending) error {
 }
 
 func newAlertEntry(a *braidpb.Alert) *alertEntry {
-	return &alertEntry{key: AlertKeyOf(a), episode: a.Episode, a: a, at: int64(a.WindowEndUnixNano)}
+	// Its time: the end of the window it was evaluated on, or, from a
+	// writer that leaves that out, the latest time it carries.
+	at := max(a.WindowEndUnixNano, a.ActiveSinceUnixNano, a.StartsAtUnixNano, a.EndsAtUnixNano)
+	if a.WindowEndUnixNano > 0 {
+		at = a.WindowEndUnixNano
+	}
+	return &alertEntry{key: AlertKeyOf(a), episode: a.Episode, a: a, at: int64(at)}
 }
 
 // AlertKeyOf is an alert's key in braid.alerts: rule/group, the group's

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -522,5 +523,78 @@ func TestHandlerAccess(t *testing.T) {
 		if err := CheckAccess(c.addr, c.token); (err == nil) != c.ok {
 			t.Errorf("CheckAccess(%q, %q) = %v", c.addr, c.token, err)
 		}
+	}
+}
+
+// TestAssetVersions: the shell names each asset with its content hash;
+// those requests may be cached for good, the unversioned ones are
+// revalidated, and a changed asset gets a new URL.
+func TestAssetVersions(t *testing.T) {
+	ix := openIndex(t, t.TempDir(), nil)
+	defer ix.Close()
+	page := func(js string) (string, http.Header) {
+		assets := fstest.MapFS{"index.html": {Data: []byte(`<script src="/assets/app.js"></script><link href="/assets/missing.css">`)}, "app.js": {Data: []byte(js)}}
+		srv := httptest.NewServer(Handler(ix, "", assets, nil))
+		defer srv.Close()
+		resp, err := http.Get(srv.URL + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		ref := regexpFind(t, `/assets/app\.js\?v=[0-9a-f]{12}`, string(b))
+		if !strings.Contains(string(b), `href="/assets/missing.css"`) {
+			t.Errorf("a reference to no asset changed: %s", b)
+		}
+		resp, err = http.Get(srv.URL + ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		h := resp.Header.Clone()
+		resp, err = http.Get(srv.URL + "/assets/app.js")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if cc := resp.Header.Get("Cache-Control"); cc != "no-cache" {
+			t.Errorf("unversioned asset: Cache-Control %q", cc)
+		}
+		return ref, h
+	}
+	ref1, h := page("//one")
+	if cc := h.Get("Cache-Control"); !strings.Contains(cc, "immutable") || !strings.Contains(cc, "max-age=31536000") {
+		t.Errorf("versioned asset: Cache-Control %q", cc)
+	}
+	if ref2, _ := page("//two"); ref2 == ref1 {
+		t.Errorf("a changed asset kept its URL %s", ref1)
+	}
+}
+
+func regexpFind(t *testing.T, re, s string) string {
+	t.Helper()
+	m := regexp.MustCompile(re).FindString(s)
+	if m == "" {
+		t.Fatalf("no %s in %s", re, s)
+	}
+	return m
+}
+
+// TestAlertWithoutWindowEnd: an alert record that leaves out its window's
+// end is kept by the latest time it carries, not dropped as older than
+// the retention.
+func TestAlertWithoutWindowEnd(t *testing.T) {
+	ix := openIndex(t, t.TempDir(), nil)
+	defer ix.Close()
+	fs := fleet(1, 50, "")
+	applyFleet(t, ix, fs)
+	at := uint64(fs[len(fs)-1].start.UnixNano())
+	a := &braidpb.Alert{Rule: "BraidTTFTHigh", State: braidpb.AlertState_ALERT_STATE_FIRING, Episode: 1, Group: map[string]string{"instance": "x"}, ActiveSinceUnixNano: at}
+	if err := ix.Apply(records(t, "braid.alerts", KindAlert, 0, a)); err != nil {
+		t.Fatal(err)
+	}
+	applyFleet(t, ix, fleet(2, 10, "")) // another Apply: eviction runs
+	if got := ix.Alerts(false); len(got) != 1 || got[0].Rule != "BraidTTFTHigh" {
+		t.Fatalf("alerts %+v", got)
 	}
 }

@@ -2,6 +2,7 @@ package view
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -108,11 +110,12 @@ func Handler(ix *Index, token string, assets fs.FS, log *slog.Logger) http.Handl
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
 	if assets != nil {
 		files := http.StripPrefix("/assets/", http.FileServerFS(assets))
-		mux.Handle("GET /assets/", noDirs(files))
+		mux.Handle("GET /assets/", noDirs(cacheVersioned(files)))
 		index, err := fs.ReadFile(assets, "index.html")
 		if err != nil {
 			index = []byte("<!doctype html><title>braid view</title><p>The view's pages are missing from this build.")
 		}
+		index = versionAssets(index, assets)
 		mux.HandleFunc("GET /", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
 			w.Header().Set("Cache-Control", "no-cache")
@@ -275,6 +278,37 @@ func securityHeaders(next http.Handler) http.Handler {
 		w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data: blob:; style-src 'self' 'unsafe-inline'")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		w.Header().Set("Referrer-Policy", "no-referrer")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// versionAssets appends ?v=<content hash> to each /assets/ URL that the
+// page names in a src or href attribute, so that browsers may keep them
+// (cacheVersioned) and still load a new build's at once.
+func versionAssets(page []byte, assets fs.FS) []byte {
+	return assetRef.ReplaceAllFunc(page, func(m []byte) []byte {
+		sub := assetRef.FindSubmatch(m)
+		b, err := fs.ReadFile(assets, string(sub[2]))
+		if err != nil {
+			return m
+		}
+		sum := sha256.Sum256(b)
+		return fmt.Appendf(nil, `%s"/assets/%s?v=%x"`, sub[1], sub[2], sum[:6])
+	})
+}
+
+var assetRef = regexp.MustCompile(`((?:src|href)=)"/assets/([A-Za-z0-9_./-]+)"`)
+
+// cacheVersioned lets browsers keep an asset requested with ?v= (its
+// content hash, versionAssets) for a year without asking again; others
+// they revalidate.
+func cacheVersioned(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("v") != "" {
+			w.Header().Set("Cache-Control", "public, max-age=31536000, immutable")
+		} else {
+			w.Header().Set("Cache-Control", "no-cache")
+		}
 		next.ServeHTTP(w, r)
 	})
 }

@@ -120,9 +120,13 @@
     else if (path === '/alerts') [page, render] = ['alerts', alerts];
     else [page, render] = ['notfound', async () => [el('div', { class: 'empty' }, 'No such page: ' + path)]];
     try {
+      const t0 = performance.now();
       const nodes = await render();
+      const t1 = performance.now();
       if (nodes) { disposeCharts(); main.replaceChildren(...nodes); }
       if (nodes && nodes.after) nodes.after();
+      // What the page took: its data (fetch and DOM) and its charts.
+      braid.timing = { page, dataMs: t1 - t0, drawMs: performance.now() - t1, sinceNavigationMs: performance.now() };
       setReady(page);
     } catch (err) {
       disposeCharts();
@@ -208,23 +212,41 @@
     return { x: r.left + x, y: r.top + y };
   };
 
-  // enableBrush makes a rect brush active on the heatmap; a selection
-  // navigates to the explanation of that region.
+  // enableBrush lets a mouse drag select a rectangle on the heatmap (a
+  // plain overlay: the ECharts brush component costs more to set up than
+  // the chart); the selection navigates to the explanation of that region.
   function enableBrush(chart, metric) {
-    chart.setOption({ brush: { xAxisIndex: 0, yAxisIndex: 0, brushType: 'rect', brushMode: 'single', transformable: false, throttleType: 'debounce',
-      brushStyle: { borderWidth: 2, color: 'rgba(220,38,38,0.1)', borderColor: '#dc2626' } }, toolbox: { show: false } });
-    chart.dispatchAction({ type: 'takeGlobalCursor', key: 'brush', brushOption: { brushType: 'rect', brushMode: 'single' } });
-    chart.getZr().on('mousedown', () => { brushing = true; });
-    chart.on('brushEnd', (p) => {
-      brushing = false;
-      const area = p.areas && p.areas[0];
-      if (!area || !area.coordRange) return;
-      const [[x0, x1], [y0, y1]] = area.coordRange;
-      const hm = chart.hm;
-      const xs = Math.max(0, Math.min(x0, x1)), xe = Math.min(hm.times.length - 1, Math.max(x0, x1));
-      const ys = Math.max(0, Math.min(y0, y1)), ye = Math.min(hm.bounds.length - 2, Math.max(y0, y1));
-      go(withParams('/explain', { metric, lo: hm.bounds[ys], hi: hm.bounds[ye + 1], sel_from: hm.times[xs], sel_to: hm.times[xe] + hm.bucket_ms,
-        from: query().get('from') || hm.times[0], to: query().get('to') || hm.times[hm.times.length - 1] + hm.bucket_ms }));
+    const dom = chart.getDom();
+    dom.style.position = 'relative';
+    dom.style.cursor = 'crosshair';
+    const box = el('div', { class: 'brush' });
+    const at = (ev) => { const r = dom.getBoundingClientRect(); return [ev.clientX - r.left, ev.clientY - r.top]; };
+    dom.addEventListener('mousedown', (ev) => {
+      const p0 = at(ev);
+      if (ev.button !== 0 || !chart.containPixel('grid', p0)) return;
+      ev.preventDefault();
+      brushing = true;
+      const draw = (p1) => Object.assign(box.style, { left: Math.min(p0[0], p1[0]) + 'px', top: Math.min(p0[1], p1[1]) + 'px',
+        width: Math.abs(p1[0] - p0[0]) + 'px', height: Math.abs(p1[1] - p0[1]) + 'px' });
+      draw(p0);
+      dom.append(box);
+      const move = (e) => draw(at(e));
+      const up = (e) => {
+        window.removeEventListener('mousemove', move);
+        window.removeEventListener('mouseup', up);
+        box.remove();
+        brushing = false;
+        const p1 = at(e);
+        if (Math.abs(p1[0] - p0[0]) < 3 && Math.abs(p1[1] - p0[1]) < 3) return; // a click, not a drag
+        const hm = chart.hm;
+        const [ax, ay] = chart.convertFromPixel({ seriesIndex: 0 }, p0), [bx, by] = chart.convertFromPixel({ seriesIndex: 0 }, p1);
+        const clampX = (v) => Math.min(Math.max(Math.round(v), 0), hm.times.length - 1), clampY = (v) => Math.min(Math.max(Math.round(v), 0), hm.bounds.length - 2);
+        const xs = clampX(Math.min(ax, bx)), xe = clampX(Math.max(ax, bx)), ys = clampY(Math.min(ay, by)), ye = clampY(Math.max(ay, by));
+        go(withParams('/explain', { metric, lo: hm.bounds[ys], hi: hm.bounds[ye + 1], sel_from: hm.times[xs], sel_to: hm.times[xe] + hm.bucket_ms,
+          from: query().get('from') || hm.times[0], to: query().get('to') || hm.times[hm.times.length - 1] + hm.bucket_ms }));
+      };
+      window.addEventListener('mousemove', move);
+      window.addEventListener('mouseup', up);
     });
   }
 
@@ -249,18 +271,26 @@
       el('td', { class: 'num' }, a.value !== undefined ? a.value.toPrecision(3) : '–'),
       el('td', {}, fmtTime(a.starts_at || a.active_since)));
   }
-  function alertTable(list, emptyText) {
-    if (!list.length) return el('p', { class: 'hint' }, emptyText);
-    return el('table', {}, el('tr', {}, ['state', 'rule', 'group', 'value', 'since'].map((h) => el('th', {}, h))), list.map(alertRow));
+  // more: a line under a table cut to its first rows, linking to the rest.
+  function more(list, shown, href, what) {
+    return list.length > shown ? el('p', { class: 'hint' }, link(href, `${list.length - shown} more ${what} →`)) : null;
   }
-  function incidentTable(list, emptyText) {
+  function alertTable(list, emptyText, limit) {
     if (!list.length) return el('p', { class: 'hint' }, emptyText);
-    return el('table', {}, el('tr', {}, ['incident', 'pattern', 'GPU', 'root cause', 'victims', 'first', 'state'].map((h) => el('th', {}, h))),
-      list.map((i) => el('tr', {},
+    const rows = limit ? list.slice(0, limit) : list;
+    return [el('table', {}, el('tr', {}, ['state', 'rule', 'group', 'value', 'since'].map((h) => el('th', {}, h))), rows.map(alertRow)),
+      more(list, rows.length, '/alerts', 'alerts')];
+  }
+  function incidentTable(list, emptyText, limit) {
+    if (!list.length) return el('p', { class: 'hint' }, emptyText);
+    const rows = limit ? list.slice(0, limit) : list;
+    return [el('table', {}, el('tr', {}, ['incident', 'pattern', 'GPU', 'root cause', 'victims', 'first', 'state'].map((h) => el('th', {}, h))),
+      rows.map((i) => el('tr', {},
         el('td', {}, link('/incident/' + encodeURIComponent(i.id), i.id, 'incident-link')),
         el('td', {}, i.pattern), el('td', { title: i.gpu }, i.host + ' / ' + short(i.gpu, 12)), el('td', { title: i.root }, short(i.root, 24)),
         el('td', { class: 'num' }, i.victims), el('td', {}, fmtTime(i.first)),
-        el('td', {}, el('span', { class: 'badge ' + i.state.toLowerCase() }, i.state)))));
+        el('td', {}, el('span', { class: 'badge ' + i.state.toLowerCase() }, i.state))))),
+      more(list, rows.length, '/incidents', 'incidents')];
   }
   function seriesTable(rows) {
     if (!rows || !rows.length) return el('p', { class: 'hint' }, 'No resource series matched.');
@@ -290,8 +320,8 @@
     nodes.push(el('div', { class: 'grid' }, el('div', { class: 'card' }, el('h2', {}, 'Requests and errors'), rate),
       el('div', { class: 'card' }, el('h2', {}, 'p99 latency'), p99), el('div', { class: 'card' }, el('h2', {}, 'KV-cache usage and polluted requests'), kv)));
     nodes.push(el('div', { class: 'grid' },
-      el('div', { class: 'card', id: 'firing' }, el('h2', {}, 'Firing alerts'), alertTable(ov.firing, 'No alert is firing.')),
-      el('div', { class: 'card', id: 'incidents' }, el('h2', {}, 'KV-cache incidents'), incidentTable(ov.incidents, 'No incident in this range.'))));
+      el('div', { class: 'card', id: 'firing' }, el('h2', {}, 'Firing alerts'), alertTable(ov.firing, 'No alert is firing.', 10)),
+      el('div', { class: 'card', id: 'incidents' }, el('h2', {}, 'KV-cache incidents'), incidentTable(ov.incidents, 'No incident in this range.', 10))));
     const groups = el('table', { id: 'groups' }, el('tr', {}, ['model', 'instance', 'host', 'requests', 'errors', 'TTFT p50', 'TTFT p99', 'e2e p99', 'polluted'].map((h) => el('th', { class: h === 'model' || h === 'instance' || h === 'host' ? '' : 'num' }, h))),
       ov.groups.map((g) => el('tr', { class: 'click', 'data-instance': g.instance, 'data-model': g.model, onclick: () => go(withParams('/', { instance: g.instance, model: g.model })) },
         el('td', {}, g.model), el('td', {}, g.instance), el('td', {}, g.host), el('td', { class: 'num' }, g.requests), el('td', { class: 'num' }, pct(g.error_rate)),
@@ -321,8 +351,8 @@
           c.hm = hm;
           c.setOption({ xAxis: { data: hm.times.map(fmtTime) }, visualMap: { max: Math.max(hm.max, 1) }, series: [{ data: hm.cells }] });
         }
-        document.getElementById('firing').replaceChildren(el('h2', {}, 'Firing alerts'), alertTable(ov.firing, 'No alert is firing.'));
-        document.getElementById('incidents').replaceChildren(el('h2', {}, 'KV-cache incidents'), incidentTable(ov.incidents, 'No incident in this range.'));
+        document.getElementById('firing').replaceChildren(...[el('h2', {}, 'Firing alerts'), alertTable(ov.firing, 'No alert is firing.', 10)].flat(Infinity).filter(Boolean));
+        document.getElementById('incidents').replaceChildren(...[el('h2', {}, 'KV-cache incidents'), incidentTable(ov.incidents, 'No incident in this range.', 10)].flat(Infinity).filter(Boolean));
         updateStatus();
       } catch (e) { /* the next tick tries again */ }
     }, 5000);
@@ -425,8 +455,25 @@
     return [el('h1', {}, 'KV-cache incidents'), el('div', { class: 'card', id: 'incidents' }, incidentTable(list, ''))];
   }
 
+  // Cytoscape.js is loaded on the first incident page only (index.html
+  // prefetches it).
+  let cytoscapeLoaded = null;
+  function loadCytoscape() {
+    if (window.cytoscape) return Promise.resolve();
+    if (!cytoscapeLoaded) {
+      cytoscapeLoaded = new Promise((resolve, reject) => {
+        const s = document.createElement('script');
+        s.src = document.getElementById('cytoscape-src').getAttribute('href');
+        s.onload = resolve;
+        s.onerror = () => { cytoscapeLoaded = null; reject(new Error('could not load Cytoscape.js')); };
+        document.head.append(s);
+      });
+    }
+    return cytoscapeLoaded;
+  }
+
   async function incident(id) {
-    const p = await api('/api/incident/' + encodeURIComponent(id));
+    const [p] = await Promise.all([api('/api/incident/' + encodeURIComponent(id)), loadCytoscape()]);
     const s = p.summary, g = p.graph, r = g.root || {};
     const graphEl = el('div', { id: 'graph' });
     const tl = el('div', { id: 'timeline', class: 'chart small' });
