@@ -2,6 +2,7 @@ package view
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -216,7 +217,7 @@ func (ix *Index) load() error {
 	if err := it.Close(); err != nil {
 		return fmt.Errorf("view: %w", err)
 	}
-	slices.SortFunc(sums, func(a, b *summary) int { return cmpInt(a.End, b.End) })
+	slices.SortFunc(sums, func(a, b *summary) int { return cmp.Compare(a.End, b.End) })
 	for _, s := range sums {
 		ix.mu.pos[s.ID] = len(ix.mu.ring)
 		ix.mu.ring = append(ix.mu.ring, s)
@@ -227,16 +228,6 @@ func (ix *Index) load() error {
 	}
 	ix.deletes = ix.publish(pending{}, ix.mu.offsets, nil)
 	return nil
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Close closes the store. Queries after Close return errClosed.
@@ -589,7 +580,7 @@ func oldestIncidents(m map[string]*incidentEntry, n int) []string {
 	for id := range m {
 		ids = append(ids, id)
 	}
-	slices.SortFunc(ids, func(a, b string) int { return cmpInt(m[a].last, m[b].last) })
+	slices.SortFunc(ids, func(a, b string) int { return cmp.Compare(m[a].last, m[b].last) })
 	return ids[:min(n, len(ids))]
 }
 
@@ -673,7 +664,7 @@ func (ix *Index) publish(pend pending, offs state.Offsets, read map[string]int64
 		for k, e := range ix.mu.alerts {
 			all = append(all, ka{k, e.at})
 		}
-		slices.SortFunc(all, func(a, b ka) int { return cmpInt(a.at, b.at) })
+		slices.SortFunc(all, func(a, b ka) int { return cmp.Compare(a.at, b.at) })
 		for _, x := range all[:over] {
 			dropAlert(x.k)
 		}
