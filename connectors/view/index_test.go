@@ -598,3 +598,27 @@ func TestAlertWithoutWindowEnd(t *testing.T) {
 		t.Fatalf("alerts %+v", got)
 	}
 }
+
+// TestIncidentLayersCoverItsGPU: the layer heatmaps of an incident count
+// every trace of its GPU in range, not only its victims.
+func TestIncidentLayersCoverItsGPU(t *testing.T) {
+	ix := openIndex(t, t.TempDir(), nil)
+	defer ix.Close()
+	fs := fleet(3, 400, "")
+	applyFleet(t, ix, fs)
+	inc := testIncident("inc-g", fs[:2], 1)
+	inc.Gpu = "GPU-" + fs[0].instance
+	if err := ix.Apply(records(t, "braid.incidents", KindIncident, 0, inc)); err != nil {
+		t.Fatal(err)
+	}
+	want := 0
+	for _, f := range fs {
+		if f.instance == fs[0].instance {
+			want++
+		}
+	}
+	ly, err := ix.Layers(Query{From: t0, To: t0.Add(time.Hour), Incident: "inc-g", Filters: map[string]string{"incident": "inc-g"}})
+	if err != nil || ly.Traces != want || want < 10 {
+		t.Fatalf("layers of the incident: %d traces (%v), want the %d of its GPU", ly.Traces, err, want)
+	}
+}

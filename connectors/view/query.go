@@ -429,7 +429,8 @@ func traceRow(s *summary) TraceRow {
 }
 
 // Layers computes the layer × time heatmaps of q's selection, and with
-// q.Incident that incident's per-layer counts.
+// q.Incident that incident's per-layer counts, the heatmaps then over the
+// incident's GPU.
 func (ix *Index) Layers(q Query) (Layers, error) {
 	out := Layers{HitRatio: [][3]float64{}, DecodeMs: [][3]float64{}, Layers: []int64{}}
 	if q.Incident != "" {
@@ -440,6 +441,19 @@ func (ix *Index) Layers(q Query) (Layers, error) {
 		if inc == nil {
 			return out, errNotFound
 		}
+		// The heatmaps of an incident cover its GPU (the incident's own
+		// victims are a handful of requests; the GPU's show whether the
+		// layers' hit ratio moved), unless the query names a GPU itself.
+		f := map[string]string{}
+		for k, v := range q.Filters {
+			if k != "incident" || v != q.Incident {
+				f[k] = v
+			}
+		}
+		if f["gpu"] == "" && inc.Gpu != "" {
+			f["gpu"] = inc.Gpu
+		}
+		q.Filters = f
 		for _, l := range inc.Layers {
 			out.Corrupted = append(out.Corrupted, LayerCount{Layer: l.Layer, Hits: l.Hits, CorruptedReads: l.CorruptedReads})
 		}

@@ -410,7 +410,7 @@
   async function layers() {
     const q = query();
     const ly = await api('/api/layers' + location.search);
-    const nodes = [el('h1', {}, 'Decoder layers' + (q.get('incident') ? ' — incident ' + q.get('incident') : '')), rangeBar(null)];
+    const nodes = [el('h1', {}, 'Decoder layers' + (q.get('incident') ? ' — incident ' + q.get('incident') + ', its GPU' + (q.get('gpu') ? ' ' + q.get('gpu') : '') : '')), rangeBar(null)];
     const hit = el('div', { id: 'hit-heatmap', class: 'chart' }), dec = el('div', { id: 'decode-heatmap', class: 'chart' });
     let corrupted = null;
     if (ly.corrupted) {
