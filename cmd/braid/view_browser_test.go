@@ -320,6 +320,20 @@ func TestViewInBrowser(t *testing.T) {
 		flags: document.getElementById('flags').textContent})`, &tr)
 	shot("trace")
 
+	// 7. An alert's generatorURL (the url of its braid.alerts record) opens
+	// its page.
+	var alerts []view.AlertSummary
+	getJSON(t, base+"api/alerts", &alerts)
+	ai := slices.IndexFunc(alerts, func(a view.AlertSummary) bool { return a.URL != "" })
+	if ai < 0 {
+		t.Fatalf("no indexed alert carries a url (generatorURL): %+v", alerts)
+	}
+	if !strings.HasPrefix(alerts[ai].URL, base+"alerts/") {
+		t.Errorf("alert %s: url %s is not the view's alert page", alerts[ai].Key, alerts[ai].URL)
+	}
+	do("open an alert's generatorURL", 30*time.Second, chromedp.Navigate(alerts[ai].URL), ready("alert"),
+		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`.episode[data-rule=%q]`, alerts[ai].Rule))))
+
 	reqMu.Lock()
 	for _, r := range requests {
 		if !strings.HasPrefix(r, base) && !strings.HasPrefix(r, "data:") {

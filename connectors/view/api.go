@@ -194,6 +194,9 @@ type AlertSummary struct {
 	EndsAt      int64             `json:"ends_at"`
 	TraceIDs    []string          `json:"trace_ids,omitempty"`
 	IncidentIDs []string          `json:"incident_ids,omitempty"`
+	// URL is the record's url: the generatorURL sent to Alertmanager
+	// (alerts.view_url + /alerts/ + key), when configured.
+	URL string `json:"url,omitempty"`
 }
 
 // AlertPage is one alert's episodes, newest first.

@@ -62,7 +62,7 @@ func Follow(ctx context.Context, ix *Index, topics Topics, log *slog.Logger, opt
 		})
 		recs = recs[:0]
 		fs.EachRecord(func(r *kgo.Record) {
-			recs = append(recs, Record{Kind: kinds[r.Topic], Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Value: r.Value})
+			recs = append(recs, Record{Kind: kinds[r.Topic], Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value})
 		})
 		if len(recs) == 0 {
 			continue

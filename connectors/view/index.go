@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -210,7 +211,8 @@ func (ix *Index) load() error {
 				ix.Invalid.Add(1)
 				continue
 			}
-			e := newAlertEntry(&a)
+			key, _, _ := strings.Cut(string(k[1:]), "\x00")
+			e := newAlertEntry(&a, key)
 			ix.mu.alerts[alertKey(e.key, e.episode)] = e
 		}
 	}
@@ -265,7 +267,10 @@ type Record struct {
 	Topic     string
 	Partition int32
 	Offset    int64
-	Value     []byte
+	// Key is the record's Kafka key: for braid.alerts the alert's key
+	// (rule/group, as in its generatorURL).
+	Key   []byte
+	Value []byte
 }
 
 // Kind is what a topic holds.
@@ -529,7 +534,7 @@ func (ix *Index) applyAlert(r *Record, pend *pending) error {
 	if a.Rule == "" {
 		return badRecord{errors.New("alert record without a rule")}
 	}
-	e := newAlertEntry(&a)
+	e := newAlertEntry(&a, string(r.Key))
 	if err := ix.ks.Set(alertStoreKey(e.key, e.episode), r.Value); err != nil {
 		return err
 	}
@@ -537,18 +542,25 @@ func (ix *Index) applyAlert(r *Record, pend *pending) error {
 	return nil
 }
 
-func newAlertEntry(a *braidpb.Alert) *alertEntry {
+// newAlertEntry indexes a under key, its record's Kafka key, or when
+// that is not the alert's (no key, another rule's) under AlertKeyOf(a).
+func newAlertEntry(a *braidpb.Alert, key string) *alertEntry {
+	if !strings.HasPrefix(key, a.Rule+"/") || strings.ContainsRune(key, 0) {
+		key = AlertKeyOf(a)
+	}
 	// Its time: the end of the window it was evaluated on, or, from a
 	// writer that leaves that out, the latest time it carries.
 	at := max(a.WindowEndUnixNano, a.ActiveSinceUnixNano, a.StartsAtUnixNano, a.EndsAtUnixNano)
 	if a.WindowEndUnixNano > 0 {
 		at = a.WindowEndUnixNano
 	}
-	return &alertEntry{key: AlertKeyOf(a), episode: a.Episode, a: a, at: int64(at)}
+	return &alertEntry{key: key, episode: a.Episode, a: a, at: int64(at)}
 }
 
-// AlertKeyOf is an alert's key in braid.alerts: rule/group, the group's
-// labels as name=value joined by "," in name order.
+// AlertKeyOf is an alert's key as braid.alerts writes it, rebuilt from
+// the record: rule/group, the group's labels as name="value" (Go-quoted)
+// joined by ",", in name order (the alerts stage writes them in the
+// rule's group_by order, name order for the default rules).
 func AlertKeyOf(a *braidpb.Alert) string {
 	names := make([]string, 0, len(a.Group))
 	for k := range a.Group {
@@ -562,7 +574,7 @@ func AlertKeyOf(a *braidpb.Alert) string {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString(k + "=" + a.Group[k])
+		b.WriteString(k + "=" + strconv.Quote(a.Group[k]))
 	}
 	return b.String()
 }

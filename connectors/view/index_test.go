@@ -368,7 +368,7 @@ func TestRestartResumes(t *testing.T) {
 	if err != nil || fmt.Sprint(ly.Polluted) != "[1 0]" {
 		t.Fatalf("layers of the incident %v %v", ly.Polluted, err)
 	}
-	if p := ix.Alert(AlertKeyOf(alert)); len(p.Episodes) != 1 || p.Key != "BraidTTFTHigh/instance=gpu-node-02:8001,model=qwen" {
+	if p := ix.Alert(AlertKeyOf(alert)); len(p.Episodes) != 1 || p.Key != `BraidTTFTHigh/instance="gpu-node-02:8001",model="qwen"` {
 		t.Fatalf("alert page %+v", p)
 	}
 }
@@ -621,4 +621,41 @@ func TestIncidentLayersCoverItsGPU(t *testing.T) {
 	if err != nil || ly.Traces != want || want < 10 {
 		t.Fatalf("layers of the incident: %d traces (%v), want the %d of its GPU", ly.Traces, err, want)
 	}
+}
+
+// TestAlertKeyFromRecord: an alert is indexed under its record's Kafka
+// key (the key of its generatorURL), whatever the order of its group's
+// labels, also after a restart; the alert's page answers at the URL the
+// alerts stage writes.
+func TestAlertKeyFromRecord(t *testing.T) {
+	dir := t.TempDir()
+	ix := openIndex(t, dir, nil)
+	fs := fleet(1, 10, "")
+	applyFleet(t, ix, fs)
+	key := `BraidTTFTHigh/model="qwen",instance="gpu-node-02:8001"` // group_by: model, instance
+	a := &braidpb.Alert{Rule: "BraidTTFTHigh", State: braidpb.AlertState_ALERT_STATE_FIRING, Episode: 1,
+		Group: map[string]string{"instance": "gpu-node-02:8001", "model": "qwen"}, WindowEndUnixNano: uint64(fs[9].start.UnixNano())}
+	recs := records(t, "braid.alerts", KindAlert, 0, a)
+	recs[0].Key = []byte(key)
+	if err := ix.Apply(recs); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 2 {
+		if p := ix.Alert(key); len(p.Episodes) != 1 {
+			t.Fatalf("round %d: no episode under %s: %+v", round, key, ix.Alerts(false))
+		}
+		srv := httptest.NewServer(Handler(ix, "", nil, nil))
+		resp, err := http.Get(srv.URL + "/api/alert/" + `BraidTTFTHigh/model=%22qwen%22,instance=%22gpu-node-02:8001%22`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		srv.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("round %d: GET the generatorURL's key: %s", round, resp.Status)
+		}
+		ix.Close()
+		ix = openIndex(t, dir, nil)
+	}
+	ix.Close()
 }

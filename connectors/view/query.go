@@ -593,7 +593,7 @@ func alertSummary(e *alertEntry) AlertSummary {
 	return AlertSummary{Key: e.key, Rule: a.Rule, State: strings.TrimPrefix(a.State.String(), "ALERT_STATE_"), Severity: a.Severity,
 		Episode: a.Episode, Group: a.Group, Annotations: a.Annotations, Value: a.Value, Threshold: a.Threshold,
 		ActiveSince: int64(a.ActiveSinceUnixNano) / 1e6, StartsAt: int64(a.StartsAtUnixNano) / 1e6, EndsAt: int64(a.EndsAtUnixNano) / 1e6,
-		TraceIDs: a.TraceIds, IncidentIDs: a.IncidentIds}
+		TraceIDs: a.TraceIds, IncidentIDs: a.IncidentIds, URL: a.Url}
 }
 
 // errNotFound: no such trace, incident or alert in the index.

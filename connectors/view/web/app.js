@@ -123,7 +123,7 @@
       const t0 = performance.now();
       const nodes = await render();
       const t1 = performance.now();
-      if (nodes) { disposeCharts(); main.replaceChildren(...nodes); }
+      if (nodes) { disposeCharts(); main.replaceChildren(...nodes.flat(Infinity).filter((n) => n !== null && n !== undefined && n !== false)); }
       if (nodes && nodes.after) nodes.after();
       // What the page took: its data (fetch and DOM) and its charts.
       braid.timing = { page, dataMs: t1 - t0, drawMs: performance.now() - t1, sinceNavigationMs: performance.now() };
@@ -596,7 +596,7 @@
 
   async function alertPage(key) {
     const p = await api('/api/alert/' + encodeURIComponent(key).replace(/%2F/g, '/'));
-    return [el('h1', {}, 'Alert ' + p.key), p.episodes.map((a) => el('div', { class: 'card' },
+    return [el('h1', {}, 'Alert ' + p.key), p.episodes.map((a) => el('div', { class: 'card episode', 'data-rule': a.rule, 'data-state': a.state },
       el('h2', {}, `Episode ${a.episode}: `, el('span', { class: 'badge ' + a.state.toLowerCase() }, a.state)),
       el('dl', { class: 'kv' }, el('dt', {}, 'value'), el('dd', {}, a.value !== undefined ? `${a.value.toPrecision(4)} (threshold ${a.threshold ?? '–'})` : '–'),
         el('dt', {}, 'active since'), el('dd', {}, fmtTime(a.active_since)), el('dt', {}, 'fired'), el('dd', {}, fmtTime(a.starts_at)), el('dt', {}, 'ended'), el('dd', {}, fmtTime(a.ends_at)),
