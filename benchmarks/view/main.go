@@ -455,15 +455,16 @@ func (g *gen) trace(i int) *braidpb.FusedTrace {
 		ttft *= 20
 	}
 	out := 50 + r.IntN(900)
+	prompt, tenant := 100+r.IntN(4000), g.tenants[r.IntN(len(g.tenants))]
 	tpot := time.Duration(15+r.IntN(15)) * time.Millisecond
 	e2e := ttft + time.Duration(out)*tpot
 	end := st + uint64(e2e)
 	req := "cmpl-" + hex.EncodeToString(id)
 	sid := func(k byte) []byte { return []byte{k, id[1], id[2], id[3], id[4], id[5], id[6], id[7]} }
 	root := &tracepb.Span{TraceId: id, SpanId: sid(1), Name: "llm_request", Kind: tracepb.Span_SPAN_KIND_SERVER, StartTimeUnixNano: st, EndTimeUnixNano: end,
-		Attributes: []*commonpb.KeyValue{kv("gen_ai.request.id", req), kv("gen_ai.request.model", model), kv("gen_ai.usage.prompt_tokens", 100+r.IntN(4000)),
+		Attributes: []*commonpb.KeyValue{kv("gen_ai.request.id", req), kv("gen_ai.request.model", model), kv("gen_ai.usage.prompt_tokens", prompt),
 			kv("gen_ai.usage.completion_tokens", out), kv("gen_ai.latency.time_to_first_token", ttft.Seconds()), kv("gen_ai.latency.e2e", e2e.Seconds()),
-			kv("gen_ai.request.max_tokens", 1024), kv("gen_ai.request.temperature", 0.7), kv("tenant.id", g.tenants[r.IntN(len(g.tenants))])}}
+			kv("gen_ai.request.max_tokens", 1024), kv("gen_ai.request.temperature", 0.7), kv("tenant.id", tenant)}}
 	errSpan := r.IntN(20) == 0
 	if errSpan {
 		root.Status = &tracepb.Status{Code: tracepb.Status_STATUS_CODE_ERROR, Message: "request aborted"}
@@ -474,7 +475,7 @@ func (g *gen) trace(i int) *braidpb.FusedTrace {
 	}
 	spans := []*braidpb.FusedSpan{{Span: root, Origin: origin("otlp_spans", int32(i%4), int64(i*8))},
 		child(2, "guard prompt_injection", st, st+uint64(3*time.Millisecond), kv("guard.decision", "allow"), kv("guard.score", r.Float64()*0.2)),
-		child(3, "llm.prefill", st, st+uint64(ttft), kv("batch_size", 1+r.IntN(32)), kv("seq_len", 100+r.IntN(4000)))}
+		child(3, "llm.prefill", st, st+uint64(ttft), kv("batch_size", 1+r.IntN(32)), kv("seq_len", prompt))}
 	var layers []*braidpb.LayerStats
 	for k := range 2 + r.IntN(3) {
 		l := r.IntN(32)
@@ -490,7 +491,7 @@ func (g *gen) trace(i int) *braidpb.FusedTrace {
 	}
 	var logs []*braidpb.FusedLog
 	for k, b := range []string{"Added request " + req + ".", "Received request " + req + ": prompt: '...', params: SamplingParams(n=1, temperature=0.7, top_p=0.9, max_tokens=1024)",
-		"Finished request " + req + ".", fmt.Sprintf("Request %s: prompt_tokens=%d completion_tokens=%d e2e=%.3fs", req, 100+r.IntN(4000), out, e2e.Seconds()), "Request " + req + " finished: stop"} {
+		"Finished request " + req + ".", fmt.Sprintf("Request %s: prompt_tokens=%d completion_tokens=%d e2e=%.3fs", req, prompt, out, e2e.Seconds()), "Request " + req + " finished: stop"} {
 		t := st
 		if k >= 2 {
 			t = end
@@ -516,8 +517,8 @@ func (g *gen) trace(i int) *braidpb.FusedTrace {
 		Summary: &braidpb.Summary{SpanCount: uint32(len(spans)), LogCount: uint32(len(logs)), RootSpanName: "llm_request", RootServiceName: "vllm", DurationNano: uint64(e2e)},
 		Flags:   []braidpb.Flag{braidpb.Flag_FLAG_RESOLVED_BY_REQUEST_ID},
 		Derived: &braidpb.Derived{RequestIds: []string{req}, TtftNanos: int64(ttft), TpotNanos: int64(tpot), E2ENanos: int64(e2e), PrefillTimeNanos: int64(ttft),
-			DecodeTimeNanos: int64(e2e - ttft), InputTokens: int64(100 + r.IntN(4000)), OutputTokens: int64(out), KvCacheHitRatio: &hit, Model: model,
-			Operation: "chat", Provider: "vllm", Layers: layers, LayerCount: 32, Tenant: g.tenants[r.IntN(len(g.tenants))]},
+			DecodeTimeNanos: int64(e2e - ttft), InputTokens: int64(prompt), OutputTokens: int64(out), KvCacheHitRatio: &hit, Model: model,
+			Operation: "chat", Provider: "vllm", Layers: layers, LayerCount: 32, Tenant: tenant},
 		ResourceContext: &braidpb.ResourceContext{Series: series},
 	}
 	if errSpan {

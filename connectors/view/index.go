@@ -211,8 +211,7 @@ func (ix *Index) load() error {
 				ix.Invalid.Add(1)
 				continue
 			}
-			key, _, _ := strings.Cut(string(k[1:]), "\x00")
-			e := newAlertEntry(&a, key)
+			e := newAlertEntry(&a, alertKeyOfStoreKey(k))
 			ix.mu.alerts[alertKey(e.key, e.episode)] = e
 		}
 	}
@@ -550,9 +549,9 @@ func newAlertEntry(a *braidpb.Alert, key string) *alertEntry {
 	}
 	// Its time: the end of the window it was evaluated on, or, from a
 	// writer that leaves that out, the latest time it carries.
-	at := max(a.WindowEndUnixNano, a.ActiveSinceUnixNano, a.StartsAtUnixNano, a.EndsAtUnixNano)
-	if a.WindowEndUnixNano > 0 {
-		at = a.WindowEndUnixNano
+	at := a.WindowEndUnixNano
+	if at == 0 {
+		at = max(a.ActiveSinceUnixNano, a.StartsAtUnixNano, a.EndsAtUnixNano)
 	}
 	return &alertEntry{key: key, episode: a.Episode, a: a, at: int64(at)}
 }
@@ -585,6 +584,12 @@ func alertKey(key string, episode uint64) string {
 
 func alertStoreKey(key string, episode uint64) []byte {
 	return append([]byte{prefixAlert}, alertKey(key, episode)...)
+}
+
+// alertKeyOfStoreKey is the alert key of an alertStoreKey.
+func alertKeyOfStoreKey(k []byte) string {
+	key, _, _ := strings.Cut(string(k[1:]), "\x00")
+	return key
 }
 
 func oldestIncidents(m map[string]*incidentEntry, n int) []string {

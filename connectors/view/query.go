@@ -88,9 +88,9 @@ func (ix *Index) DefaultRange(d time.Duration) (from, to time.Time) {
 	from = to.Add(-d)
 	if o := time.Unix(0, oldest).Truncate(time.Second); oldest > 0 && o.After(from) {
 		from = o
-		if m := to.Add(-time.Minute); m.Before(o) {
-			from = m
-		}
+	}
+	if m := to.Add(-time.Minute); from.After(m) {
+		from = m
 	}
 	return from, to
 }

@@ -39,11 +39,14 @@
       else if (k.startsWith('data-')) e.setAttribute(k, v);
       else e.setAttribute(k, v);
     }
-    for (const kid of kids.flat(Infinity)) {
-      if (kid === null || kid === undefined || kid === false) continue;
-      e.append(kid instanceof Node ? kid : document.createTextNode(String(kid)));
-    }
+    for (const kid of nodeList(kids)) e.append(kid instanceof Node ? kid : document.createTextNode(String(kid)));
     return e;
+  }
+
+  // nodeList flattens nested lists of children and drops the empty ones
+  // (null, undefined, false): what el, the pages and the tables return.
+  function nodeList(list) {
+    return list.flat(Infinity).filter((n) => n !== null && n !== undefined && n !== false);
   }
 
   function link(href, text, cls) {
@@ -123,7 +126,7 @@
       const t0 = performance.now();
       const nodes = await render();
       const t1 = performance.now();
-      if (nodes) { disposeCharts(); main.replaceChildren(...nodes.flat(Infinity).filter((n) => n !== null && n !== undefined && n !== false)); }
+      if (nodes) { disposeCharts(); main.replaceChildren(...nodeList(nodes)); }
       if (nodes && nodes.after) nodes.after();
       // What the page took: its data (fetch and DOM) and its charts.
       braid.timing = { page, dataMs: t1 - t0, drawMs: performance.now() - t1, sinceNavigationMs: performance.now() };
@@ -351,8 +354,8 @@
           c.hm = hm;
           c.setOption({ xAxis: { data: hm.times.map(fmtTime) }, visualMap: { max: Math.max(hm.max, 1) }, series: [{ data: hm.cells }] });
         }
-        document.getElementById('firing').replaceChildren(...[el('h2', {}, 'Firing alerts'), alertTable(ov.firing, 'No alert is firing.', 10)].flat(Infinity).filter(Boolean));
-        document.getElementById('incidents').replaceChildren(...[el('h2', {}, 'KV-cache incidents'), incidentTable(ov.incidents, 'No incident in this range.', 10)].flat(Infinity).filter(Boolean));
+        document.getElementById('firing').replaceChildren(...nodeList([el('h2', {}, 'Firing alerts'), alertTable(ov.firing, 'No alert is firing.', 10)]));
+        document.getElementById('incidents').replaceChildren(...nodeList([el('h2', {}, 'KV-cache incidents'), incidentTable(ov.incidents, 'No incident in this range.', 10)]));
         updateStatus();
       } catch (e) { /* the next tick tries again */ }
     }, 5000);
