@@ -278,21 +278,30 @@ func TestIntegrationAlerts(t *testing.T) {
 			len(r.hook.Notified("BraidKVCachePollution", "firing")) > 0
 	})
 	// Prometheus scraped braid's derived metrics, with exemplars naming
-	// fused traces.
-	r.fused.until(t, time.Minute, func(recs []*kgo.Record) bool { return len(recs) > 0 })
+	// fused traces. An exemplar names a trace as it is emitted; the test's
+	// reader of braid.fused may not have reached it yet, so both are read
+	// again until one matches or the deadline passes.
 	fusedIDs := map[string]bool{}
-	for k := range latest(t, r.fused.recs) {
-		fusedIDs[k] = true
-	}
-	exemplars := promExemplars(t, r.prom, "braid_llm_ttft_seconds_bucket")
+	var exemplars []string
 	matched := 0
-	for _, id := range exemplars {
-		if fusedIDs[id] {
-			matched++
+	for deadline := time.Now().Add(time.Minute); ; {
+		r.fused.poll()
+		for k := range latest(t, r.fused.recs) {
+			fusedIDs[k] = true
+		}
+		exemplars = promExemplars(t, r.prom, "braid_llm_ttft_seconds_bucket")
+		matched = 0
+		for _, id := range exemplars {
+			if fusedIDs[id] {
+				matched++
+			}
+		}
+		if matched > 0 || time.Now().After(deadline) {
+			break
 		}
 	}
 	if matched == 0 {
-		t.Errorf("Prometheus holds %d TTFT exemplars, none a fused trace's id", len(exemplars))
+		t.Errorf("Prometheus holds %d TTFT exemplars, none of the %d fused traces' ids (first exemplar %q)", len(exemplars), len(fusedIDs), exemplars[0])
 	}
 	t.Logf("%d TTFT exemplars in Prometheus, %d of fused traces", len(exemplars), matched)
 	// promtool accepts the job's /metrics.
