@@ -6,6 +6,7 @@
 //	braid tail                  print fused records
 //	braid replay                re-run the stage over a past range (forensics)
 //	braid view                  the drill-down view in the browser
+//	braid report                an incident's attribution report
 package main
 
 import (
@@ -29,6 +30,7 @@ Usage:
   braid graph [flags]        render a KV-pollution incident as DOT, Mermaid, JSON, SVG or PNG
   braid view [flags]         the drill-down view in the browser: latency heatmaps,
                              spike explanation, layer heatmaps, incidents, traces
+  braid report [flags]       the attribution report of an incident (HTML, Markdown)
 
 Run "braid COMMAND -h" for a command's flags.
 `
@@ -57,6 +59,8 @@ func main() {
 		err = cmdGraph(ctx, os.Args[2:], os.Stdout)
 	case "view":
 		err = cmdView(ctx, os.Args[2:], log, os.Stdout)
+	case "report":
+		err = cmdReport(ctx, os.Args[2:], log, os.Stdout)
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return

@@ -34,6 +34,7 @@ Bound to loopback by default; any other address needs a bearer token
 type viewOptions struct {
 	addr, token, stateDir string
 	opts                  view.Options
+	llm                   llmOptions
 }
 
 func (v *viewOptions) register(fs *flag.FlagSet) {
@@ -42,6 +43,7 @@ func (v *viewOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&v.stateDir, "state-dir", "braid-view", "directory of the view's index")
 	fs.DurationVar(&v.opts.Retention, "retention", time.Hour, "event time the index keeps behind the newest it has seen")
 	fs.IntVar(&v.opts.MaxTraces, "max-traces", 200_000, "traces the index keeps at most (the oldest go first)")
+	v.llm.register(fs)
 }
 
 func cmdView(ctx context.Context, args []string, log *slog.Logger, out io.Writer) error {
@@ -96,7 +98,8 @@ func runView(ctx context.Context, vo viewOptions, topics view.Topics, opts []kgo
 	defer cancel()
 	errc := make(chan error, 2)
 	go func() { errc <- view.Follow(ctx, ix, topics, log, opts...) }()
-	go func() { errc <- view.Serve(ctx, ix, vo.addr, vo.token, view.Assets(), log, ready) }()
+	rep := view.WithReporter(viewReporter(ix, opts, vo.llm.llm()))
+	go func() { errc <- view.Serve(ctx, ix, vo.addr, vo.token, view.Assets(), log, ready, rep) }()
 	err = <-errc
 	cancel()
 	if err2 := <-errc; err == nil {

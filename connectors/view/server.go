@@ -1,6 +1,7 @@
 package view
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -48,11 +49,14 @@ func isLoopback(host string) bool {
 // /api request must carry "Authorization: Bearer <token>" (the pages
 // themselves hold no data; they send the token they were opened with). It
 // is read-only: anything but GET and HEAD gets 405.
-func Handler(ix *Index, token string, assets fs.FS, log *slog.Logger) http.Handler {
+func Handler(ix *Index, token string, assets fs.FS, log *slog.Logger, opts ...Option) http.Handler {
 	if log == nil {
 		log = slog.Default()
 	}
 	h := &handler{ix: ix, token: token, log: log}
+	for _, o := range opts {
+		o(h)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/status", h.api(func(r *http.Request) (any, error) { return ix.Status(), nil }))
 	mux.HandleFunc("GET /api/overview", h.api(func(r *http.Request) (any, error) {
@@ -106,6 +110,9 @@ func Handler(ix *Index, token string, assets fs.FS, log *slog.Logger) http.Handl
 		}
 		return p, nil
 	}))
+	if h.report != nil {
+		mux.HandleFunc("GET /api/report/{id}", h.serveReport)
+	}
 	mux.HandleFunc("GET /api/", h.api(func(r *http.Request) (any, error) { return nil, errNotFound }))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
 	if assets != nil {
@@ -126,9 +133,70 @@ func Handler(ix *Index, token string, assets fs.FS, log *slog.Logger) http.Handl
 }
 
 type handler struct {
-	ix    *Index
-	token string
-	log   *slog.Logger
+	ix     *Index
+	token  string
+	log    *slog.Logger
+	report Reporter
+}
+
+// ErrNotFound is what a query or a Reporter returns for something the
+// index does not hold.
+var ErrNotFound = errNotFound
+
+// Reporter renders the attribution report of an incident in a format
+// ("html" or "md"): the body and its content type.
+type Reporter func(ctx context.Context, id, format string) (body []byte, contentType string, err error)
+
+// Option configures Handler and Serve.
+type Option func(*handler)
+
+// WithReporter serves GET /api/report/{id}?format=html|md with r.
+func WithReporter(r Reporter) Option { return func(h *handler) { h.report = r } }
+
+// authorized checks the bearer token; on failure it writes 401.
+func (h *handler) authorized(w http.ResponseWriter, r *http.Request) bool {
+	if h.token == "" {
+		return true
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if ok && subtle.ConstantTimeCompare([]byte(got), []byte(h.token)) == 1 {
+		return true
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("WWW-Authenticate", `Bearer realm="braid view"`)
+	writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "a bearer token is required (open the view with ?token=…)"})
+	return false
+}
+
+func (h *handler) serveReport(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	if !h.authorized(w, r) {
+		return
+	}
+	format := cmp.Or(r.URL.Query().Get("format"), "html")
+	if format != "html" && format != "md" {
+		w.Header().Set("Content-Type", "application/json")
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "format: want html or md"})
+		return
+	}
+	id := r.PathValue("id")
+	body, ctype, err := h.report(r.Context(), id, format)
+	if err != nil {
+		w.Header().Set("Content-Type", "application/json")
+		code := http.StatusInternalServerError
+		if errors.Is(err, errNotFound) {
+			code = http.StatusNotFound
+		} else {
+			h.log.Warn("view: report failed", "incident", id, "err", err)
+		}
+		writeJSON(w, code, map[string]string{"error": err.Error()})
+		return
+	}
+	w.Header().Set("Content-Type", ctype)
+	if format == "md" {
+		w.Header().Set("Content-Disposition", `attachment; filename="`+url.PathEscape(id)+`.md"`)
+	}
+	w.Write(body)
 }
 
 // api wraps a JSON endpoint: the token check, encoding, and errors as
@@ -137,13 +205,8 @@ func (h *handler) api(f func(r *http.Request) (any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
-		if h.token != "" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(h.token)) != 1 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="braid view"`)
-				writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "a bearer token is required (open the view with ?token=…)"})
-				return
-			}
+		if !h.authorized(w, r) {
+			return
 		}
 		v, err := f(r)
 		switch {
@@ -326,7 +389,7 @@ func noDirs(next http.Handler) http.Handler {
 
 // Serve serves Handler on addr until ctx ends. ready, when not nil, gets
 // the listening address once it listens.
-func Serve(ctx context.Context, ix *Index, addr, token string, assets fs.FS, log *slog.Logger, ready func(string)) error {
+func Serve(ctx context.Context, ix *Index, addr, token string, assets fs.FS, log *slog.Logger, ready func(string), opts ...Option) error {
 	if err := CheckAccess(addr, token); err != nil {
 		return err
 	}
@@ -334,7 +397,7 @@ func Serve(ctx context.Context, ix *Index, addr, token string, assets fs.FS, log
 	if err != nil {
 		return fmt.Errorf("view: listen: %w", err)
 	}
-	srv := &http.Server{Handler: Handler(ix, token, assets, log), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: Handler(ix, token, assets, log, opts...), ReadHeaderTimeout: 10 * time.Second}
 	if ready != nil {
 		ready(ln.Addr().String())
 	}

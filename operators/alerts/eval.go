@@ -476,6 +476,9 @@ func (p *Processor) alertRecord(g *owned, r *Rule, st *alertState, to braidpb.Al
 	}
 	if len(a.IncidentIds) > 0 {
 		a.Annotations["incident_ids"] = strings.Join(a.IncidentIds, ",")
+		if u := p.s.cfg.Alerts.ViewURL; u != "" {
+			a.Annotations["report_url"] = strings.TrimRight(u, "/") + "/api/report/" + urlEscape(a.IncidentIds[0])
+		}
 	}
 	if a.Value != nil {
 		a.Annotations["value"] = formatValue(*a.Value)

@@ -225,7 +225,9 @@ type Config struct {
 	// slowest, largest). Default 5.
 	Exemplars int `yaml:"exemplars"`
 	// ViewURL is the base of the generatorURL of the alerts braid sends
-	// to Alertmanager (braid's view of the alert). Default: none.
+	// to Alertmanager (braid's view of the alert) and, for an alert
+	// naming incidents, of its report_url annotation (the attribution
+	// report of the first, ViewURL/api/report/ID). Default: none.
 	ViewURL string `yaml:"view_url"`
 	// Alertmanager receives the alerts.
 	Alertmanager AlertmanagerConfig `yaml:"alertmanager"`

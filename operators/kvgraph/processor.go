@@ -709,10 +709,12 @@ func (p *Processor) pollute(t *engine.Task, g *gpu, pe pollution) *incident {
 		dst = reqNode(g, pe.victim)
 	}
 	// The incidents these nodes belong to; the one with the earliest root
-	// absorbs the others.
+	// absorbs the others. A layer node is no link: every request on the GPU
+	// has every layer, so two faults whose writes land in one layer are
+	// two incidents unless a request or block joins them.
 	var inc *incident
 	for _, n := range []string{src, mid, dst} {
-		if n == "" {
+		if n == "" || n == mid && pe.toLayer {
 			continue
 		}
 		if o := g.nodes[n]; o != nil && o != inc {

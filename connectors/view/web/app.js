@@ -475,6 +475,22 @@
     return cytoscapeLoaded;
   }
 
+  // reportLink opens (HTML) or downloads (Markdown) the incident's
+  // attribution report; with a bearer token it fetches it with the token
+  // and hands the browser the file.
+  function reportLink(id, format, text) {
+    const href = '/api/report/' + encodeURIComponent(id) + '?format=' + format;
+    return el('a', { href, id: 'report-' + format, target: format === 'html' ? '_blank' : null, onclick: async (ev) => {
+      const token = sessionStorage.getItem('braid-token');
+      if (!token) return;
+      ev.preventDefault();
+      const resp = await fetch(href, { headers: { Authorization: 'Bearer ' + token } });
+      if (!resp.ok) return;
+      const a = el('a', { href: URL.createObjectURL(await resp.blob()), download: id + '.' + format });
+      a.click();
+    } }, text);
+  }
+
   async function incident(id) {
     const [p] = await Promise.all([api('/api/incident/' + encodeURIComponent(id)), loadCytoscape()]);
     const s = p.summary, g = p.graph, r = g.root || {};
@@ -489,7 +505,8 @@
           el('dt', {}, 'where'), el('dd', {}, `${s.host} · ${s.gpu}`),
           el('dt', {}, 'when'), el('dd', {}, `${fmtTimeMs(s.first)} – ${fmtTimeMs(s.last)}`),
           el('dt', {}, 'victims'), el('dd', {}, String(s.victims)),
-          el('dt', {}, 'layers'), el('dd', {}, link(around, 'layer heatmap of the incident →')))),
+          el('dt', {}, 'layers'), el('dd', {}, link(around, 'layer heatmap of the incident →')),
+          el('dt', {}, 'report'), el('dd', {}, reportLink(id, 'html', 'attribution report'), ' · ', reportLink(id, 'md', 'Markdown')))),
         el('div', { class: 'card root-box', id: 'root-cause', 'data-request': r.request_id || '' },
           el('h2', {}, 'Root cause'),
           el('p', {}, el('b', {}, r.request_id ? 'request ' + r.request_id : r.node || 'unknown'), r.kind ? ` (${r.kind})` : ''),
