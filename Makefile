@@ -28,7 +28,7 @@ test:
 	  $(GO) test $(GO_TEST_FLAGS) $(RACE_PKGS) && \
 	  $(GO) test -race -count=1 -run '^TestKfakeSmoke$$' ./cmd/braid/job && \
 	  $(GO) test -count=1 -timeout 30m $(NORACE_PKGS) && \
-	  $(GO) test -count=1 -run '^(TestSamplingToCollector|TestViewInBrowser)$$' ./cmd/braid
+	  $(GO) test -count=1 -run '^(TestSamplingToCollector|TestViewInBrowser|TestReportFromDemo)$$' ./cmd/braid
 # NORACE_PKGS run without -race. The simulator's, the KV-diagnosis
 # accuracy suite's and the alerting benchmark's tests are single-goroutine
 # generation and scoring, which the detector only slows (15-25 times:
@@ -39,7 +39,8 @@ test:
 # race-checked by TestKfakeSmoke (the whole job on kfake, under -race),
 # the engine's by its own tests on the real broker. The sampling test runs
 # two jobs beside the real Collector over a paced fleet, likewise; the
-# view's browser test drives headless Chromium through a running demo.
+# view's browser test drives headless Chromium through a running demo, and
+# the report test renders every incident of a demo with all KV faults.
 NORACE_PKGS := ./cmd/braid/job ./connectors/simulator ./benchmarks/kvaccuracy ./benchmarks/alerts
 MODULE      := github.com/braidlabs/braid
 RACE_PKGS    = $(filter-out $(patsubst ./%,$(MODULE)/%,$(NORACE_PKGS)),$(shell $(GO) list $(PKGS)))

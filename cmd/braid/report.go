@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -181,6 +182,10 @@ func viewReporter(ix *view.Index, opts []kgo.Opt, llm *report.LLM) view.Reporter
 			return nil, "", err
 		}
 		var b bytes.Buffer
+		if format == "json" {
+			body, err := json.Marshal(r)
+			return body, "application/json", err
+		}
 		if format == "md" {
 			r.Markdown(&b, "")
 			return b.Bytes(), "text/markdown; charset=utf-8", nil

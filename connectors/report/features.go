@@ -100,16 +100,29 @@ func observe(o observation) []Feature {
 		maxLayer = max(maxLayer, l.Layer)
 	}
 	nl := o.layers
+	// The root's op in its re-read record: the root request's op at the
+	// root's time, else its first alloc or write there.
 	var rootEv *kvgraph.Event
 	if o.root != nil && root != nil {
 		for i := range o.root.Events {
 			ev := &o.root.Events[i]
-			if string(ev.Request) == root.RequestId && (root.Block < 0 || ev.Block == root.Block) {
-				rootEv = ev
-				if ev.Op == kvgraph.OpAlloc || ev.Op == kvgraph.OpWrite {
-					break
-				}
+			if string(ev.Request) != root.RequestId {
+				continue
 			}
+			if ev.Time == int64(root.TimeUnixNano) {
+				rootEv = ev
+				break
+			}
+			if rootEv == nil && (ev.Op == kvgraph.OpAlloc || ev.Op == kvgraph.OpWrite) {
+				rootEv = ev
+			}
+		}
+	}
+	// A write for one block that landed in another block's slot.
+	if rootEv != nil && rootEv.Op == kvgraph.OpWrite && root.Block >= 0 && rootEv.Block >= 0 && rootEv.Block != root.Block {
+		add(2, "root record", "the write was for block %d but landed in block %d, another block of the same layer", rootEv.Block, root.Block)
+		if root.Block == 2*rootEv.Block {
+			add(1.5, "root record", "the write landed at twice its block's offset: a wrong stride")
 		}
 	}
 	rootSelf := root != nil && len(inc.Polluted) > 0

@@ -131,7 +131,9 @@ func TestLLMFailures(t *testing.T) {
 			case <-r.Context().Done():
 			}
 		},
-		"500":       func(w http.ResponseWriter, r *http.Request) { http.Error(w, "model overloaded", http.StatusInternalServerError) },
+		"500": func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "model overloaded", http.StatusInternalServerError)
+		},
 		"malformed": func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`{"choices":`)) },
 		"empty":     func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`{"choices":[]}`)) },
 	}

@@ -17,6 +17,7 @@ package view
 //	GET /api/trace/{id}             TracePage
 //	GET /api/alerts                 []AlertSummary      (latest change of every episode, newest first)
 //	GET /api/alert/{key}            AlertPage    (key = rule/group, path-escaped)
+//	GET /api/report/{id}            the attribution report (connectors/report) format=html|md|json, when the server has a Reporter
 //
 // Errors are {"error": "..."} with status 400 (bad query) or 404 (unknown id).
 

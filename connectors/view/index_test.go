@@ -1,6 +1,7 @@
 package view
 
 import (
+	"context"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -464,7 +465,13 @@ func TestHandlerAccess(t *testing.T) {
 	defer ix.Close()
 	applyFleet(t, ix, fleet(1, 50, ""))
 	assets := fstest.MapFS{"index.html": {Data: []byte("<html>shell")}, "app.js": {Data: []byte("//js")}}
-	srv := httptest.NewServer(Handler(ix, "s3cret", assets, nil))
+	reporter := func(ctx context.Context, id, format string) ([]byte, string, error) {
+		if id != "inc-1" {
+			return nil, "", fmt.Errorf("%w: incident %q", ErrNotFound, id)
+		}
+		return []byte("report " + id + " as " + format), "text/plain", nil
+	}
+	srv := httptest.NewServer(Handler(ix, "s3cret", assets, nil, WithReporter(reporter)))
 	defer srv.Close()
 	get := func(path, token string) (int, string) {
 		req, _ := http.NewRequest("GET", srv.URL+path, nil)
@@ -493,6 +500,11 @@ func TestHandlerAccess(t *testing.T) {
 		{"/api/trace/" + strings.Repeat("0", 32), "s3cret", 404, "not in the index"},
 		{"/api/incident/nope", "s3cret", 404, "not in the index"},
 		{"/api/alert/" + url.PathEscape("BraidTTFTHigh/model=x"), "s3cret", 404, "not in the index"},
+		{"/api/report/inc-1", "", 401, "bearer token"},
+		{"/api/report/inc-1", "s3cret", 200, "report inc-1 as html"},
+		{"/api/report/inc-1?format=md", "s3cret", 200, "report inc-1 as md"},
+		{"/api/report/inc-1?format=pdf", "s3cret", 400, "want html, md or json"},
+		{"/api/report/inc-2", "s3cret", 404, "not in the index"},
 		{"/incident/inc-1", "", 200, "shell"},
 		{"/assets/app.js", "", 200, "//js"},
 		{"/assets/", "", 404, ""},

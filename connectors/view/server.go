@@ -144,13 +144,13 @@ type handler struct {
 var ErrNotFound = errNotFound
 
 // Reporter renders the attribution report of an incident in a format
-// ("html" or "md"): the body and its content type.
+// ("html", "md" or "json"): the body and its content type.
 type Reporter func(ctx context.Context, id, format string) (body []byte, contentType string, err error)
 
 // Option configures Handler and Serve.
 type Option func(*handler)
 
-// WithReporter serves GET /api/report/{id}?format=html|md with r.
+// WithReporter serves GET /api/report/{id}?format=html|md|json with r.
 func WithReporter(r Reporter) Option { return func(h *handler) { h.report = r } }
 
 // authorized checks the bearer token; on failure it writes 401.
@@ -174,9 +174,9 @@ func (h *handler) serveReport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	format := cmp.Or(r.URL.Query().Get("format"), "html")
-	if format != "html" && format != "md" {
+	if format != "html" && format != "md" && format != "json" {
 		w.Header().Set("Content-Type", "application/json")
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "format: want html or md"})
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "format: want html, md or json"})
 		return
 	}
 	id := r.PathValue("id")

@@ -353,11 +353,13 @@ func TestRestartRepeatsNothing(t *testing.T) {
 }
 
 // TestIncidentRuleFiresAtOnce: an incident fires the pollution rule at the
-// first window end after it, with its id, and resolves once a window holds
-// none.
+// first window end after it, with its id and, with a view URL, the
+// generatorURL of its alert page and the report_url of the incident's
+// report; it resolves once a window holds none.
 func TestIncidentRuleFiresAtOnce(t *testing.T) {
 	rule := Rule{Name: "Pollution", Expr: "count(incident) > 0", GroupBy: []string{"gpu"}, Window: time.Minute, Every: time.Second, Severity: "critical"}
-	r := newRig(t, []Rule{rule}, 0)
+	off := false
+	r := newRigWith(t, StageConfig{Alerts: Config{DefaultRules: &off, Rules: []Rule{rule}, ViewURL: "http://view:9465/"}, AllowedLateness: 30 * time.Second})
 	at := t0 + int64(10*time.Second) + 300*int64(time.Millisecond)
 	r.feed(obs{Kind: "incident", Time: at, GPU: "GPU-7", ID: "inc-1"},
 		obs{Kind: "sample", Time: at + int64(2*time.Second), Metric: "kv_cache_usage", Instance: "x"})
@@ -366,6 +368,12 @@ func TestIncidentRuleFiresAtOnce(t *testing.T) {
 	if len(r.out) != 1 || r.out[0].State != braidpb.AlertState_ALERT_STATE_FIRING || r.out[0].Gpu != "GPU-7" ||
 		!slices.Equal(r.out[0].IncidentIds, []string{"inc-1"}) || r.out[0].WindowEndUnixNano != uint64(t0+int64(11*time.Second)) {
 		t.Fatalf("alerts %v", r.out)
+	}
+	if got := r.out[0].Annotations["report_url"]; got != "http://view:9465/api/report/inc-1" {
+		t.Errorf("report_url %q", got)
+	}
+	if got := r.out[0].Url; !strings.HasPrefix(got, "http://view:9465/alerts/Pollution/gpu=") || !strings.Contains(got, "GPU-7") {
+		t.Errorf("url %q", got)
 	}
 	r.feed(obs{Kind: "sample", Time: at + int64(2*time.Minute), Metric: "kv_cache_usage", Instance: "x"})
 	r.checkpoint()

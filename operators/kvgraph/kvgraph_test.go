@@ -364,3 +364,30 @@ func TestRetryOfACancelledRequest(t *testing.T) {
 		t.Fatalf("polluted %v root %v", got, inc.Root)
 	}
 }
+
+// TestTwoFaultsInOneLayer: two unrelated requests whose writes land in the
+// same layer of one GPU, each into a different request's block, are two
+// incidents with two roots: a layer is shared by every request on the GPU
+// and joins nothing.
+func TestTwoFaultsInOneLayer(t *testing.T) {
+	h := newHarness(t, nil)
+	oob1 := pool.Write(at(5), "r1", 3, 1, 0, 1024)
+	oob1.Addr += pool.LayerSize() // into layer 2 of block 3 (r2's)
+	oob2 := pool.Write(at(2005), "r5", 7, 1, 0, 1024)
+	oob2.Addr += pool.LayerSize() // into layer 2 of block 7 (r6's)
+	h.feed(gpu0, seq(
+		alloc(0, "r1", 9), fill(1, "r1", 9, 0),
+		alloc(2, "r2", 3), fill(3, "r2", 3, 0), oob1, pool.Read(at(6), "r2", 3, 2, 0, 1024),
+		alloc(2000, "r5", 11), fill(2001, "r5", 11, 0),
+		alloc(2002, "r6", 7), fill(2003, "r6", 7, 0), oob2, pool.Read(at(2006), "r6", 7, 2, 0, 1024),
+	)...)
+	h.feed(gpu0, alloc(30000, "r99", 14)) // event time past both windows
+	_, incs := h.incidents()
+	roots := map[string][]string{}
+	for _, inc := range incs {
+		roots[inc.Root.RequestId] = polluted(inc)
+	}
+	if len(roots) != 2 || !slices.Equal(roots["r1"], []string{"r2"}) || !slices.Equal(roots["r5"], []string{"r6"}) {
+		t.Fatalf("incidents by root: %v", roots)
+	}
+}
