@@ -73,7 +73,7 @@ func cmdReport(ctx context.Context, args []string, log *slog.Logger, out io.Writ
 	if *id == "" {
 		return errors.New("report: --incident ID is required")
 	}
-	topics, opts, cfgPath, err := reportSource(*config, *brokers)
+	topics, opts, cfgPath, err := topicsSource("report", *config, *brokers)
 	if err != nil {
 		return err
 	}
@@ -118,9 +118,10 @@ func cmdReport(ctx context.Context, args []string, log *slog.Logger, out io.Writ
 	return nil
 }
 
-// reportSource: the topics and client options of --config or --brokers,
-// and the configuration file named in the replay command.
-func reportSource(config, brokers string) (view.Topics, []kgo.Opt, string, error) {
+// topicsSource: braid's output topics and the client options of --config
+// or --brokers, and the configuration file (braid.yaml with --brokers) for
+// commands it names; cmd prefixes errors.
+func topicsSource(cmd, config, brokers string) (view.Topics, []kgo.Opt, string, error) {
 	switch {
 	case config != "":
 		cfg, err := job.LoadConfig(config)
@@ -128,13 +129,13 @@ func reportSource(config, brokers string) (view.Topics, []kgo.Opt, string, error
 			return view.Topics{}, nil, "", err
 		}
 		if err := cfg.Kafka.Prepare(); err != nil {
-			return view.Topics{}, nil, "", fmt.Errorf("report: %w", err)
+			return view.Topics{}, nil, "", fmt.Errorf("%s: %w", cmd, err)
 		}
 		return view.Topics{Fused: cfg.Outputs.Fused, Incidents: cfg.Outputs.Incidents, Alerts: cfg.Outputs.Alerts}, cfg.Kafka.Opts(), config, nil
 	case brokers != "":
 		return view.DefaultTopics, []kgo.Opt{kgo.SeedBrokers(strings.Split(brokers, ",")...)}, "braid.yaml", nil
 	}
-	return view.Topics{}, nil, "", errors.New("report: give --brokers HOST:PORT (or $BRAID_KAFKA_BROKERS) or --config FILE")
+	return view.Topics{}, nil, "", fmt.Errorf("%s: give --brokers HOST:PORT (or $BRAID_KAFKA_BROKERS) or --config FILE", cmd)
 }
 
 // caughtUp waits until the index holds incident id and has read its

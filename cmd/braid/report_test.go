@@ -248,12 +248,7 @@ func TestReportFromDemo(t *testing.T) {
 // sections, and saves a full-page screenshot.
 func openReport(t *testing.T, chrome, file, png string) {
 	t.Helper()
-	actx, acancel := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1280, 900),
-		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND"),
-		chromedp.Flag("disable-background-networking", true))...)
-	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx)
+	bctx, bcancel := headless(context.Background(), chrome, 1280, 900, "MAP * ~NOTFOUND")
 	defer bcancel()
 	var mu sync.Mutex
 	var requests []string
@@ -285,11 +280,19 @@ func openReport(t *testing.T, chrome, file, png string) {
 	if err != nil || svg < 2 {
 		t.Errorf("the layer heatmap has %d cells (%v)", svg, err)
 	}
-	shot, err := chromedp.Run(c, chromedp.FullScreenshot(90))
+	// The first screen (root cause, known causes) and the whole page.
+	top, err := chromedp.Run(c, chromedp.CaptureScreenshot())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(png, shot, 0o644); err != nil {
+	full, err := chromedp.Run(c, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(png, top, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(strings.TrimSuffix(png, ".png")+"-full.png", full, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()

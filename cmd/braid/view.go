@@ -2,18 +2,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/braidlabs/braid/cmd/braid/job"
 	"github.com/braidlabs/braid/connectors/view"
 )
 
@@ -59,23 +56,9 @@ func cmdView(ctx context.Context, args []string, log *slog.Logger, out io.Writer
 	if vo.token == "" {
 		vo.token = os.Getenv("BRAID_VIEW_TOKEN")
 	}
-	topics := view.DefaultTopics
-	var opts []kgo.Opt
-	switch {
-	case *config != "":
-		cfg, err := job.LoadConfig(*config)
-		if err != nil {
-			return err
-		}
-		if err := cfg.Kafka.Prepare(); err != nil {
-			return fmt.Errorf("view: %w", err)
-		}
-		opts = cfg.Kafka.Opts()
-		topics = view.Topics{Fused: cfg.Outputs.Fused, Incidents: cfg.Outputs.Incidents, Alerts: cfg.Outputs.Alerts}
-	case *brokers != "":
-		opts = []kgo.Opt{kgo.SeedBrokers(strings.Split(*brokers, ",")...)}
-	default:
-		return errors.New("view: give --brokers HOST:PORT (or $BRAID_KAFKA_BROKERS) or --config FILE")
+	topics, opts, _, err := topicsSource("view", *config, *brokers)
+	if err != nil {
+		return err
 	}
 	return runView(ctx, vo, topics, opts, log, func(addr string) {
 		fmt.Fprintf(out, "braid view: %s\n", view.URL(addr))

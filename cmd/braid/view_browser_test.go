@@ -98,12 +98,7 @@ func TestViewInBrowser(t *testing.T) {
 
 	// The browser: headless, no sandbox (CI runs as root), and no host
 	// but the view's resolves.
-	actx, acancel := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1400, 1000),
-		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"),
-		chromedp.Flag("disable-background-networking", true))...)
-	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx)
+	bctx, bcancel := headless(ctx, chrome, 1400, 1000, "MAP * ~NOTFOUND , EXCLUDE 127.0.0.1")
 	defer bcancel()
 	var reqMu sync.Mutex
 	var requests []string
@@ -412,6 +407,18 @@ func TestViewInBrowser(t *testing.T) {
 }
 
 // findChromium is the path of a Chromium or Chrome binary on PATH, or "".
+// headless starts a headless Chromium (no sandbox: CI runs as root) of
+// the given window size whose host resolution follows rules; cancel ends
+// it.
+func headless(ctx context.Context, chrome string, w, h int, rules string) (context.Context, context.CancelFunc) {
+	actx, acancel := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(w, h),
+		chromedp.Flag("host-resolver-rules", rules),
+		chromedp.Flag("disable-background-networking", true))...)
+	bctx, bcancel := chromedp.NewContext(actx)
+	return bctx, func() { bcancel(); acancel() }
+}
+
 func findChromium() string {
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
 		if p, err := exec.LookPath(name); err == nil {

@@ -126,9 +126,11 @@ func observe(o observation) []Feature {
 		}
 	}
 	rootSelf := root != nil && len(inc.Polluted) > 0
+	others := 0
 	for _, v := range inc.Polluted {
 		if v.RequestId != root.GetRequestId() {
 			rootSelf = false
+			others++
 		}
 	}
 	switch inc.Pattern {
@@ -175,17 +177,31 @@ func observe(o observation) []Feature {
 			if rootEv.Addr < end && rootEv.Addr+rootEv.Bytes > end {
 				add(1.5, "root record", "the write straddles the end of its layer: it starts in the layer's last slot and runs into the next layer")
 			} else if rootEv.Addr >= end {
-				add(1, "root record", "the write starts beyond its layer, wholly inside another layer")
+				add(0.5, "root record", "the write starts beyond its layer, wholly inside another layer")
+				// Where in the layers it went, in blocks of the record's
+				// in-range ops: its own slot one layer on (the next layer's
+				// base), or twice its offset (a stride).
+				if bb := blockBytes(o.root.Events); bb > 0 && rootEv.Block > 0 {
+					off, own := rootEv.Addr-rootEv.LayerBase, rootEv.Block*bb
+					switch {
+					case abs(off-rootEv.LayerSize-own) < bb:
+						add(2, "root record", "the write went to its own block's slot one layer on: the next layer's base address")
+					case abs(off-2*own) < bb:
+						add(2, "root record", "the write landed at twice its block's offset: a wrong stride")
+					}
+				}
 			}
 		}
 		if nl > 0 && hitLayers >= nl {
 			add(1, "layer counts", "out-of-bounds writes in every layer")
 		}
-		if len(foreignBlocks) >= 3 && len(foreignOwners) >= 2 {
-			add(1.5, "edges", "writes into many other blocks of the same layer, owned by other requests (%d blocks, %d owners)", len(foreignBlocks), len(foreignOwners))
+		if len(foreignBlocks) >= 3 {
+			add(3, "edges", "writes into many other requests' blocks of the same layer, owned by other requests (%d blocks, %d named owners)", len(foreignBlocks), len(foreignOwners))
 		}
 		if rootSelf {
-			add(2, "victims", "the writer is its own victim: it read the layer it never wrote, its own blocks")
+			add(3, "victims", "the writer is its own victim: it read the layer it never wrote, its own blocks")
+		} else if others > 0 {
+			add(2.5, "victims", "the out-of-bounds writes polluted %d other requests, owners of the blocks they landed in", others)
 		}
 	}
 	var san, xid bool
@@ -221,4 +237,28 @@ func observe(o observation) []Feature {
 		add(0.5, "victims", "%d victims through prefix-cache propagation (shared prefix)", prop)
 	}
 	return fs
+}
+
+// blockBytes estimates a block's size in the pool from ops that stayed in
+// their layer: (addr - layer base) / block is a block's size plus the
+// token offset over the block number, so the smallest over blocks 4 and
+// up is within a quarter block. 0 when no op tells.
+func blockBytes(evs []kvgraph.Event) int64 {
+	var bb int64
+	for _, ev := range evs {
+		if !ev.HasRange || !ev.HasLayerRange || ev.Block < 4 || ev.Addr < ev.LayerBase || ev.Addr >= ev.LayerBase+ev.LayerSize {
+			continue
+		}
+		if c := (ev.Addr - ev.LayerBase) / ev.Block; bb == 0 || c < bb {
+			bb = c
+		}
+	}
+	return bb
+}
+
+func abs(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
 }

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -88,5 +89,60 @@ func TestKBRejectsBadEntries(t *testing.T) {
 	}
 	if kb, err := OpenKB(fstest.MapFS{"a.md": {Data: []byte(ok)}}, "kb"); err != nil || len(kb.Entries()) != 1 || kb.Entries()[0].File != "kb/a.md" {
 		t.Errorf("a good entry: %v %v", kb, err)
+	}
+}
+
+// TestKBRanksDemoFeatures: the feature sets observe derived for each
+// trigger in a demo run (cmd/braid TestReportFromDemo's log), with their
+// weights, rank that trigger's entry first.
+func TestKBRanksDemoFeatures(t *testing.T) {
+	kb, err := LoadKB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	silent := Feature{Text: "no sanitizer line and no Xid: silent", Weight: 0.5}
+	san := Feature{Text: "compute-sanitizer: invalid __global__ write, address out of bounds"}
+	xid := Feature{Text: "NVRM Xid 13 on the GPU"}
+	residue := []Feature{{Text: "dirty residue: a request read content it did not write"},
+		{Text: "read of a freed block another request wrote: content of the previous owner, not zeroed since it was freed", Weight: 0.5}}
+	mixed := Feature{Text: "mixed write: one request wrote into a block another request owns"}
+	oob := []Feature{{Text: "layer out of bounds: a write outside its layer's range"}, {Text: "a write for one layer landed in the next layer"}}
+	outside := Feature{Text: "a write landed outside the pool, past the end of the last layer", Weight: 1.5}
+	beyond := Feature{Text: "the write starts beyond its layer, wholly inside another layer", Weight: 0.5}
+	cases := map[simulator.KVTrigger][]Feature{
+		simulator.RecycledNotZeroed: append(slices.Clone(residue), Feature{Text: "residue read in every layer of the block (all 8 layers)", Weight: 3}, silent),
+		simulator.CancelRetry:       append(slices.Clone(residue), Feature{Text: "residue read in part of the layers only (4 of 8): some layers never written, skipped as if computed", Weight: 3}, silent),
+		simulator.OffloadAfterPreempt: {mixed, {Text: "foreign write: a request that is not the owner wrote into a block another request owns"},
+			{Text: "foreign writes in every layer of one whole block", Weight: 1.5}, silent},
+		simulator.DoubleFree: {mixed, {Text: "double free: a block freed twice, handed out to two live owners", Weight: 2}, silent},
+		simulator.RadixStale: {mixed, {Text: "block allocated while another request owns it"},
+			{Text: "prefix hit: allocation with a prefix hash the block no longer holds (stale prefix entry, hash mismatch)", Weight: 2}, silent},
+		simulator.PaddingSlotMinus1: append(slices.Clone(oob), outside,
+			Feature{Text: "the write straddles the end of its layer: it starts in the layer's last slot and runs into the next layer", Weight: 1.5},
+			Feature{Text: "out-of-bounds writes in every layer"},
+			Feature{Text: "the out-of-bounds writes polluted 36 other requests, owners of the blocks they landed in", Weight: 2.5}, san, xid),
+		simulator.WrongStride: append(slices.Clone(oob), beyond,
+			Feature{Text: "writes into many other requests' blocks of the same layer, owned by other requests (8 blocks, 3 named owners)", Weight: 3},
+			Feature{Text: "the out-of-bounds writes polluted 25 other requests, owners of the blocks they landed in", Weight: 2.5}, xid),
+		// A harmless wrong stride (no victim): only where the write went
+		// tells it from a base mix-up.
+		"wrong_stride_harmless": append(slices.Clone(oob), beyond,
+			Feature{Text: "the write landed at twice its block's offset: a wrong stride", Weight: 2}, xid),
+		// A wrong stride whose writes all landed in the next layer: no
+		// block named, only the victims tell it from a base mix-up.
+		"wrong_stride_next_layer": append(slices.Clone(oob), beyond,
+			Feature{Text: "the out-of-bounds writes polluted 21 other requests, owners of the blocks they landed in", Weight: 2.5}, silent),
+		simulator.KVBaseSwap: append(slices.Clone(oob), outside, beyond,
+			Feature{Text: "the writer is its own victim: it read the layer it never wrote, its own blocks", Weight: 3}, san, xid),
+	}
+	for trig, fs := range cases {
+		want := strings.TrimSuffix(strings.TrimSuffix(string(trig), "_next_layer"), "_harmless")
+		m, err := kb.Search(string(simulator.KVTrigger(want).Pattern()), fs, 3)
+		if err != nil || len(m) == 0 {
+			t.Fatalf("%s: %v %v", trig, m, err)
+		}
+		if m[0].Entry.ID != want {
+			t.Errorf("%s: ranked %s first (%.2f), then %s (%.2f)", trig, m[0].Entry.ID, m[0].Score, m[1].Entry.ID, m[1].Score)
+		}
 	}
 }
