@@ -132,6 +132,34 @@ func TestReportFromDemo(t *testing.T) {
 		t.Errorf("no report cites an input record")
 	}
 
+	// braid report, the command: it reads braid's topics into an index of
+	// its own and writes the same report's files.
+	some := incs[0].ID // a closed one if any: its report no longer changes
+	for _, in := range incs {
+		if in.State == "CLOSED" {
+			some = in.ID
+			break
+		}
+	}
+	dir := t.TempDir()
+	var cmdOut strings.Builder
+	if err := cmdReport(ctx, []string{"--incident", some, "--brokers", addr, "--out", dir, "--wait", "1m"}, slog.New(slog.NewTextHandler(io.Discard, nil)), &cmdOut); err != nil {
+		t.Fatalf("braid report: %v", err)
+	}
+	for _, f := range []string{some + ".html", some + ".md", some + "-layers.svg"} {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil || len(b) == 0 {
+			t.Errorf("braid report wrote no %s: %v", f, err)
+		}
+	}
+	if md, _ := os.ReadFile(filepath.Join(dir, some+".md")); len(reports[some].Known) > 0 && !strings.Contains(string(md), reports[some].Known[0].Entry.Title) {
+		t.Errorf("braid report's top known cause differs from the view's (%s)", reports[some].Known[0].Entry.ID)
+	}
+	if err := cmdReport(ctx, []string{"--incident", "inc-nope", "--brokers", addr, "--out", dir, "--wait", "3s"}, slog.New(slog.NewTextHandler(io.Discard, nil)), io.Discard); err == nil || !strings.Contains(err.Error(), "not in braid.incidents") {
+		t.Errorf("braid report of an unknown incident: %v", err)
+	}
+	t.Logf("braid report: %s", strings.TrimSpace(cmdOut.String()))
+
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("demo: %v", err)
