@@ -492,6 +492,7 @@ type demoTruth struct {
 	regressions []simulator.RegressionTruth
 	faults      []simulator.KVFaultTruth
 	byRequest   map[string]simulator.TruthLine
+	polluted    map[string]time.Time // when each polluted request was polluted
 }
 
 func readTruth(t *testing.T, path string) demoTruth {
@@ -501,7 +502,7 @@ func readTruth(t *testing.T, path string) demoTruth {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	tr := demoTruth{byRequest: map[string]simulator.TruthLine{}}
+	tr := demoTruth{byRequest: map[string]simulator.TruthLine{}, polluted: map[string]time.Time{}}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for sc.Scan() {
@@ -522,6 +523,12 @@ func readTruth(t *testing.T, path string) demoTruth {
 				t.Fatal(err)
 			}
 			tr.regressions = append(tr.regressions, r)
+		case "polluted":
+			var p simulator.KVPolluted
+			if err := json.Unmarshal(sc.Bytes(), &p); err != nil {
+				t.Fatal(err)
+			}
+			tr.polluted[p.RequestID] = p.Time
 		case "fault":
 			var k simulator.KVFaultTruth
 			if err := json.Unmarshal(sc.Bytes(), &k); err != nil {

@@ -185,9 +185,9 @@ func observe(o observation) []Feature {
 					off, own := rootEv.Addr-rootEv.LayerBase, rootEv.Block*bb
 					switch {
 					case abs(off-rootEv.LayerSize-own) < bb:
-						add(2, "root record", "the write went to its own block's slot one layer on: the next layer's base address")
+						add(3.5, "root record", "the write went to its own block's slot one layer on: the next layer's base address")
 					case abs(off-2*own) < bb:
-						add(2, "root record", "the write landed at twice its block's offset: a wrong stride")
+						add(3.5, "root record", "the write landed at twice its block's offset: a wrong stride")
 					}
 				}
 			}
@@ -195,7 +195,8 @@ func observe(o observation) []Feature {
 		if nl > 0 && hitLayers >= nl {
 			add(1, "layer counts", "out-of-bounds writes in every layer")
 		}
-		if len(foreignBlocks) >= 3 {
+		delete(foreignOwners, root.GetRequestId())
+		if len(foreignBlocks) >= 3 && len(foreignOwners) > 0 {
 			add(3, "edges", "writes into many other requests' blocks of the same layer, owned by other requests (%d blocks, %d named owners)", len(foreignBlocks), len(foreignOwners))
 		}
 		if rootSelf {

@@ -127,7 +127,15 @@ func TestKBRanksDemoFeatures(t *testing.T) {
 		// A harmless wrong stride (no victim): only where the write went
 		// tells it from a base mix-up.
 		"wrong_stride_harmless": append(slices.Clone(oob), beyond,
-			Feature{Text: "the write landed at twice its block's offset: a wrong stride", Weight: 2}, xid),
+			Feature{Text: "the write landed at twice its block's offset: a wrong stride", Weight: 3.5}, xid),
+		// A wrong stride that polluted only the writer's own later reads.
+		"wrong_stride_self": append(slices.Clone(oob), beyond,
+			Feature{Text: "the write landed at twice its block's offset: a wrong stride", Weight: 3.5},
+			Feature{Text: "the writer is its own victim: it read the layer it never wrote, its own blocks", Weight: 3}, xid),
+		// A base mix-up seen from its record: its own slot one layer on.
+		"kv_base_swap_record": append(slices.Clone(oob), beyond,
+			Feature{Text: "the write went to its own block's slot one layer on: the next layer's base address", Weight: 3.5},
+			Feature{Text: "the writer is its own victim: it read the layer it never wrote, its own blocks", Weight: 3}, silent),
 		// A wrong stride whose writes all landed in the next layer: no
 		// block named, only the victims tell it from a base mix-up.
 		"wrong_stride_next_layer": append(slices.Clone(oob), beyond,
@@ -136,7 +144,10 @@ func TestKBRanksDemoFeatures(t *testing.T) {
 			Feature{Text: "the writer is its own victim: it read the layer it never wrote, its own blocks", Weight: 3}, san, xid),
 	}
 	for trig, fs := range cases {
-		want := strings.TrimSuffix(strings.TrimSuffix(string(trig), "_next_layer"), "_harmless")
+		want := string(trig)
+		for _, suffix := range []string{"_next_layer", "_harmless", "_self", "_record"} {
+			want = strings.TrimSuffix(want, suffix)
+		}
 		m, err := kb.Search(string(simulator.KVTrigger(want).Pattern()), fs, 3)
 		if err != nil || len(m) == 0 {
 			t.Fatalf("%s: %v %v", trig, m, err)
