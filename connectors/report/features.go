@@ -58,7 +58,7 @@ func observe(o observation) []Feature {
 	case braidpb.PollutionKind_POLLUTION_KIND_LAYER_OOB:
 		add(1, "pattern", "layer out of bounds: a write outside its layer's range")
 	}
-	var residue, doubleFree, allocOwned, foreign, afterFree, landed, outside, foreignOOB int
+	var residue, doubleFree, allocOwned, foreign, afterFree, landed, outside int
 	foreignBlocks, foreignOwners := map[int64]bool{}, map[string]bool{}
 	for _, e := range inc.Edges {
 		d := e.Detail
@@ -80,7 +80,6 @@ func observe(o observation) []Feature {
 				afterFree++
 			}
 			if e.Kind == braidpb.PollutionKind_POLLUTION_KIND_LAYER_OOB {
-				foreignOOB++
 				foreignBlocks[e.Block] = true
 				if _, owner, ok := strings.Cut(d, ", owned by "); ok {
 					foreignOwners[owner] = true

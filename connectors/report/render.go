@@ -22,7 +22,6 @@ var funcs = template.FuncMap{
 	"ms":   func(d time.Duration) string { return fmtDur(d) },
 	"svg":  func(r *Report) template.HTML { return template.HTML(r.SVG()) },
 	"link": func(r *Report, path string) string { return r.ViewURL + path },
-	"pct":  func(f float64) string { return fmt.Sprintf("%.1f", f) },
 	"x":    func(f float64) string { return fmt.Sprintf("×%.2f", f) },
 	"join": strings.Join,
 	"md":   markdownHTML,

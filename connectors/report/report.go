@@ -14,8 +14,8 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -180,7 +180,7 @@ func Build(ctx context.Context, ix *view.Index, id string, opts Options) (*Repor
 	r.Links = r.ViewURL != "" || opts.RelativeLinks
 	if rc := inc.GetRoot(); rc != nil {
 		r.Root = Root{Request: rc.RequestId, Block: rc.Block, Layer: rc.Layer, Time: time.Unix(0, int64(rc.TimeUnixNano)).UTC(),
-			Kind: kvgraph.KindName(rc.Kind), Detail: rc.Detail, Origin: originString(rc.Origin)}
+			Kind: kvgraph.KindName(rc.Kind), Detail: rc.Detail, Origin: view.OriginString(rc.Origin)}
 		if len(rc.TraceId) == 16 {
 			r.Root.TraceID = hex.EncodeToString(rc.TraceId)
 		}
@@ -231,13 +231,6 @@ var rules = map[braidpb.PollutionKind]string{
 	braidpb.PollutionKind_POLLUTION_KIND_LAYER_OOB:     "layer_oob: a write outside [kv.layer.base, kv.layer.base + kv.layer.size) of its layer (kv.write.addr, kv.write.bytes), or beyond the layer count.",
 }
 
-func originString(o *braidpb.Origin) string {
-	if o == nil || o.Topic == "" {
-		return ""
-	}
-	return fmt.Sprintf("%s/%d/%d", o.Topic, o.Partition, o.Offset)
-}
-
 func (r *Report) victims(ix *view.Index, inc *braidpb.Incident) {
 	tenants, models := map[string]bool{}, map[string]bool{}
 	for _, p := range inc.Polluted {
@@ -265,14 +258,7 @@ func (r *Report) victims(ix *view.Index, inc *braidpb.Incident) {
 	r.Tenants, r.Models = sortedKeys(tenants), sortedKeys(models)
 }
 
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
+func sortedKeys(m map[string]bool) []string { return slices.Sorted(maps.Keys(m)) }
 
 // impact: per model and instance of the indexed victims, their median TTFT
 // and TPOT against the other requests of that model and instance within
@@ -340,7 +326,7 @@ func quantile(xs []time.Duration, q float64) time.Duration {
 func (r *Report) reread(ctx context.Context, rd Reader, inc *braidpb.Incident, limit int) (*Reread, int) {
 	cache := map[string]*Reread{}
 	get := func(o *braidpb.Origin) *Reread {
-		k := originString(o)
+		k := view.OriginString(o)
 		if k == "" {
 			return nil
 		}

@@ -91,7 +91,8 @@ func IncidentGraph(inc *braidpb.Incident) Graph {
 	return v
 }
 
-func originString(o *braidpb.Origin) string {
+// OriginString writes an input record's coordinates as topic/partition/offset ("" for none).
+func OriginString(o *braidpb.Origin) string {
 	if o == nil || o.Topic == "" {
 		return ""
 	}
@@ -101,7 +102,7 @@ func originString(o *braidpb.Origin) string {
 func originsString(os []*braidpb.Origin) string {
 	parts := make([]string, 0, len(os))
 	for _, o := range os {
-		if s := originString(o); s != "" {
+		if s := OriginString(o); s != "" {
 			parts = append(parts, s)
 		}
 	}
@@ -140,7 +141,7 @@ func (ix *Index) IncidentPage(id string) (IncidentPage, error) {
 		if r.Detail != "" {
 			text += " — " + r.Detail
 		}
-		p.Timeline = append(p.Timeline, Event{Time: int64(r.TimeUnixNano) / 1e6, Kind: "root", Text: text, Origin: originString(r.Origin)})
+		p.Timeline = append(p.Timeline, Event{Time: int64(r.TimeUnixNano) / 1e6, Kind: "root", Text: text, Origin: OriginString(r.Origin)})
 	}
 	for _, e := range inc.Edges {
 		p.Timeline = append(p.Timeline, edgeEvent(e))
@@ -150,7 +151,7 @@ func (ix *Index) IncidentPage(id string) (IncidentPage, error) {
 		if kind != "xid" {
 			kind = "sanitizer"
 		}
-		p.Timeline = append(p.Timeline, Event{Time: int64(e.TimeUnixNano) / 1e6, Kind: kind, Text: e.Text, Origin: originString(e.Origin)})
+		p.Timeline = append(p.Timeline, Event{Time: int64(e.TimeUnixNano) / 1e6, Kind: kind, Text: e.Text, Origin: OriginString(e.Origin)})
 	}
 	for _, sw := range inc.GetResources().GetSeries() {
 		if sw.Metric == "preemptions" && sw.Delta != nil && *sw.Delta > 0 {
@@ -225,7 +226,7 @@ func (ix *Index) TracePage(id string) (TracePage, error) {
 		if sev == "" && lr.SeverityNumber != 0 {
 			sev = strings.TrimPrefix(lr.SeverityNumber.String(), "SEVERITY_NUMBER_")
 		}
-		lg := Log{Time: float64(t) / 1e6, Severity: sev, Body: anyString(lr.Body), Origin: originString(l.Origin)}
+		lg := Log{Time: float64(t) / 1e6, Severity: sev, Body: anyString(lr.Body), Origin: OriginString(l.Origin)}
 		if len(lr.Attributes) > 0 {
 			lg.Attrs = map[string]string{}
 			for _, kv := range lr.Attributes {
@@ -265,7 +266,7 @@ func (ix *Index) TracePage(id string) (TracePage, error) {
 		}
 		if r := inc.GetRoot(); r != nil && (string(r.TraceId) == string(raw) || reqs[r.RequestId]) {
 			p.KVEvents = append(p.KVEvents, Event{Time: int64(r.TimeUnixNano) / 1e6, Kind: "root",
-				Text: "root cause of " + iid + ": " + cmp.Or(r.Detail, kvgraph.KindName(r.Kind)), Origin: originString(r.Origin)})
+				Text: "root cause of " + iid + ": " + cmp.Or(r.Detail, kvgraph.KindName(r.Kind)), Origin: OriginString(r.Origin)})
 		}
 	}
 	slices.SortStableFunc(p.KVEvents, func(a, b Event) int { return cmp.Compare(a.Time, b.Time) })
@@ -284,7 +285,7 @@ func waterfall(ft *braidpb.FusedTrace) []Span {
 			continue
 		}
 		s := Span{SpanID: hex.EncodeToString(sp.SpanId), ParentID: hex.EncodeToString(sp.ParentSpanId), Name: sp.Name,
-			Start: float64(sp.StartTimeUnixNano) / 1e6, End: float64(sp.EndTimeUnixNano) / 1e6, Attrs: map[string]string{}, Origin: originString(fs.Origin)}
+			Start: float64(sp.StartTimeUnixNano) / 1e6, End: float64(sp.EndTimeUnixNano) / 1e6, Attrs: map[string]string{}, Origin: OriginString(fs.Origin)}
 		if int(fs.ResourceIndex) < len(ft.Resources) {
 			s.Service = attrString(ft.Resources[fs.ResourceIndex].Attributes, "service.name")
 		}
