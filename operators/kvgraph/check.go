@@ -54,10 +54,13 @@ func reject(format string, args ...any) *EventError {
 	return &EventError{Cause: fmt.Sprintf(format, args...)}
 }
 
-// requestOps are the ops that a request does: they need gen_ai.request.id.
+// needsRequest: the ops only a request does need gen_ai.request.id. A
+// write may come without one (the server process writing, e.g. a
+// CUDA-graph capture through the reserved null block); so may zero and
+// evict.
 func (o Op) needsRequest() bool {
 	switch o {
-	case OpAlloc, OpWrite, OpRead, OpFree, OpSwapOut, OpSwapIn:
+	case OpAlloc, OpRead, OpFree, OpSwapOut, OpSwapIn:
 		return true
 	}
 	return false

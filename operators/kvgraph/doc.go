@@ -23,8 +23,8 @@
 //
 // Nothing in the input makes the processor panic. A KV event that breaks
 // the convention (Event.Check: an unknown kv.op; kv.block.id missing, not
-// an integer or outside [0, MaxBlock); gen_ai.request.id missing on a
-// request's op; a layer index or count outside [0, MaxLayer); an address,
+// an integer or outside [0, MaxBlock); gen_ai.request.id missing on an
+// op only a request does (alloc, read, free, swap_out, swap_in); a layer index or count outside [0, MaxLayer); an address,
 // size or length negative or beyond MaxPoolBytes / MaxRangeBytes; half of
 // a range; an identity — request id, host.name, gpu.uuid,
 // service.instance.id — longer than MaxIDBytes or not valid UTF-8) goes by
@@ -56,6 +56,18 @@
 // bytes; content swapped in for it. A non-shared block has one live writer
 // (its owner), and writes stay inside the writer's layer range and the
 // owner's block slot.
+//
+// A swap-in is a write of the whole block, every layer, by its owner: it
+// replaces the content and its hash (the op's kv.block.hash, if any); a
+// zero of a layer or range, or a later write, replaces it in turn. A write
+// without gen_ai.request.id is the server process writing (a CUDA-graph
+// capture or warm-up pass through the reserved null block 0): its bytes
+// belong to no request, and a request that reads them before they are
+// zeroed reads residue whose source is the process (node
+// "proc:<gpu>/<service.instance.id>", root request id empty). When the
+// service.instance.id of a GPU's events changes, the server restarted: the
+// old process's requests died holding their blocks, so every block of the
+// GPU starts a new life with no owner, hash or content (Counters.Restarts).
 //
 // # Detectors
 //

@@ -119,7 +119,7 @@ func TestBadKVEventsAreRejected(t *testing.T) {
 		{"unknown op", kvlog.Op{Time: at(1), Op: "scribble", Request: "r1", Block: 1}, gpu0, `kvgraph: unknown kv.op "scribble"`},
 		{"negative block", kvlog.Op{Time: at(1), Op: "alloc", Request: "r1", Block: -7}, gpu0, "kvgraph: kv.block.id -7 out of range [0, 4294967296)"},
 		{"huge block", kvlog.Op{Time: at(1), Op: "alloc", Request: "r1", Block: 1 << 40}, gpu0, "kvgraph: kv.block.id 1099511627776 out of range [0, 4294967296)"},
-		{"no request", kvlog.Op{Time: at(1), Op: "write", Block: 1, Layer: 0}, gpu0, "kvgraph: gen_ai.request.id missing on write"},
+		{"no request", kvlog.Op{Time: at(1), Op: "read", Block: 1, Layer: 0}, gpu0, "kvgraph: gen_ai.request.id missing on read"},
 		{"huge layer", func() kvlog.Op { o := w; o.Layer = 1 << 20; return o }(), gpu0, "kvgraph: kv.layer.index 1048576 out of range [0, 65536)"},
 		{"negative size", func() kvlog.Op { o := w; o.Bytes = -1; return o }(), gpu0, "kvgraph: kv.write.bytes -1 out of range [0, 1099511627776]"},
 		{"huge size", func() kvlog.Op { o := w; o.Bytes = 1 << 62; return o }(), gpu0, "kvgraph: kv.write.bytes 4611686018427387904 out of range [0, 1099511627776]"},

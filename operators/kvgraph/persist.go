@@ -379,7 +379,8 @@ func encodeGPU(b []byte, g *gpu) []byte {
 	for _, v := range []int64{g.index, g.layerSize, g.layers, g.bbLo, g.bbHi, g.bbAttr} {
 		b = binary.AppendVarint(b, v)
 	}
-	return append(b, boolByte(g.lossy)) // absent in records of older versions
+	b = append(b, boolByte(g.lossy)) // absent in records of older versions
+	return putStr(b, g.instance)     // absent in records of older versions
 }
 
 func decodeGPU(v []byte, g *gpu) error {
@@ -396,6 +397,10 @@ func decodeGPU(v []byte, g *gpu) error {
 	}
 	if x := d.b; !d.err && len(x) > 0 {
 		g.lossy = x[0] == 1
+		d.b = x[1:]
+		if len(d.b) > 0 {
+			g.instance = d.str()
+		}
 	}
 	return d.done()
 }

@@ -41,6 +41,7 @@ type Counters struct {
 	EvictedRequests  atomic.Int64 // requests forgotten before BlockTTL (MaxStateBytes)
 	EvictedIncidents atomic.Int64 // incidents closed before IncidentWindow (MaxStateBytes)
 	StateBytes       atomic.Int64 // estimated bytes of in-memory detector state
+	Restarts         atomic.Int64 // server restarts seen (service.instance.id of a GPU changed): its pool starts afresh
 }
 
 // Processor detects KV-cache pollution for the GPUs routed to one task.
@@ -217,6 +218,8 @@ func (p *Processor) handle(t *engine.Task, ev *Event) {
 	case OpWrite:
 		if r != nil {
 			p.write(t, g, b, r, ev)
+		} else {
+			p.processWrite(g, b, ev)
 		}
 	case OpRead:
 		if r != nil && !b.untracked {
@@ -256,6 +259,9 @@ func (p *Processor) handle(t *engine.Task, ev *Event) {
 				b.layers = b.layers[:0]
 				b.base, b.baseAt, b.baseTaint = r.id, ev.Time, r.taints(b.id)
 			}
+			// The block now holds what was swapped in: its content hash
+			// is the one the op names, if any, not the previous one's.
+			b.hash, b.hasHash, b.hashWriter = ev.Hash, ev.HasHash, r.id
 		}
 	}
 }
@@ -283,9 +289,38 @@ func (p *Processor) gpuOf(ev *Event) *gpu {
 		p.markGPU(g)
 	}
 	if len(ev.Instance) > 0 && g.instance != string(ev.Instance) {
+		if g.instance != "" {
+			p.restart(g)
+		}
 		g.instance = string(ev.Instance)
+		p.markGPU(g)
 	}
 	return g
+}
+
+// restart: the server on g is a new process (its service.instance.id
+// changed). The old process's requests are gone without freeing their
+// blocks and its pool's content with it: every block starts a new life,
+// with no owner and nothing written (the new process's writes, a
+// CUDA-graph capture's included, come as its own events). Open incidents
+// stay; requests keep their pollution but hold no block.
+func (p *Processor) restart(g *gpu) {
+	p.c.Restarts.Add(1)
+	for _, b := range g.blocks {
+		b.owners, b.layers = b.owners[:0], b.layers[:0]
+		b.hash, b.hasHash, b.hashWriter = 0, false, ""
+		b.base, b.baseAt, b.baseTaint = "", 0, false
+		b.lastFreed, b.doubleFree, b.doubleFreeAt = "", "", 0
+		b.untracked = false
+		p.markBlock(g, b)
+	}
+	for _, r := range g.reqs {
+		if len(r.table) > 0 {
+			r.table = r.table[:0]
+			p.markReq(g, r)
+		}
+	}
+	g.lossy = false
 }
 
 func (p *Processor) zero(b *block, ev *Event) {
@@ -295,15 +330,36 @@ func (p *Processor) zero(b *block, ev *Event) {
 		b.base = ""
 		return
 	}
-	ls := b.layer(ev.Layer, false)
-	if ls == nil {
+	// Zeros over what was there, swapped-in content included: a span
+	// anyone may read.
+	lo, hi := int64(-1), int64(-1)
+	if ev.HasRange {
+		lo, hi = ev.Addr, ev.Addr+ev.Bytes
+	}
+	b.layer(ev.Layer, true).overwrite(span{lo: lo, hi: hi, at: ev.Time, kind: spanZero, origin: ev.Origin})
+}
+
+// processWrite records a write that no request made (no
+// gen_ai.request.id): the server process writing a block — a CUDA-graph
+// capture or warm-up pass through the reserved null block, say. Its bytes
+// belong to no request, so a request that reads them reads residue whose
+// source is the process.
+func (p *Processor) processWrite(g *gpu, b *block, ev *Event) {
+	if ev.Layer < 0 {
 		return
 	}
+	lo, hi := int64(-1), int64(-1)
 	if ev.HasRange {
-		ls.clear(ev.Addr, ev.Addr+ev.Bytes)
-	} else {
-		ls.clear(-1, -1)
+		lo, hi = ev.Addr, ev.Addr+ev.Bytes
+		if lb, ls, ok := layerRange(g, ev, ev.Layer); ok {
+			lo, hi = max(lo, lb), min(hi, lb+ls)
+			if lo >= hi {
+				return
+			}
+		}
 	}
+	b.layer(ev.Layer, true).overwrite(span{lo: lo, hi: hi, at: ev.Time, kind: spanProcess, origin: ev.Origin})
+	b.hasHash = false
 }
 
 // alloc: a block with a live owner allocated again without a matching
@@ -559,7 +615,7 @@ func (p *Processor) read(t *engine.Task, g *gpu, b *block, r *request, ev *Event
 			continue
 		}
 		for _, s := range ls.spans {
-			if s.writer == r.id || !overlaps(s, lo, hi) {
+			if s.kind == spanZero || s.writer == r.id || !overlaps(s, lo, hi) {
 				continue
 			}
 			p.classify(g, b, o, s.writer, s.at, s.kind, s.taint, ls.layer, s.origin)
@@ -594,10 +650,14 @@ func (p *Processor) read(t *engine.Task, g *gpu, b *block, r *request, ev *Event
 			continue
 		}
 		at := h.at
-		detail := "read by " + r.id + " of block " + strconv.FormatInt(b.id, 10) + " layer " + strconv.FormatInt(h.layer, 10) + " returned content of " + h.writer
+		detail := "read by " + r.id + " of block " + strconv.FormatInt(b.id, 10) + " layer " + strconv.FormatInt(h.layer, 10) + " returned content of " + writerName(h.writer)
 		switch h.kind {
 		case braidpb.PollutionKind_POLLUTION_KIND_DIRTY_RESIDUE:
-			detail += ", not zeroed since it was freed"
+			if h.writer == "" {
+				detail += " (written without a request: a CUDA-graph capture or warm-up pass), not zeroed since"
+			} else {
+				detail += ", not zeroed since it was freed"
+			}
 			at = ev.Time // the fault shows when the dirty bytes are read
 		case braidpb.PollutionKind_POLLUTION_KIND_PROPAGATED:
 			detail += ", shared by prefix hash after " + h.writer + " was polluted"
@@ -629,6 +689,8 @@ func (p *Processor) classify(g *gpu, b *block, o *owner, writer string, at int64
 	}
 	pk := braidpb.PollutionKind_POLLUTION_KIND_DIRTY_RESIDUE
 	switch {
+	case kind == spanProcess:
+		// Left by the server process (no request wrote it).
 	case kind == spanOOB:
 		pk = braidpb.PollutionKind_POLLUTION_KIND_LAYER_OOB
 	case kind == spanForeign || kind == spanMisplaced || b.owner(writer) != nil:

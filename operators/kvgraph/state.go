@@ -11,7 +11,7 @@ type gpu struct {
 	host  string
 	index int64 // gpu.index, -1 when unknown
 	// instance is the service.instance.id of the server whose events
-	// came last (not persisted: learnt again from the next event).
+	// came last; a change of it is a restart of the server (a fresh pool).
 	instance string
 	// layerSize and layers: learnt from kv.layer.size / kv.layer.count.
 	layerSize, layers int64
@@ -84,6 +84,8 @@ const (
 	spanForeign                // written by a request that did not own the block
 	spanOOB                    // landed here from outside its layer range
 	spanMisplaced              // landed here from another block slot of the layer
+	spanZero                   // zeroed (a kv.op zero of a layer or range): anyone may read it
+	spanProcess                // written by the server process, not a request (no gen_ai.request.id)
 )
 
 // span is a byte range of one layer of a block and who wrote it last.
@@ -242,7 +244,22 @@ type request struct {
 	size    int64 // estimated bytes (budget.go)
 }
 
-func reqNode(g *gpu, req string) string { return "req:" + g.id + "/" + req }
+// reqNode is the node of a request; of the server process for "" (writes
+// without a request).
+func reqNode(g *gpu, req string) string {
+	if req == "" {
+		return "proc:" + g.id + "/" + g.instance
+	}
+	return "req:" + g.id + "/" + req
+}
+
+// writerName names a writer in details.
+func writerName(req string) string {
+	if req == "" {
+		return "the server process"
+	}
+	return req
+}
 func blkNode(g *gpu, b int64) string    { return "blk:" + g.id + "/" + strconv.FormatInt(b, 10) }
 func layerNode(g *gpu, l int64) string  { return "layer:" + g.id + "/" + strconv.FormatInt(l, 10) }
 

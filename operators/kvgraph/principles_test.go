@@ -1,0 +1,142 @@
+package kvgraph
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/braidlabs/braid/operators/braidpb"
+	"github.com/braidlabs/braid/operators/kvgraph/kvlog"
+)
+
+// Tests from the convention (connectors/simulator/KV.md, INPUTS.md §5):
+// what a block holds after swap-ins, zeroing, writes no request made and a
+// restart of the server.
+
+func swapIn(ms int64, req string, b int64) kvlog.Op {
+	return kvlog.Op{Time: at(ms), Op: "swap_in", Request: req, Block: b}
+}
+
+func zeroLayer(ms int64, b, l int64) kvlog.Op {
+	return kvlog.Op{Time: at(ms), Op: "zero", Block: b, Layer: l, Layers: pool.Layers}
+}
+
+// A swapped-in block, freed, then zeroed layer by layer or fully
+// overwritten in pieces by its next owner, holds nothing of the swapped
+// request: the new owner's reads and the prefix hits on its content are
+// clean.
+func TestSwappedInContentGoneAfterZeroOrOverwrite(t *testing.T) {
+	h := newHarness(t, nil)
+	// Layer 0 rewritten by b, the others zeroed one by one (kvlog sends
+	// no layer index for a zero of layer 0).
+	zeroAll := []kvlog.Op{pool.Write(at(3), "b", 1, 0, 0, pool.BlockBytes)}
+	for l := int64(1); l < pool.Layers; l++ {
+		zeroAll = append(zeroAll, zeroLayer(3, 1, l))
+	}
+	// Written in two halves per layer, read in one piece.
+	var halves []kvlog.Op
+	for l := int64(0); l < pool.Layers; l++ {
+		halves = append(halves, pool.Write(at(12), "q", 2, l, 0, pool.BlockBytes/2), pool.Write(at(13), "q", 2, l, pool.BlockBytes/2, pool.BlockBytes/2))
+	}
+	last := halves[len(halves)-1]
+	last.Hash = 0xcc
+	halves[len(halves)-1] = last
+	h.feed(gpu0, seq(
+		alloc(0, "a", 1), swapIn(1, "a", 1), readAll(2, "a", 1), free(2, "a", 1),
+		alloc(3, "b", 1), zeroAll, readAll(5, "b", 1),
+		alloc(10, "p", 2), swapIn(11, "p", 2), free(11, "p", 2),
+		alloc(12, "q", 2), halves, readAll(14, "q", 2), free(15, "q", 2),
+		allocHit(16, "s", 2, 0xcc), readAll(17, "s", 2),
+	)...)
+	if es := h.edges(); len(es) != 0 {
+		t.Fatalf("clean swap-in lives made %d edges: %v", len(es), es[0])
+	}
+	// Zeroing one layer leaves the others holding p's swapped-in content.
+	h.feed(gpu0, seq(alloc(20, "p", 3), swapIn(21, "p", 3), free(22, "p", 3), zeroLayer(23, 3, 2),
+		alloc(24, "x", 3), pool.Read(at(25), "x", 3, 2, 0, pool.BlockBytes))...)
+	if es := h.edges(); len(es) != 0 {
+		t.Fatalf("read of a zeroed layer made edges: %v", es[0])
+	}
+	h.feed(gpu0, pool.Read(at(26), "x", 3, 1, 0, pool.BlockBytes))
+	inc := h.only()
+	if got := polluted(inc); !slices.Equal(got, []string{"x"}) || inc.Root.RequestId != "p" || inc.Pattern != braidpb.PollutionKind_POLLUTION_KIND_DIRTY_RESIDUE {
+		t.Fatalf("polluted %v root %v", got, inc.Root)
+	}
+}
+
+// A prefix hit on a block whose content came from a swap-in is not a hit
+// on the hash the block held before it.
+func TestSwapInReplacesTheContentHash(t *testing.T) {
+	h := newHarness(t, nil)
+	h.feed(gpu0, seq(
+		alloc(0, "z", 1), fill(1, "z", 1, 0xaa), free(2, "z", 1),
+		alloc(3, "p", 1), swapIn(4, "p", 1), free(5, "p", 1),
+		allocHit(6, "s", 1, 0xaa), readAll(7, "s", 1),
+	)...)
+	inc := h.only()
+	if got := polluted(inc); !slices.Equal(got, []string{"s"}) || inc.Root.RequestId != "p" {
+		t.Fatalf("polluted %v root %v", got, inc.Root)
+	}
+}
+
+// The reserved null block: a CUDA-graph capture writes it without a
+// request. Zeroed afterwards, the padded reads through it are clean; not
+// zeroed, they read junk whose source is the server process.
+func TestNullBlockWrittenWithoutARequest(t *testing.T) {
+	capture := func(ms int64) []kvlog.Op {
+		var ops []kvlog.Op
+		for l := int64(0); l < pool.Layers; l++ {
+			ops = append(ops, pool.Write(at(ms), "", 0, l, 0, pool.BlockBytes))
+		}
+		return ops
+	}
+	padded := func(ms int64, req string) []kvlog.Op {
+		return seq(alloc(ms, req, 5), fill(ms+1, req, 5, 0), readAll(ms+2, req, 5), readAll(ms+2, req, 0), free(ms+3, req, 5))
+	}
+	h := newHarness(t, nil)
+	h.feed(gpu0, seq(capture(0), zero(1, 0), padded(2, "r1"))...)
+	if es := h.edges(); len(es) != 0 {
+		t.Fatalf("padded reads of a zeroed null block made edges: %v", es[0])
+	}
+	if n := h.cfg.Counters.Rejected.Load(); n != 0 {
+		t.Fatalf("%d writes without a request rejected", n)
+	}
+	h.feed(gpu0, seq(capture(10), padded(12, "r2"), padded(16, "r3"))...)
+	inc := h.only()
+	if got := polluted(inc); !slices.Equal(got, []string{"r2", "r3"}) {
+		t.Fatalf("polluted %v", got)
+	}
+	r := inc.Root
+	if r.RequestId != "" || r.Node != "proc:GPU-0/vllm-0" || r.Block != 0 || inc.Pattern != braidpb.PollutionKind_POLLUTION_KIND_DIRTY_RESIDUE ||
+		!strings.Contains(r.Detail, "server process") || !strings.Contains(r.Detail, "without a request") {
+		t.Fatalf("root %v pattern %v", r, inc.Pattern)
+	}
+}
+
+// A restart: the server's requests die holding blocks and the new
+// process's pool starts empty. Its requests take the same blocks, write
+// and read them: no two owners, no residue. Pollution after the restart is
+// still found.
+func TestRestartStartsAFreshPool(t *testing.T) {
+	h := newHarness(t, nil)
+	restarted := gpu0
+	restarted.Instance = "vllm-0-b"
+	h.feed(gpu0, seq(alloc(0, "old1", 1), fill(1, "old1", 1, 0xaa), alloc(0, "old2", 2), fill(1, "old2", 2, 0))...)
+	h.feed(restarted, seq(
+		alloc(10, "new1", 1), fill(11, "new1", 1, 0), readAll(12, "new1", 1),
+		alloc(10, "new2", 2), pool.Write(at(11), "new2", 2, 0, 0, 64), pool.Read(at(12), "new2", 2, 0, 0, 64),
+		// A hit on the old process's hash is no hit: its cache died with it.
+		alloc(13, "new3", 3), fill(14, "new3", 3, 0xbb), readAll(15, "new3", 3),
+	)...)
+	if es := h.edges(); len(es) != 0 {
+		t.Fatalf("restart made %d edges: %v", len(es), es[0])
+	}
+	if n := h.cfg.Counters.Restarts.Load(); n != 1 {
+		t.Fatalf("restarts %d, want 1", n)
+	}
+	h.feed(restarted, seq(free(20, "new1", 1), alloc(21, "new4", 1), readAll(22, "new4", 1))...)
+	inc := h.only()
+	if got := polluted(inc); !slices.Equal(got, []string{"new4"}) || inc.Root.RequestId != "new1" {
+		t.Fatalf("polluted %v root %v", got, inc.Root)
+	}
+}
