@@ -260,8 +260,8 @@ func writerName(req string) string {
 	}
 	return req
 }
-func blkNode(g *gpu, b int64) string    { return "blk:" + g.id + "/" + strconv.FormatInt(b, 10) }
-func layerNode(g *gpu, l int64) string  { return "layer:" + g.id + "/" + strconv.FormatInt(l, 10) }
+func blkNode(g *gpu, b int64) string   { return "blk:" + g.id + "/" + strconv.FormatInt(b, 10) }
+func layerNode(g *gpu, l int64) string { return "layer:" + g.id + "/" + strconv.FormatInt(l, 10) }
 
 // index is b's position in r's block table (0 when absent).
 func (r *request) index(b int64) int {
