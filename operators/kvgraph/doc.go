@@ -113,9 +113,16 @@
 // swapped in, is polluted too: edge P → b → Q, kind PROPAGATED.
 //
 // Supporting lines (sanitizer, Xid) never open an incident: they attach to
-// the open incidents of the same host and GPU (uuid or index; a line that
-// names no GPU matches every GPU of its host) whose time span, widened by
+// the open incidents of the same host and GPU whose time span, widened by
 // IncidentWindow, contains them, or wait up to IncidentWindow for one.
+// The GPU is the line's resource gpu.uuid or gpu.index; for a host-level
+// kernel line, the GPU whose PCI bus id it names (learnt from Xid lines
+// that came with a uuid), else the host's only GPU; a line on a host of
+// several GPUs that braid cannot place attaches nowhere. Only Xids of
+// memory faults (13, 31, 43) attach, and memcheck lines only to
+// layer-out-of-bounds incidents (memcheck sees accesses outside every
+// allocation, not content mixed up inside the pool); other Xids (63, 48,
+// 79, …) and racecheck reports are counted in Counters.Unrelated.
 //
 // # Graph and incidents
 //

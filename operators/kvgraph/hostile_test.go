@@ -220,10 +220,10 @@ func TestErrorPolicies(t *testing.T) {
 func TestEvidenceTextIsRepaired(t *testing.T) {
 	h := newHarness(t, nil)
 	h.feed(gpu0, residue()...)
-	// A sanitizer line with invalid bytes, and one cut inside a character.
-	line := "========= Invalid __global__ write of size 4 bytes " + placeholder
+	// An Xid line with invalid bytes, and one cut inside a character.
+	line := "NVRM: Xid (PCI:0000:3b:00): 13, name=" + placeholder
 	h.feedRaw(corrupt(kvlog.Marshal(gpu0, kvlog.Op{Time: at(8), Body: line})))
-	long := "========= Invalid __global__ write " + strings.Repeat("é", 600)
+	long := "NVRM: Xid (PCI:0000:3b:00): 13, name=" + strings.Repeat("é", 600)
 	h.feed(gpu0, kvlog.Op{Time: at(9), Body: long})
 	if err := h.Finish(); err != nil {
 		t.Fatal(err)
@@ -238,7 +238,7 @@ func TestEvidenceTextIsRepaired(t *testing.T) {
 			t.Fatalf("evidence text %q", e.Text)
 		}
 	}
-	if !strings.Contains(inc.Evidence[0].Text, "\uFFFD") || !strings.HasPrefix(inc.Evidence[0].Text, "========= Invalid") {
+	if !strings.Contains(inc.Evidence[0].Text, "\uFFFD") || !strings.HasPrefix(inc.Evidence[0].Text, "NVRM: Xid") {
 		t.Fatalf("evidence %q", inc.Evidence[0].Text)
 	}
 	if len(h.dlq()) != 0 {

@@ -214,7 +214,8 @@ func TestSupportingEvidenceAttachesButNeverOpens(t *testing.T) {
 	if latest, _ := h.incidents(); len(latest) != 0 {
 		t.Fatal("a sanitizer line alone opened an incident")
 	}
-	h.feed(gpu0, seq(alloc(10, "r1", 1), fill(11, "r1", 1, 0), free(12, "r1", 1), alloc(13, "r2", 1), readAll(14, "r2", 1))...)
+	// A write past the pool's end: what memcheck sees.
+	h.feed(gpu0, alloc(10, "r9", 15), pool.Write(at(11), "r9", 15, 3, 0, 2048))
 	h.feed(kvlog.Where{Host: "node-a", GPUIndex: 0}, xid)                                                                      // names the GPU by index only
 	h.feed(kvlog.Where{Host: "node-a", GPUIndex: -1}, kvlog.Op{Time: at(9001), Body: "NVRM: Xid (PCI:0000:3b:00): 31, pid=1"}) // the host's kernel log
 	h.feed(kvlog.Where{Host: "node-b", GPUIndex: -1}, kvlog.Op{Time: at(9002), Body: "NVRM: Xid (PCI:0000:3b:00): 31, pid=1"}) // another host

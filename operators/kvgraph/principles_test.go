@@ -140,3 +140,35 @@ func TestRestartStartsAFreshPool(t *testing.T) {
 		t.Fatalf("polluted %v root %v", got, inc.Root)
 	}
 }
+
+// Supporting lines attach only where they can be evidence: the incident's
+// GPU (by uuid, index, or the PCI bus id an Xid names), Xids of memory
+// faults, memcheck lines to writes that left their layer; never an Xid
+// 63, a racecheck report, or another GPU's line on the host.
+func TestEvidenceOnlyOfTheIncidentsGPUAndKind(t *testing.T) {
+	h := newHarness(t, nil)
+	// Both GPUs are known; an Xid line with its uuid teaches GPU-1's bus id.
+	h.feed(gpu1, kvlog.Op{Time: at(0), Body: "NVRM: Xid (PCI:0000:86:00): 13, pid=7, name=python3, Graphics SM Warp Exception"})
+	h.feed(gpu1, alloc(0, "q", 1))
+	h.feed(gpu0, kvlog.Op{Time: at(0), Body: "NVRM: Xid (PCI:0000:3B:00): 13, pid=8, name=python3"})
+	// A dirty-residue incident on GPU-0.
+	h.feed(gpu0, seq(alloc(10, "r1", 1), fill(11, "r1", 1, 0), free(12, "r1", 1), alloc(13, "r2", 1), readAll(14, "r2", 1))...)
+	host := kvlog.Where{Host: "node-a", GPUIndex: -1}
+	h.feed(gpu0, kvlog.Op{Time: at(20), Body: "NVRM: Xid (PCI:0000:3b:00): 63, pid=8, Row Remapper: New row marked for remapping"})
+	h.feed(gpu0, kvlog.Op{Time: at(21), Body: "========= Race reported between Write access at 0x1b0 in void attn_kernel and Read access at 0x1c0"})
+	h.feed(gpu0, kvlog.Op{Time: at(22), Body: "========= Invalid __global__ write of size 16 bytes"}) // memcheck: no write left a layer here
+	h.feed(host, kvlog.Op{Time: at(23), Body: "NVRM: Xid (PCI:0000:86:00): 31, pid=7, Ch 00000008, MMU Fault"}) // GPU-1's
+	h.feed(host, kvlog.Op{Time: at(24), Body: "NVRM: Xid (PCI:0000:3b:00): 31, pid=8, Ch 00000010, MMU Fault"}) // GPU-0's
+	h.feed(host, kvlog.Op{Time: at(25), Body: "NVRM: Xid (PCI:0000:af:00): 43, pid=9"})                         // no GPU braid can place
+	inc := h.only()
+	var texts []string
+	for _, e := range inc.Evidence {
+		texts = append(texts, e.Text)
+	}
+	if len(texts) != 2 || !strings.Contains(texts[0], "(PCI:0000:3B:00): 13") || !strings.Contains(texts[1], "(PCI:0000:3b:00): 31") {
+		t.Fatalf("evidence %q", texts)
+	}
+	if n := h.cfg.Counters.Unrelated.Load(); n != 3 {
+		t.Fatalf("unrelated lines %d, want 3 (Xid 63, racecheck, an unplaceable Xid 43)", n)
+	}
+}

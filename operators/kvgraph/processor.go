@@ -1,10 +1,12 @@
 package kvgraph
 
 import (
+	"bytes"
 	"container/heap"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"unicode/utf8"
 
@@ -41,6 +43,7 @@ type Counters struct {
 	EvictedRequests  atomic.Int64 // requests forgotten before BlockTTL (MaxStateBytes)
 	EvictedIncidents atomic.Int64 // incidents closed before IncidentWindow (MaxStateBytes)
 	StateBytes       atomic.Int64 // estimated bytes of in-memory detector state
+	Unrelated        atomic.Int64 // supporting lines not attached: an Xid that is no memory fault, a racecheck report, a host-level line naming no GPU braid can place
 	Restarts         atomic.Int64 // server restarts seen (service.instance.id of a GPU changed): its pool starts afresh
 }
 
@@ -56,6 +59,9 @@ type Processor struct {
 	// pending supporting lines not yet attached to an incident.
 	pending        []*pendingEvidence
 	pendingChanged bool
+	// pci maps "host/bus id" to the GPU uuid, learnt from Xid lines that
+	// came with both (not persisted: learnt again).
+	pci map[string]string
 
 	timers    timerHeap
 	backlog   bool
@@ -1019,6 +1025,10 @@ func (p *Processor) supporting(ev *Event) {
 	if ev.Op == OpXid {
 		kind = "xid"
 	}
+	if !relevantLine(ev) {
+		p.c.Unrelated.Add(1)
+		return
+	}
 	text := ev.Body
 	if len(text) > MaxEvidenceText {
 		n := MaxEvidenceText
@@ -1032,6 +1042,10 @@ func (p *Processor) supporting(ev *Event) {
 		pe.pb.Origin = &braidpb.Origin{Topic: ev.Origin.Topic, Partition: ev.Origin.Partition, Offset: ev.Origin.Offset}
 	}
 	pe.gpu, pe.index = string(ev.GPUUUID), ev.GPUIndex
+	if !p.placeLine(ev, pe) {
+		p.c.Unrelated.Add(1)
+		return
+	}
 	attached := false
 	for _, inc := range p.open {
 		if p.matches(inc, pe) {
@@ -1052,8 +1066,97 @@ func (p *Processor) supporting(ev *Event) {
 	}
 }
 
+// relevantLine: an Xid that says the GPU faulted on memory (13 graphics
+// engine exception, 31 MMU fault, 43 channel stopped after a fault) or a
+// compute-sanitizer memcheck line may be evidence of KV-cache pollution;
+// other Xids (63 row remapping, 48 ECC, 79 fallen off the bus, …) and
+// racecheck reports (shared-memory hazards inside one kernel) are not.
+func relevantLine(ev *Event) bool {
+	if ev.Op == OpXid {
+		switch ev.Xid {
+		case 13, 31, 43:
+			return true
+		}
+		return false
+	}
+	return !bytes.Contains(ev.Body, []byte("Race reported")) && !bytes.Contains(ev.Body, []byte("racecheck"))
+}
+
+// placeLine finds the GPU of a supporting line that names none on its
+// resource (a kernel line from the host's log): the GPU whose PCI bus id
+// the line names, learnt from lines that came with both; else the host's
+// only GPU. A line carrying both teaches the mapping. It reports false for
+// a line braid cannot place on a host with several GPUs.
+func (p *Processor) placeLine(ev *Event, pe *pendingEvidence) bool {
+	pci := xidPCI(ev.Body)
+	if pe.gpu != "" {
+		if pci != "" && len(p.pci) < maxPCI {
+			if p.pci == nil {
+				p.pci = map[string]string{}
+			}
+			p.pci[pe.host+"/"+pci] = pe.gpu
+		}
+		return true
+	}
+	if pe.index >= 0 {
+		return true
+	}
+	if id, ok := p.pci[pe.host+"/"+pci]; ok && pci != "" {
+		pe.gpu = id
+		return true
+	}
+	var only *gpu
+	n := 0
+	for _, g := range p.gpus {
+		if g.host == pe.host {
+			only = g
+			n++
+		}
+	}
+	switch {
+	case n == 0:
+		return true // no GPU of the host known yet: matched by host
+	case n == 1 && pci == "":
+		pe.gpu, pe.index = only.id, only.index
+		return true
+	case n == 1:
+		// One GPU known; the bus id may be another's that sends no KV
+		// events: only a GPU the bus id was not learnt for takes it.
+		for _, id := range p.pci {
+			if id == only.id {
+				return false
+			}
+		}
+		pe.gpu, pe.index = only.id, only.index
+		return true
+	}
+	return false
+}
+
+// maxPCI bounds the PCI bus ids learnt (host/bus → GPU uuid).
+const maxPCI = 1 << 14
+
+// xidPCI is the bus id of "NVRM: Xid (PCI:0000:3b:00): …", "" if none.
+func xidPCI(b []byte) string {
+	i := bytes.Index(b, []byte("(PCI:"))
+	if i < 0 {
+		return ""
+	}
+	rest := b[i+5:]
+	j := bytes.IndexByte(rest, ')')
+	if j <= 0 || j > 32 {
+		return ""
+	}
+	return strings.ToLower(string(rest[:j]))
+}
+
 func (p *Processor) matches(inc *incident, pe *pendingEvidence) bool {
 	if inc.pb.Host != pe.host || (pe.gpu != "" && pe.gpu != inc.pb.Gpu) || (pe.gpu == "" && pe.index >= 0 && pe.index != inc.g.index) {
+		return false
+	}
+	if pe.pb.Kind == "sanitizer" && inc.pb.Pattern != braidpb.PollutionKind_POLLUTION_KIND_LAYER_OOB {
+		// memcheck sees accesses outside every allocation: writes that
+		// left their layer or the pool, not content mixed up inside it.
 		return false
 	}
 	w := uint64(p.cfg.IncidentWindow)
