@@ -156,7 +156,7 @@ func TestEvidenceOnlyOfTheIncidentsGPUAndKind(t *testing.T) {
 	host := kvlog.Where{Host: "node-a", GPUIndex: -1}
 	h.feed(gpu0, kvlog.Op{Time: at(20), Body: "NVRM: Xid (PCI:0000:3b:00): 63, pid=8, Row Remapper: New row marked for remapping"})
 	h.feed(gpu0, kvlog.Op{Time: at(21), Body: "========= Race reported between Write access at 0x1b0 in void attn_kernel and Read access at 0x1c0"})
-	h.feed(gpu0, kvlog.Op{Time: at(22), Body: "========= Invalid __global__ write of size 16 bytes"}) // memcheck: no write left a layer here
+	h.feed(gpu0, kvlog.Op{Time: at(22), Body: "========= Invalid __global__ write of size 16 bytes"})           // memcheck: no write left a layer here
 	h.feed(host, kvlog.Op{Time: at(23), Body: "NVRM: Xid (PCI:0000:86:00): 31, pid=7, Ch 00000008, MMU Fault"}) // GPU-1's
 	h.feed(host, kvlog.Op{Time: at(24), Body: "NVRM: Xid (PCI:0000:3b:00): 31, pid=8, Ch 00000010, MMU Fault"}) // GPU-0's
 	h.feed(host, kvlog.Op{Time: at(25), Body: "NVRM: Xid (PCI:0000:af:00): 43, pid=9"})                         // no GPU braid can place
