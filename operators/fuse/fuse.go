@@ -498,7 +498,10 @@ func (p *processor) add(t *engine.Task, id [16]byte, chunk []byte) error {
 		next, closed = p.closed[id]
 	}
 	err := readMembers(chunk, func(m *member) error {
-		if late := p.isLate(m.time, wm); late || closed {
+		if m.kind == kindIncident && tr != nil {
+			// A tag revises its open trace however late it is: it is
+			// no input record, and the trace is still here to take it.
+		} else if late := p.isLate(m.time, wm); late || closed {
 			switch {
 			case m.kind == kindIncident:
 				p.s.counters.IncidentTagsLate.Add(1) // not an input record: nothing to send
@@ -643,7 +646,10 @@ func (p *processor) OnWatermark(t *engine.Task, wm int64) error {
 	if err := p.kvError(p.kv.OnWatermark(t, kvWM)); err != nil {
 		return err
 	}
-	if err := p.fireTimers(t, wm); err != nil {
+	// Traces close only once the detector has seen the KV events up to
+	// their close: the tags of the requests it finds polluted reach them
+	// before they are emitted, however far a backlog's watermark jumps.
+	if err := p.fireTimers(t, kvWM); err != nil {
 		return err
 	}
 	if err := p.flushIdle(t, wm); err != nil {
