@@ -15,7 +15,8 @@ func TestAccuracyShort(t *testing.T) {
 	for i, trig := range simulator.KVTriggers {
 		scs = append(scs, Scenario{Name: string(trig) + "/light", Trigger: trig, Load: Light, GPUs: 2, Duration: 150 * time.Second, Faults: 2, Seed: int64(100 + i)})
 	}
-	scs = append(scs, Scenario{Name: "double_free/heavy", Trigger: simulator.DoubleFree, Load: Heavy, GPUs: 2, Duration: 100 * time.Second, Faults: 2, Seed: 7})
+	scs = append(scs, Scenario{Name: "double_free/heavy", Trigger: simulator.DoubleFree, Load: Heavy, GPUs: 2, Duration: 100 * time.Second, Faults: 2, Seed: 7},
+		Scenario{Name: "null_block_junk/light", Trigger: simulator.NullBlockJunk, Load: Light, GPUs: 2, Duration: 150 * time.Second, Faults: 2, Seed: 9, RestartEvery: 30 * time.Second})
 	for _, sc := range scs {
 		r, err := Run(sc, t.TempDir())
 		if err != nil {
@@ -33,7 +34,8 @@ func TestAccuracyShort(t *testing.T) {
 	}
 	clean := Heavy
 	clean.Gap = time.Second
-	r, err := Run(Scenario{Name: "clean", Load: clean, GPUs: 2, Duration: 3 * time.Minute, Seed: 7}, t.TempDir())
+	// Rolling restarts with graph capture through the null block, zeroed.
+	r, err := Run(Scenario{Name: "clean", Load: clean, GPUs: 2, Duration: 3 * time.Minute, Seed: 7, RestartEvery: 40 * time.Second}, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

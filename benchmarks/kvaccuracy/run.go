@@ -52,6 +52,10 @@ type Scenario struct {
 	Duration time.Duration
 	Faults   int // faults of Trigger, one per GPU in turn, a window apart
 	Seed     int64
+	// Restarts: rolling restarts, each GPU's server in turn every
+	// RestartEvery from the first minute on, with a CUDA-graph capture
+	// through the reserved null block (KVConfig.NullBlock).
+	RestartEvery time.Duration
 }
 
 // Result is what one scenario measured.
@@ -93,6 +97,12 @@ func Run(sc Scenario, dir string) (Result, error) {
 	kcfg := kvgraph.Config{Counters: &kvgraph.Counters{}}
 	kcfg.EnsureDefaults()
 	window := kcfg.IncidentWindow
+	if sc.RestartEvery > 0 {
+		cfg.NullBlock = true
+		for at, i := start.Add(45*time.Second), 0; at.Before(start.Add(sc.Duration)); at, i = at.Add(sc.RestartEvery), i+1 {
+			cfg.Restarts = append(cfg.Restarts, simulator.KVRestart{GPU: i % sc.GPUs, At: at})
+		}
+	}
 	for i := 0; i < sc.Faults; i++ {
 		cfg.Faults = append(cfg.Faults, simulator.KVFault{Trigger: sc.Trigger, GPU: i % sc.GPUs,
 			At: start.Add(time.Minute + time.Duration(i/sc.GPUs)*2*window + time.Duration(i%sc.GPUs)*7*time.Second)})
@@ -154,10 +164,14 @@ func Run(sc Scenario, dir string) (Result, error) {
 		for i := 0; i < len(evs); {
 			j := i
 			var ops []kvlog.Op
-			for ; j < len(evs) && evs[j].GPU == evs[i].GPU && j-i < 256; j++ {
+			for ; j < len(evs) && evs[j].GPU == evs[i].GPU && evs[j].Instance == evs[i].Instance && j-i < 256; j++ {
 				ops = append(ops, toOp(evs[j]))
 			}
-			v, err := proto.Marshal(kvlog.LogsData(where[evs[i].GPU], ops...))
+			w := where[evs[i].GPU]
+			if evs[i].Instance != "" {
+				w.Instance = evs[i].Instance // the server after a restart
+			}
+			v, err := proto.Marshal(kvlog.LogsData(w, ops...))
 			if err != nil {
 				return err
 			}

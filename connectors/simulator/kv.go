@@ -38,6 +38,11 @@ const (
 	PaddingSlotMinus1   KVTrigger = "padding_slot_minus_1"  // layer OOB
 	WrongStride         KVTrigger = "wrong_stride"          // layer OOB
 	KVBaseSwap          KVTrigger = "kv_base_swap"          // layer OOB
+	// NullBlockJunk: at a restart (KVConfig.Restarts, with NullBlock) the
+	// CUDA-graph capture's writes into the reserved null block are not
+	// zeroed: padded decode reads return them (dirty residue, no request
+	// at its source). Not in KVTriggers: it needs a restart.
+	NullBlockJunk KVTrigger = "null_block_junk"
 )
 
 // KVTriggers lists every trigger, in a fixed order.
@@ -47,7 +52,7 @@ var KVTriggers = []KVTrigger{RecycledNotZeroed, CancelRetry, OffloadAfterPreempt
 // unknown trigger.
 func (t KVTrigger) Pattern() KVPattern {
 	switch t {
-	case RecycledNotZeroed, CancelRetry:
+	case RecycledNotZeroed, CancelRetry, NullBlockJunk:
 		return DirtyResidue
 	case OffloadAfterPreempt, DoubleFree, RadixStale:
 		return MixedWrite
@@ -107,6 +112,27 @@ type KVConfig struct {
 	Pressure float64
 	// Faults are the faults to inject.
 	Faults []KVFault
+	// Restarts restart the server of a GPU: its requests die where they
+	// are (no further events, no free), its pool starts empty under a new
+	// service.instance.id (KVEvent.Instance), and with NullBlock a
+	// CUDA-graph capture writes the null block, every layer, without a
+	// request, which the server then zeroes.
+	Restarts []KVRestart
+	// NullBlock reserves block 0 as vLLM's null block: never allocated;
+	// a decode step of a padded batch (one in PaddedShare) reads it in
+	// the step's sampled layer.
+	NullBlock bool
+}
+
+// PaddedShare is the share of decode steps that read the null block
+// (KVConfig.NullBlock): CUDA-graph batches padded to their captured size.
+const PaddedShare = 0.25
+
+// KVRestart restarts the server of GPU (an index into the simulator's
+// GPUs) at At.
+type KVRestart struct {
+	GPU int
+	At  time.Time
 }
 
 // KVAutoPrefix in KVRequest.Prefix lets the simulator draw the request's
@@ -169,6 +195,9 @@ type KVEvent struct {
 	TraceID    string
 	SpanID     string
 	Body       string
+	// Instance is the server's service.instance.id after a restart (""
+	// before the first: the KVGPU's).
+	Instance string
 }
 
 // Sentinel errors.
@@ -240,6 +269,14 @@ func (c *KVConfig) Validate(gpus int) error {
 		if f.GPU < -1 || f.GPU >= gpus {
 			errs = append(errs, fmt.Errorf("Faults[%d].GPU %d: want -1..%d", i, f.GPU, gpus-1))
 		}
+		if f.Trigger == NullBlockJunk && (!c.NullBlock || len(c.Restarts) == 0) {
+			errs = append(errs, fmt.Errorf("Faults[%d].Trigger %q: needs NullBlock and Restarts", i, f.Trigger))
+		}
+	}
+	for i, r := range c.Restarts {
+		if r.GPU < 0 || r.GPU >= gpus {
+			errs = append(errs, fmt.Errorf("Restarts[%d].GPU %d: want 0..%d", i, r.GPU, gpus-1))
+		}
 	}
 	if len(errs) == 0 {
 		return nil
@@ -266,7 +303,11 @@ func NewKV(cfg KVConfig, gpus []KVGPU) (*KV, error) {
 		tokBytes:  cfg.BlockBytes / int64(cfg.BlockTokens),
 	}
 	for i := range gpus {
-		k.pools = append(k.pools, newKVSPool(i, cfg.BlocksPerGPU))
+		k.pools = append(k.pools, newKVSPool(i, cfg.BlocksPerGPU, cfg.NullBlock))
+	}
+	cfg.Restarts = append([]KVRestart(nil), cfg.Restarts...)
+	for _, r := range cfg.Restarts {
+		k.schedule(&kvsAction{t: r.At, kind: actRestart, gpu: r.GPU})
 	}
 	for i, f := range cfg.Faults {
 		kf := &kvsFault{id: i, spec: f, block: -1, layer: -1, gpu: -1}

@@ -100,11 +100,21 @@ type kvsPool struct {
 	isPrefix map[string]bool
 	live     []*kvsReq
 	clock    time.Time
+	// instance: service.instance.id after restarts ("" before);
+	// restarts counts them; junk: the fault whose null-block writes were
+	// not zeroed (NullBlockJunk).
+	instance string
+	restarts int
+	junk     *kvsFault
 }
 
-func newKVSPool(gpu, n int) *kvsPool {
+func newKVSPool(gpu, n int, null bool) *kvsPool {
 	p := &kvsPool{gpu: gpu, blocks: make([]kvsBlock, n), byHash: map[string]int{}, stale: map[string]int{}, isPrefix: map[string]bool{}}
-	for b := 0; b < n; b++ { // block n-1 on top: handed out first
+	first := 0
+	if null {
+		first = 1 // block 0 is the null block: never handed out
+	}
+	for b := first; b < n; b++ { // block n-1 on top: handed out first
 		p.free = append(p.free, b)
 		p.blocks[b].inFree = 1
 	}
@@ -119,6 +129,7 @@ const (
 	actFinish
 	actSwapIn
 	actBody
+	actRestart
 )
 
 type kvsAction struct {
@@ -302,8 +313,12 @@ func (k *KV) drain(until time.Time, all bool) []KVEvent {
 
 func (k *KV) do(a *kvsAction) {
 	k.now = a.t
-	if a.kind == actBody {
+	switch a.kind {
+	case actBody:
 		k.emitBody(k.pools[a.gpu], a.body)
+		return
+	case actRestart:
+		k.restart(a.gpu)
 		return
 	}
 	r := a.r
@@ -336,6 +351,7 @@ func (k *KV) emit(p *kvsPool, ev KVEvent) {
 	ev.Time = k.nextTime(p)
 	p.clock = ev.Time
 	ev.GPU = p.gpu
+	ev.Instance = p.instance
 	if ev.Op != "" {
 		ev.LayerCount = k.cfg.Layers
 	}
@@ -690,6 +706,9 @@ func (k *KV) chunk(r *kvsReq, j int) {
 		if l != sampled {
 			k.readBlock(r, last, l)
 		}
+	}
+	if k.cfg.NullBlock && k.rng.Float64() < PaddedShare {
+		k.paddedRead(p, r, sampled)
 	}
 }
 

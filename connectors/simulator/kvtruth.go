@@ -58,6 +58,7 @@ type KVSummary struct {
 	Swaps       int `json:"swaps"`
 	Evictions   int `json:"evictions"`
 	Aborted     int `json:"aborted"`
+	Restarts    int `json:"restarts,omitempty"`
 }
 
 // Truth returns the ground truth so far (complete after Flush). The
