@@ -22,7 +22,8 @@ func TestAccuracyShort(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%-28s faults %d polluted %d detected %d P %.3f R %.3f root %d latency %v", r.Name, r.FaultsRealised, r.TruthPolluted, r.Detected, r.Precision, r.Recall, r.RootCorrect, r.LatenciesMs)
+		t.Logf("%-28s faults %d polluted %d detected %d P %.3f R %.3f ref %d P %.3f R %.3f root %d latency %v %v", r.Name, r.FaultsRealised, r.TruthPolluted, r.Detected, r.Precision, r.Recall,
+			r.RefPolluted, r.RefPrecision, r.RefRecall, r.RootCorrect, r.LatenciesMs, r.RefExamples)
 		if r.FaultsRealised == 0 {
 			t.Errorf("%s: no fault realised", r.Name)
 		}
@@ -31,6 +32,11 @@ func TestAccuracyShort(t *testing.T) {
 	s := Aggregate(rs)
 	if s.Precision < 0.95 || s.Recall < 0.95 || s.RootAccuracy < 0.9 {
 		t.Errorf("precision %.3f recall %.3f root %.3f (%d/%d)", s.Precision, s.Recall, s.RootAccuracy, s.RootCorrect, s.Faults)
+	}
+	// Victims against the independent reference model: reads that
+	// returned content the reader should not have seen.
+	if s.RefPrecision < 0.95 || s.RefRecall < 0.95 {
+		t.Errorf("victims against the reference model: precision %.3f recall %.3f", s.RefPrecision, s.RefRecall)
 	}
 	clean := Heavy
 	clean.Gap = time.Second

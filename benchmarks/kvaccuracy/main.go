@@ -55,7 +55,11 @@ type Summary struct {
 	LatencyMaxMs   int64   `json:"latency_max_ms"`
 	Polluted       int     `json:"truth_polluted"`
 	Detected       int     `json:"detected_polluted"`
-	latencies      []int64
+	// Victims against the reference model (kvref).
+	RefTP, RefFP, RefFN int     `json:"-"`
+	RefPrecision        float64 `json:"ref_precision"`
+	RefRecall           float64 `json:"ref_recall"`
+	latencies           []int64
 }
 
 // Throughput is the detector's speed on the clean run.
@@ -115,9 +119,13 @@ func Aggregate(rs []Result) Summary {
 		s.PatternCorrect += r.PatternCorrect
 		s.Polluted += r.TruthPolluted
 		s.Detected += r.Detected
+		s.RefTP += r.RefTP
+		s.RefFP += r.RefFP
+		s.RefFN += r.RefFN
 		s.latencies = append(s.latencies, r.LatenciesMs...)
 	}
 	s.Precision, s.Recall = ratio(s.TP, s.TP+s.FP), ratio(s.TP, s.TP+s.FN)
+	s.RefPrecision, s.RefRecall = ratio(s.RefTP, s.RefTP+s.RefFP), ratio(s.RefTP, s.RefTP+s.RefFN)
 	s.RootAccuracy = ratio(s.RootCorrect, s.Faults)
 	if len(s.latencies) > 0 {
 		slices.Sort(s.latencies)
@@ -154,8 +162,8 @@ func Build(short bool, dir string, only string, seeds, gpus int, log func(string
 		if err != nil {
 			return rep, fmt.Errorf("%s: %w", sc.Name, err)
 		}
-		log(fmt.Sprintf("%-28s faults %d polluted %3d detected %3d  P %.3f R %.3f  root %d/%d  pattern %d  events %d  %.1fs",
-			r.Name, r.FaultsRealised, r.TruthPolluted, r.Detected, r.Precision, r.Recall, r.RootCorrect, r.FaultsRealised, r.PatternCorrect, r.Events, r.WallS))
+		log(fmt.Sprintf("%-28s faults %d polluted %3d detected %3d  P %.3f R %.3f  ref %3d P %.3f R %.3f  root %d/%d  pattern %d  events %d  %.1fs",
+			r.Name, r.FaultsRealised, r.TruthPolluted, r.Detected, r.Precision, r.Recall, r.RefPolluted, r.RefPrecision, r.RefRecall, r.RootCorrect, r.FaultsRealised, r.PatternCorrect, r.Events, r.WallS))
 		rep.Scenarios = append(rep.Scenarios, r)
 	}
 	rep.ByTrigger, rep.ByPattern = map[string]Summary{}, map[string]Summary{}
@@ -181,11 +189,13 @@ func Build(short bool, dir string, only string, seeds, gpus int, log func(string
 	rep.Throughput = Throughput{Events: r.Events, GPUs: clean.GPUs, EventTimeS: r.EventTimeS, WallS: r.WallS,
 		EventsPerS: float64(r.Events) / r.WallS, FleetEventsPerS: float64(r.Events) / r.EventTimeS, XRealTime: r.EventTimeS / r.WallS}
 	rep.Targets = map[string]bool{
-		"precision>=0.98":   rep.Overall.Precision >= 0.98,
-		"recall>=0.98":      rep.Overall.Recall >= 0.98,
-		"root_first>=0.95":  rep.Overall.RootAccuracy >= 0.95,
-		"clean_incidents=0": r.Incidents == 0,
-		"x_real_time>=20":   rep.Throughput.XRealTime >= 20,
+		"precision>=0.98":            rep.Overall.Precision >= 0.98,
+		"recall>=0.98":               rep.Overall.Recall >= 0.98,
+		"root_first>=0.95":           rep.Overall.RootAccuracy >= 0.95,
+		"clean_incidents=0":          r.Incidents == 0,
+		"ref_victim_precision>=0.95": rep.Overall.RefPrecision >= 0.95,
+		"ref_victim_recall>=0.95":    rep.Overall.RefRecall >= 0.95,
+		"x_real_time>=20":            rep.Throughput.XRealTime >= 20,
 	}
 	return rep, nil
 }
@@ -209,8 +219,8 @@ func main() {
 		os.Exit(1)
 	}
 	o := rep.Overall
-	fmt.Printf("overall: precision %.3f recall %.3f root first %d/%d (%.3f) pattern %d latency p50 %d ms max %d ms\n",
-		o.Precision, o.Recall, o.RootCorrect, o.Faults, o.RootAccuracy, o.PatternCorrect, o.LatencyP50Ms, o.LatencyMaxMs)
+	fmt.Printf("overall: precision %.3f recall %.3f root first %d/%d (%.3f) pattern %d latency p50 %d ms max %d ms; victims against the reference model: precision %.3f recall %.3f\n",
+		o.Precision, o.Recall, o.RootCorrect, o.Faults, o.RootAccuracy, o.PatternCorrect, o.LatencyP50Ms, o.LatencyMaxMs, o.RefPrecision, o.RefRecall)
 	t := rep.Throughput
 	fmt.Printf("throughput: %d events in %.2fs = %.0f events/s; fleet of %d GPUs emits %.0f events/s → %.1f× real time\n",
 		t.Events, t.WallS, t.EventsPerS, t.GPUs, t.FleetEventsPerS, t.XRealTime)

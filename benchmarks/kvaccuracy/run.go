@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/braidlabs/braid/benchmarks/kvaccuracy/kvref"
 	"github.com/braidlabs/braid/connectors/simulator"
 	"github.com/braidlabs/braid/engine"
 	"github.com/braidlabs/braid/operators/braidpb"
@@ -87,6 +88,15 @@ type Result struct {
 	WithEvidence   int      `json:"incidents_with_evidence"`
 	WallS          float64  `json:"wall_s"` // processing only
 	FalseExamples  []string `json:"false_examples,omitempty"`
+	// Against the independent reference model (kvref): requests whose
+	// reads returned content they should not have seen.
+	RefPolluted  int      `json:"ref_polluted"`
+	RefTP        int      `json:"ref_tp"`
+	RefFP        int      `json:"ref_fp"`
+	RefFN        int      `json:"ref_fn"`
+	RefPrecision float64  `json:"ref_precision"`
+	RefRecall    float64  `json:"ref_recall"`
+	RefExamples  []string `json:"ref_examples,omitempty"`
 }
 
 // Run simulates sc, runs the detector over the events in-process (one
@@ -141,6 +151,8 @@ func Run(sc Scenario, dir string) (Result, error) {
 	}
 	var wall time.Duration
 	var offset int64
+	ref := kvref.New()
+	refInstance := make([]string, len(gpus))
 	var incidents []*braidpb.Incident
 	collect := func() error {
 		for _, r := range h.Out {
@@ -158,6 +170,13 @@ func Run(sc Scenario, dir string) (Result, error) {
 		return nil
 	}
 	feed := func(evs []simulator.KVEvent) error {
+		for _, ev := range evs {
+			if ev.Instance != refInstance[ev.GPU] {
+				ref.Restart(ev.GPU) // a new server process: a fresh pool
+				refInstance[ev.GPU] = ev.Instance
+			}
+			ref.Apply(ev)
+		}
 		// One message per run of events of one GPU, at most 256 records:
 		// the Collector's batches by resource.
 		var recs []*kgo.Record
@@ -218,6 +237,7 @@ func Run(sc Scenario, dir string) (Result, error) {
 	res.WallS = wall.Seconds()
 	res.Edges = kcfg.Counters.Edges.Load()
 	score(&res, sim.Truth(), incidents, window)
+	scoreRef(&res, ref.Polluted(), incidents)
 	return res, nil
 }
 
@@ -385,4 +405,35 @@ func ratio(a, b int) float64 {
 		return 1
 	}
 	return float64(a) / float64(b)
+}
+
+// scoreRef compares the requests the incidents name polluted with the
+// reference model's.
+func scoreRef(res *Result, want map[string]kvref.Pollution, all []*braidpb.Incident) {
+	detected := map[string]bool{}
+	for _, inc := range all {
+		for _, p := range inc.Polluted {
+			detected[p.RequestId] = true
+		}
+	}
+	res.RefPolluted = len(want)
+	for id := range detected {
+		if _, ok := want[id]; ok {
+			res.RefTP++
+		} else {
+			res.RefFP++
+			if len(res.RefExamples) < 5 {
+				res.RefExamples = append(res.RefExamples, "fp "+id)
+			}
+		}
+	}
+	for id, p := range want {
+		if !detected[id] {
+			res.RefFN++
+			if len(res.RefExamples) < 10 {
+				res.RefExamples = append(res.RefExamples, fmt.Sprintf("fn %s (%s from %q, block %d layer %d)", id, p.Via, p.From, p.Block, p.Layer))
+			}
+		}
+	}
+	res.RefPrecision, res.RefRecall = ratio(res.RefTP, res.RefTP+res.RefFP), ratio(res.RefTP, res.RefTP+res.RefFN)
 }
