@@ -133,6 +133,10 @@ var (
 		"KV-cache pollution incidents opened (root causes found).")
 	descPolluted = desc("braid_polluted_requests_total",
 		"Requests found polluted by a KV-cache incident, directly or through the prefix cache.")
+	descKVRestarts = desc("braid_kv_server_restarts_total",
+		"Server restarts seen in KV-block events (a GPU's service.instance.id changed): the GPU's pool starts afresh.")
+	descUnrelatedLines = desc("braid_kv_unrelated_lines_total",
+		"Compute-sanitizer and Xid lines attached to no incident: Xids that are no memory fault, racecheck reports, host lines naming no GPU braid can place.")
 	descMemory = desc("braid_memory_bytes",
 		"Estimated bytes held by each share of state.memory_budget: the stages' shares (open_traces, closed_traces, waiting_logs, kv_buffer, kv_state, resources) "+
 			"and the engine's (fetched: polled records not yet processed; pending_state: state writes waiting for the checkpoint).",
@@ -169,7 +173,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		descMessages, descMembers, descLocal, descRepartitioned, descFused, descRevisions, descLate, descDLQ,
 		descUnjoined, descTruncated, descOpenTraces, descTimers,
 		descDeclared, descResolved, descUnresolved, descOpenRequests, descResourcePoints, descResourceSamples, descResourceSeries,
-		descKVEvents, descPollutionEdges, descPolluted,
+		descKVEvents, descPollutionEdges, descPolluted, descKVRestarts, descUnrelatedLines,
 		descMemory, descEvictions, descDropped, descFuture, descRepaired, descBackpressure, descEarlyCheckpoints, descFollowUpCheckpoints, descClamped,
 	} {
 		ch <- d
@@ -261,6 +265,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			counter(descIncidents, k.Incidents)
 		}
 		counter(descPolluted, k.PollutedRequests)
+		counter(descKVRestarts, k.KVRestarts)
+		counter(descUnrelatedLines, k.UnrelatedLines)
 		counter(descFuture, k.Future)
 		counter(descRepaired, k.RepairedUTF8)
 		for _, share := range slices.Sorted(maps.Keys(k.MemoryBytes)) {

@@ -46,6 +46,8 @@ type Counters struct {
 	PollutionEdges   int64 // pollution-graph edges emitted
 	Incidents        int64 // pollution incidents opened
 	PollutedRequests int64 // requests marked polluted
+	KVRestarts       int64 // server restarts seen on a GPU (a new service.instance.id): its pool started afresh
+	UnrelatedLines   int64 // sanitizer and Xid lines attached nowhere: Xids that are no memory fault, racecheck reports, host lines naming no GPU braid can place
 
 	// Bounds (README, "Memory model" and "Bad input").
 	// MemoryBytes is the estimated memory of each budget share the stages

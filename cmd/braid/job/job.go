@@ -294,6 +294,7 @@ func (o *observability) attach(cfg *Config, eng *engine.Engine, stage *fuse.Stag
 		}
 		kc := stage.KVCounters()
 		k.PollutionEdges, k.Incidents, k.PollutedRequests = kc.Edges.Load(), kc.Incidents.Load(), kc.Polluted.Load()
+		k.KVRestarts, k.UnrelatedLines = kc.Restarts.Load(), kc.Unrelated.Load()
 		k.Future, k.RepairedUTF8 = c.Future.Load(), c.RepairedUTF8.Load()
 		k.MemoryBytes = map[string]int64{"open_traces": c.OpenTraceBytes.Load(), "waiting_logs": c.WaitingLogBytes.Load(),
 			"kv_buffer": kc.KVBufferBytes.Load(), "kv_state": kc.StateBytes.Load(),
