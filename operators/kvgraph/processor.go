@@ -975,6 +975,12 @@ func (p *Processor) markPolluted(g *gpu, inc *incident, pe pollution) {
 	idx := 0
 	if pe.block >= 0 {
 		idx = v.index(pe.block)
+		if !slices.Contains(v.table, pe.block) && len(v.table) > 0 {
+			// Read through a block it does not hold (padding through the
+			// null block): its KV is polluted from where it is now, not
+			// from its first block.
+			idx = len(v.table) - 1
+		}
 	}
 	if v.polluted == 0 {
 		v.polluted, v.pollIdx, v.via, v.incident = pe.ev.Time, idx, uint8(via), inc.pb.Id
