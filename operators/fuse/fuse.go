@@ -646,10 +646,7 @@ func (p *processor) OnWatermark(t *engine.Task, wm int64) error {
 	if err := p.kvError(p.kv.OnWatermark(t, kvWM)); err != nil {
 		return err
 	}
-	// Traces close only once the detector has seen the KV events up to
-	// their close: the tags of the requests it finds polluted reach them
-	// before they are emitted, however far a backlog's watermark jumps.
-	if err := p.fireTimers(t, kvWM); err != nil {
+	if err := p.fireTimers(t, wm); err != nil {
 		return err
 	}
 	if err := p.flushIdle(t, wm); err != nil {
