@@ -55,8 +55,12 @@ func (c Config) kvConfig() KVConfig {
 
 // startKV creates the KV simulator for the fleet.
 func (s *Simulator) startKV() error {
-	gpus := make([]KVGPU, len(s.instances))
-	for i, in := range s.instances {
+	servers := s.instances
+	if h := s.cfg.KVHosts; h > 0 {
+		servers = servers[:2*h] // host-major: the first h hosts' servers
+	}
+	gpus := make([]KVGPU, len(servers))
+	for i, in := range servers {
 		gpus[i] = KVGPU{Host: in.host, UUID: in.gpuUUID, Index: in.gpuIndex, Instance: in.id, Service: in.service}
 	}
 	kc := s.cfg.kvConfig()
@@ -70,8 +74,12 @@ func (s *Simulator) startKV() error {
 	return nil
 }
 
-// kvAdd describes r to the KV simulator.
+// kvAdd describes r to the KV simulator, if its server publishes KV
+// events.
 func (s *Simulator) kvAdd(r *request, gpu int) {
+	if gpu >= len(s.kv.gpus) {
+		return
+	}
 	kr := KVRequest{
 		RequestID: r.truth.RequestID, GPU: gpu,
 		Arrival: time.Unix(0, int64(r.arrival)).UTC(), Finish: time.Unix(0, int64(r.end)).UTC(),

@@ -1,6 +1,7 @@
 package simulator
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -150,6 +151,12 @@ type Config struct {
 	// simulator (NewKV) and writes its per-block events as log records on
 	// the logs topic (FORMAT.md, KV.md). Default false.
 	KVEvents bool
+	// KVHosts, with KVEvents, limits the KV-block events to the servers of
+	// the first KVHosts hosts (0: every host): vLLM publishes KV events
+	// only where --kv-events-config turns them on, so a fleet may have them
+	// on a few servers only. The other servers' requests have no KV events;
+	// KV.Faults and KV.Restarts index the servers that have them.
+	KVHosts int
 	// KV configures the KV block simulator (zero fields take NewKV's
 	// defaults, except Seed 0: Config.Seed; BlockTokens and BlockBytes both
 	// 0: DefaultFleetKVBlockTokens and 256 bytes per token; BlocksPerGPU 0:
@@ -287,10 +294,16 @@ func (c Config) Validate() error {
 	if c.KVEvents && !c.Realistic || len(c.KV.Faults) > 0 && !c.KVEvents {
 		errs = append(errs, errors.New("KV events need realistic mode, faults need KV events"))
 	}
+	if hosts := cmp.Or(c.Hosts, DefaultHosts); c.KVHosts < 0 || c.KVHosts > hosts || c.KVHosts > 0 && !c.KVEvents {
+		errs = append(errs, fmt.Errorf("KV hosts %d: want 0 (every host) or 1..%d (hosts), with KV events", c.KVHosts, hosts))
+	}
 	if c.KVEvents && c.Realistic {
 		hosts := c.Hosts
 		if hosts == 0 {
 			hosts = DefaultHosts
+		}
+		if c.KVHosts > 0 {
+			hosts = min(hosts, c.KVHosts)
 		}
 		if kc := c.kvConfig(); hosts > 0 && hosts <= MaxHosts {
 			if err := kc.Validate(2 * hosts); err != nil {

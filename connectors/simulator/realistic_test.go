@@ -685,6 +685,11 @@ func TestRealisticConfig(t *testing.T) {
 		{Realistic: true, KV: KVConfig{Faults: []KVFault{{Trigger: DoubleFree}}}}, // faults need KV events
 		{Realistic: true, KVEvents: true, Hosts: 1, KV: KVConfig{Faults: []KVFault{{Trigger: DoubleFree, GPU: 2}}}},
 		{Realistic: true, KVEvents: true, KV: KVConfig{Faults: []KVFault{{Trigger: "nope", GPU: -1}}}},
+		{Realistic: true, KVHosts: 1},                           // KV hosts need KV events
+		{Realistic: true, KVEvents: true, Hosts: 2, KVHosts: 3}, // more than the fleet
+		{Realistic: true, KVEvents: true, KVHosts: -1},          //
+		{Realistic: true, KVEvents: true, Hosts: 3, KVHosts: 1, // faults index the KV servers
+			KV: KVConfig{Faults: []KVFault{{Trigger: DoubleFree, GPU: 2}}}},
 		{Regressions: []Regression{{Instance: 0, To: time.Second, Factor: 2}}}, // needs realistic
 		{Leaks: []Leak{{GPU: 0, To: time.Second, MiBPerMinute: 1}}},            // needs realistic
 		{Realistic: true, Hosts: 1, Regressions: []Regression{{Instance: 2, To: time.Second, Factor: 2}}},
@@ -738,4 +743,39 @@ func BenchmarkNextRealistic(b *testing.B) {
 			b.ReportMetric(float64(8*b.N)/b.Elapsed().Seconds(), "requests/s")
 		})
 	}
+}
+
+// TestRealisticKVHosts checks that KVHosts limits the KV-block events to
+// the first hosts' servers while every host still serves requests.
+func TestRealisticKVHosts(t *testing.T) {
+	cfg := Config{Realistic: true, Rate: 30, Hosts: 3, KVEvents: true, KVHosts: 1,
+		KV: KVConfig{Faults: []KVFault{{Trigger: DoubleFree, At: DefaultStart.Add(time.Second), GPU: -1}}}}
+	s, d := runRealistic(t, cfg, 40)
+	if d.kvOps == 0 {
+		t.Fatal("no KV records")
+	}
+	for id, where := range d.kvWhere {
+		if host, _, _ := strings.Cut(where, "/"); host != "gpu-node-01" {
+			t.Fatalf("request %s: KV records on %s, want only gpu-node-01", id, where)
+		}
+	}
+	served := map[string]int{}
+	for _, res := range d.rootRes {
+		served[res["host.name"]]++
+	}
+	if len(served) != 3 {
+		t.Fatalf("root spans on hosts %v, want all 3", served)
+	}
+	kv := s.Truth().KV
+	if len(kv.Faults) != 1 {
+		t.Fatalf("faults %+v, want one", kv.Faults)
+	}
+	onHost1 := false
+	for _, where := range d.kvWhere {
+		onHost1 = onHost1 || strings.Contains(where, "/"+kv.Faults[0].GPU+"/")
+	}
+	if !onHost1 {
+		t.Fatalf("fault on %s, not a server of gpu-node-01", kv.Faults[0].GPU)
+	}
+	t.Logf("%d KV records for %d requests on gpu-node-01; root spans per host %v", d.kvOps, len(d.kvWhere), served)
 }
