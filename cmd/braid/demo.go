@@ -22,15 +22,21 @@ import (
 	"github.com/braidlabs/braid/connectors/view"
 )
 
-func cmdDemo(ctx context.Context, args []string, log *slog.Logger) error {
-	return runDemo(ctx, args, log, os.Stdout, os.Stderr)
-}
+const demoUsage = `Usage: braid demo [flags]
+
+Runs an in-process Kafka (franz-go's kfake) on --addr, the telemetry
+simulator with KV-cache faults, a TTFT regression, a GPU memory leak and a
+jailbreak jump, the job, and the view; prints fused records on stdout and
+incidents, alert changes and a stats line on stderr. README.md, "Set-up".
+
+Flags:
+`
 
 // runDemo runs the demo: fused records on out, incidents, alerts and the
 // stats line on errOut.
 func runDemo(ctx context.Context, args []string, log *slog.Logger, out, errOut io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(errOut)
+	fs.Usage = usageFunc(fs, demoUsage)
 	addr := fs.String("addr", "127.0.0.1:19092", "loopback address of the in-process Kafka broker")
 	partitions := fs.Int("partitions", 4, "partitions of the input topics")
 	rate := fs.Float64("rate", 20, "simulated requests per second of event time: 0.2 is a trickle; from about 40 the two servers of gpu-node-02 saturate (their TTFT passes BraidTTFTHigh's 2.5s); a few hundred saturate the default fleet")
@@ -50,7 +56,7 @@ func runDemo(ctx context.Context, args []string, log *slog.Logger, out, errOut i
 	jump := fs.String("jailbreak-jump", defaultJump, "a tenant's jailbreak attempts to jump (realistic fleet only; its guardrails and evaluators report verdicts): tenant=NAME (acme, globex, initech, umbrella, hooli),rate=SHARE of its requests,from=D,to=D (event time after the start); \"\": none")
 	speed := fs.Float64("speed", 5, "how many times faster than the wall clock event time runs during --fast-forward")
 	fastForward := fs.Duration("fast-forward", 10*time.Minute, "play this much event time from the start at --speed times the wall clock (event time starts that much behind the wall clock and catches up with it), then follow the wall clock; 0: follow it from the start")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *rate <= 0 || !*realistic && *rate < 5 {

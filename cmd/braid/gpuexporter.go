@@ -17,6 +17,15 @@ import (
 	"github.com/braidlabs/braid/connectors/nvml"
 )
 
+const gpuExporterUsage = `Usage: braid gpu-exporter [--brokers B | --config FILE | --otlp-endpoint URL] [--interval 10s] [--retry]
+
+Samples every GPU of the host through NVML each --interval and writes OTLP
+metrics named as DCGM exporter names them to otlp_metrics (or an OTLP/HTTP
+receiver). NVML needs a binary built with cgo. README.md, "GPU telemetry".
+
+Flags:
+`
+
 // cmdGPUExporter runs "braid gpu-exporter" on the host's NVML.
 func cmdGPUExporter(ctx context.Context, args []string, log *slog.Logger) error {
 	return gpuExporter(ctx, args, nvml.Open(), log)
@@ -25,6 +34,7 @@ func cmdGPUExporter(ctx context.Context, args []string, log *slog.Logger) error 
 // gpuExporter is cmdGPUExporter on lib, for tests with a fake library.
 func gpuExporter(ctx context.Context, args []string, lib nvml.Library, log *slog.Logger) error {
 	fs := flag.NewFlagSet("gpu-exporter", flag.ContinueOnError)
+	fs.Usage = usageFunc(fs, gpuExporterUsage)
 	interval := fs.Duration("interval", 10*time.Second, "time between samples of every GPU")
 	brokers := fs.String("brokers", "", "comma-separated Kafka brokers; overrides --config and BRAID_KAFKA_BROKERS")
 	config := fs.String("config", "", "take the Kafka brokers, TLS and SASL from this braid configuration file")
@@ -34,7 +44,7 @@ func gpuExporter(ctx context.Context, args []string, lib nvml.Library, log *slog
 	host := fs.String("host", "", "host.name and Hostname label (default: the hostname)")
 	retry := fs.Bool("retry", false, "when NVML cannot start (no driver yet), retry with exponential backoff instead of exiting")
 	retryMax := fs.Duration("retry-max", 5*time.Minute, "cap of the --retry backoff")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

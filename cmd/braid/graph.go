@@ -47,7 +47,7 @@ func cmdGraph(ctx context.Context, args []string, stdout io.Writer) error {
 	format := fs.String("format", "dot", "dot, mermaid, json, svg or png")
 	out := fs.String("out", "", "write here instead of stdout")
 	timeout := fs.Duration("timeout", 30*time.Second, "give up reading the topic after this long")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	switch *format {

@@ -47,7 +47,7 @@ func cmdReplay(ctx context.Context, args []string, out io.Writer, log *slog.Logg
 	outFlag := fs.String("out", "", "topic:NAME, or a path ending in .parquet or .arrow (required)")
 	brokers := fs.String("brokers", "", "comma-separated brokers; overrides the file and BRAID_KAFKA_BROKERS")
 	stateDir := fs.String("state-dir", "", "where the temporary state directory is made (default: the system's temporary directory)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

@@ -67,7 +67,7 @@ func cmdReport(ctx context.Context, args []string, log *slog.Logger, out io.Writ
 	retention := fs.Duration("retention", 6*time.Hour, "how far back braid's topics are read (wall clock), and the event time of braid.fused kept behind the newest trace")
 	var lo llmOptions
 	lo.register(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *id == "" {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"flag"
+	"io"
 	"log/slog"
 	"os"
 	"runtime/debug"
@@ -11,14 +12,24 @@ import (
 	"github.com/braidlabs/braid/cmd/braid/job"
 )
 
-func cmdRun(ctx context.Context, args []string, log *slog.Logger) error {
+const runUsage = `Usage: braid run --config FILE [--brokers B] [--state-dir D] [--admin-addr A]
+
+Runs the job against real brokers until SIGTERM or SIGINT, then takes a
+final checkpoint. The configuration is README.md's "Configuration".
+
+Flags:
+`
+
+// cmdRun runs "braid run"; --print-budget writes its table to stdout.
+func cmdRun(ctx context.Context, args []string, log *slog.Logger, stdout io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.Usage = usageFunc(fs, runUsage)
 	path := fs.String("config", "", "YAML configuration file (see README.md)")
 	brokers := fs.String("brokers", "", "comma-separated brokers; overrides the file and BRAID_KAFKA_BROKERS")
 	stateDir := fs.String("state-dir", "", "state directory; overrides the file and BRAID_STATE_DIR")
 	printBudget := fs.Bool("print-budget", false, "print how state.memory_budget is split into shares, then exit")
 	adminAddr := fs.String("admin-addr", "", `admin HTTP address of /metrics, /healthz, /readyz; overrides the file's admin.addr (default 127.0.0.1:9464; "" disables)`)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	cfg, err := job.LoadConfig(*path)
@@ -42,7 +53,7 @@ func cmdRun(ctx context.Context, args []string, log *slog.Logger) error {
 		return err
 	}
 	if *printBudget {
-		return cfg.Budget().WriteTable(os.Stdout)
+		return cfg.Budget().WriteTable(stdout)
 	}
 	if os.Getenv("GOMEMLIMIT") == "" {
 		// The Go heap is most of what the budget bounds: let the

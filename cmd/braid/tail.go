@@ -23,8 +23,18 @@ import (
 	"github.com/braidlabs/braid/operators/braidpb"
 )
 
+const tailUsage = `Usage: braid tail [--brokers B | --config FILE] [--topic T] [--from-beginning] [--trace ID] [--json] [-n N]
+
+Prints the records of braid.fused (read_committed), one line each or, with
+--json, one JSON object each.
+
+Flags:
+`
+
+// cmdTail runs "braid tail", printing to out.
 func cmdTail(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("tail", flag.ContinueOnError)
+	fs.Usage = usageFunc(fs, tailUsage)
 	brokers := fs.String("brokers", "127.0.0.1:19092", "comma-separated brokers (ignored with --config)")
 	config := fs.String("config", "", "take brokers, TLS/SASL and the fused topic from this braid configuration file")
 	topic := fs.String("topic", "", "topic of FusedTrace records (default braid.fused, or outputs.fused of --config)")
@@ -32,7 +42,7 @@ func cmdTail(ctx context.Context, args []string, out io.Writer) error {
 	asJSON := fs.Bool("json", false, "print one JSON object per record")
 	count := fs.Int("n", 0, "stop after this many records (0: run until interrupted)")
 	trace := fs.String("trace", "", "print only the records of this trace id (32 hex characters), reading from the beginning of the one partition it hashes to")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	var key []byte // the trace id as the record key, with --trace

@@ -50,7 +50,7 @@ func cmdView(ctx context.Context, args []string, log *slog.Logger, out io.Writer
 	config := fs.String("config", "", "take brokers, TLS/SASL and the output topics from this braid configuration file")
 	var vo viewOptions
 	vo.register(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if vo.token == "" {
