@@ -15,7 +15,8 @@ import (
 const runUsage = `Usage: braid run --config FILE [--brokers B] [--state-dir D] [--admin-addr A]
 
 Runs the job against real brokers until SIGTERM or SIGINT, then takes a
-final checkpoint. The configuration is README.md's "Configuration".
+final checkpoint. The configuration is README.md's "Configuration";
+examples/local.yaml runs against deploy/local/kafka.sh's broker.
 
 Flags:
 `
