@@ -198,7 +198,7 @@ func runDemo(ctx context.Context, args []string, log *slog.Logger, out, errOut i
 	if !*quiet {
 		workers++
 		go func() {
-			errc <- cmdTail(ctx, []string{"--brokers", *addr, "--from-beginning", "--topic", cfg.Outputs.Fused}, out)
+			errc <- cmdTail(ctx, demoTailArgs(*addr, cfg.Outputs.Fused), out)
 		}()
 	}
 
@@ -229,6 +229,13 @@ func runDemo(ctx context.Context, args []string, log *slog.Logger, out, errOut i
 				time.Duration(st.LastPauseNanos.Load()).Round(time.Microsecond))
 		}
 	}
+}
+
+// demoTailArgs are the arguments of the demo's braid tail of the fused
+// topic: everything from the start, and then what comes, until the demo
+// stops.
+func demoTailArgs(addr, topic string) []string {
+	return []string{"--brokers", addr, "--from-beginning", "--follow", "--topic", topic}
 }
 
 // drain waits for n workers to report, at most 15s each.

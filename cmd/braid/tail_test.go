@@ -211,3 +211,25 @@ func TestTailNoBroker(t *testing.T) {
 		}
 	}
 }
+
+// The demo's tail starts on an empty fused topic and prints what the job
+// writes later: it does not stop at the end the topic had at its start.
+func TestDemoTailFollows(t *testing.T) {
+	c := newTailCluster(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	w := &lineWriter{lines: make(chan string, 100)}
+	done := make(chan error, 1)
+	go func() { done <- cmdTail(ctx, demoTailArgs(c.addr, c.topic), w) }()
+	ids := c.produce(2, false)
+	deadline := time.After(30 * time.Second)
+	for i := range ids {
+		select {
+		case <-w.lines:
+		case err := <-done:
+			t.Fatalf("the demo's tail returned %v after %d of %d records", err, i, len(ids))
+		case <-deadline:
+			t.Fatalf("the demo's tail printed %d of %d records within 30s", i, len(ids))
+		}
+	}
+}
