@@ -17,8 +17,12 @@ build:
 	CGO_ENABLED=0 $(GO) build -o bin/braid ./cmd/braid
 
 ## run: the demo — in-process Kafka on 127.0.0.1:19092, simulator, job, live view.
+## Built without cgo, as make build: only gpu-exporter needs it (NVML), and
+## cgo would compile go-nvml's C on the first run, with its warnings.
 run:
-	$(GO) run ./cmd/braid demo
+	@echo "building braid (CGO_ENABLED=0) into bin/braid, then running braid demo..."
+	@CGO_ENABLED=0 $(GO) build -o bin/braid ./cmd/braid
+	bin/braid demo
 
 ## test: unit tests and integration tests against a real Kafka 4.x broker
 ## (and the real Alertmanager and Prometheus the tests start).

@@ -90,6 +90,9 @@ func gpuExporter(ctx context.Context, args []string, lib nvml.Library, log *slog
 		RetryMax: max(*retryMax, time.Second),
 		Logger:   log,
 	})
+	if errors.Is(err, nvml.ErrNoCgo) {
+		return fmt.Errorf("gpu-exporter: %w; rebuild with CGO_ENABLED=1 (go build ./cmd/braid)", err)
+	}
 	if !*retry && (errors.Is(err, nvml.ErrLibraryNotFound) || errors.Is(err, nvml.ErrDriverNotLoaded)) {
 		return fmt.Errorf("gpu-exporter: %w (--retry waits for the driver)", err)
 	}

@@ -67,7 +67,7 @@ func TestGPUExporterHostNVML(t *testing.T) {
 	case err := <-done:
 		switch {
 		case errors.Is(err, nvml.ErrNoCgo):
-			if !strings.Contains(err.Error(), "built without cgo: NVML unavailable") {
+			if !strings.Contains(err.Error(), "built without cgo: NVML unavailable; rebuild with CGO_ENABLED=1") {
 				t.Errorf("message: %v", err)
 			}
 		case errors.Is(err, nvml.ErrLibraryNotFound), errors.Is(err, nvml.ErrDriverNotLoaded):
