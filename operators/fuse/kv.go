@@ -134,10 +134,17 @@ func (p *processor) bufferKV(t *engine.Task, rec []byte, ts int64) error {
 	p.addKVBytes(kvEventBytes(ev))
 	p.s.counters.KVBuffered.Add(1)
 	// Over the share: members go to state, the latest first (a min-heap's
-	// last slots hold the events needed last).
-	for i := len(p.kvBuf) - 1; i >= 0 && p.kvBytes > p.cfg.KVGraph.MaxKVBufferBytes; i-- {
-		if err := p.spill(t, p.kvBuf[i]); err != nil {
-			return err
+	// last slots hold the events needed last), down to 7/8 of it and while
+	// any member is in memory, so that the walk back over the members
+	// already spilled comes once per eighth of the share, not once per
+	// event (every new place takes memory too: spilling only back to the
+	// limit walked the whole spilled tail for each event held, quadratic
+	// in a long hold).
+	if limit := p.cfg.KVGraph.MaxKVBufferBytes; p.kvBytes > limit {
+		for i := len(p.kvBuf) - 1; i >= 0 && p.kvBytes > limit-limit/8 && p.kvBytes > kvPlaceBytes*int64(len(p.kvBuf)); i-- {
+			if err := p.spill(t, p.kvBuf[i]); err != nil {
+				return err
+			}
 		}
 	}
 	for p.kvBytes > p.cfg.KVGraph.MaxKVBufferBytes && len(p.kvBuf) > 0 {
@@ -167,7 +174,10 @@ func (p *processor) spill(t *engine.Task, ev *kvEvent) error {
 
 // kvEventBytes is what a held event takes in memory (its member, the
 // struct and its heap slot), bytes.
-func kvEventBytes(ev *kvEvent) int64 { return int64(len(ev.member)) + 64 }
+func kvEventBytes(ev *kvEvent) int64 { return int64(len(ev.member)) + kvPlaceBytes }
+
+// kvPlaceBytes is what a held event takes without its member.
+const kvPlaceBytes = 64
 
 func (p *processor) kvCounters() *kvgraph.Counters { return p.kv.Counters() }
 
@@ -274,7 +284,7 @@ func (p *processor) restoreKV(t *engine.Task) error {
 		}
 		ev := &kvEvent{time: int64(binary.BigEndian.Uint64(k[1:]) ^ (1 << 63)), seq: binary.BigEndian.Uint64(k[9:]),
 			arrived: now, stored: true}
-		if p.kvBytes+int64(len(v))+64 > p.cfg.KVGraph.MaxKVBufferBytes {
+		if p.kvBytes+int64(len(v))+kvPlaceBytes > p.cfg.KVGraph.MaxKVBufferBytes {
 			ev.spilled = true // stays in the keyspace only, as when it was held
 		} else {
 			ev.member = append([]byte(nil), v...)

@@ -18,8 +18,14 @@ import (
 // input is the realistic simulator's logs topic with KV events (4 hosts, 8
 // GPUs, 20 requests/s), generated before the clock starts. Reported:
 // kv-events/s, and x-realtime — how many times faster than the simulated
-// fleet produced them.
+// fleet produced them. In "spilled" the events are held for 30 s of event
+// time in a 16 MiB buffer, so most of them go to state and are read back.
 func BenchmarkKVPath(b *testing.B) {
+	b.Run("held", func(b *testing.B) { benchmarkKVPath(b, 0, 2*time.Second) })
+	b.Run("spilled", func(b *testing.B) { benchmarkKVPath(b, 16<<20, 30*time.Second) })
+}
+
+func benchmarkKVPath(b *testing.B, bufferBytes int64, outOfOrderness time.Duration) {
 	const batches = 300 // 60s of event time at 200ms per batch
 	sim, err := simulator.New(simulator.Config{Seed: 3, Realistic: true, Rate: 20, KVEvents: true})
 	if err != nil {
@@ -42,7 +48,9 @@ func BenchmarkKVPath(b *testing.B) {
 	var total int64
 	for b.Loop() {
 		b.StopTimer()
-		st, err := New(Config{Partitions: 1})
+		cfg := Config{Partitions: 1}
+		cfg.KVGraph.MaxKVBufferBytes = bufferBytes
+		st, err := New(cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -51,7 +59,7 @@ func BenchmarkKVPath(b *testing.B) {
 			b.Fatal(err)
 		}
 		now := simulator.DefaultStart
-		h, err := engine.NewHarness(engine.Config{Store: store, Idleness: time.Second, OutOfOrderness: 2 * time.Second}, st.Topology(), 0, now)
+		h, err := engine.NewHarness(engine.Config{Store: store, Idleness: time.Second, OutOfOrderness: outOfOrderness}, st.Topology(), 0, now)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -74,6 +82,9 @@ func BenchmarkKVPath(b *testing.B) {
 		}
 		b.StopTimer()
 		total += st.Counters().KVLogs.Load()
+		if bufferBytes > 0 && st.Counters().KVSpilled.Load() == 0 {
+			b.Fatal("nothing spilled")
+		}
 		if st.Counters().KVLogs.Load() != int64(kvEvents) {
 			b.Fatalf("%d KV events routed, the simulator wrote %d", st.Counters().KVLogs.Load(), kvEvents)
 		}
