@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // LagConfig configures a LagMonitor.
@@ -68,7 +69,9 @@ func (c *LagConfig) Validate() error {
 // LagMonitor refreshes the consumer lag of a group on its input topics in
 // the background: the group's committed offsets against the partitions' end
 // offsets. A partition without a committed offset lags by its whole log
-// (end minus start offset): the job starts reading it from the start.
+// (end minus start offset): the job starts reading it from the start. A
+// group the broker does not know yet (GROUP_ID_NOT_FOUND) has no committed
+// offsets.
 //
 // Run refreshes; Lags may be called concurrently from any goroutine.
 type LagMonitor struct {
@@ -118,6 +121,11 @@ func (m *LagMonitor) Run(ctx context.Context) error {
 func (m *LagMonitor) Refresh(ctx context.Context) error {
 	adm := m.cfg.Admin
 	committed, err := adm.FetchOffsetsForTopics(ctx, m.cfg.Group, m.cfg.Topics...)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		// The group has not committed yet (a job's first start, before
+		// its first checkpoint): no committed offsets.
+		committed, err = nil, nil
+	}
 	if err != nil {
 		return fmt.Errorf("admin: fetch offsets of group %s: %w", m.cfg.Group, err)
 	}

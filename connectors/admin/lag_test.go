@@ -87,6 +87,20 @@ func TestLagMonitor(t *testing.T) {
 		t.Errorf("after catching up: %v", lags)
 	}
 
+	// A group that has not committed anything yet (a job's first start:
+	// the broker answers GROUP_ID_NOT_FOUND) has no committed offsets, and
+	// every partition lags by its whole log.
+	fresh, err := NewLagMonitor(LagConfig{Admin: adm, Group: "fresh", Topics: []string{"in"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fresh.Refresh(ctx); err != nil {
+		t.Fatalf("refresh of a group with no offsets: %v", err)
+	}
+	if lags, _ := fresh.Lags(); fmt.Sprint(lags) != "[{in 0 5} {in 1 3}]" {
+		t.Errorf("group with no offsets: %v", lags)
+	}
+
 	// A topic that does not exist fails the refresh.
 	m2, err := NewLagMonitor(LagConfig{Admin: adm, Group: "g", Topics: []string{"missing"}})
 	if err != nil {
