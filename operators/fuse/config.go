@@ -141,6 +141,13 @@ type Config struct {
 	// ErrorPolicy: what each stage does with a record it cannot handle
 	// (default dead_letter for every stage).
 	ErrorPolicy ErrorPolicy
+	// OnUndecodable is called once per source when more than half of its
+	// first DecodeProbeMessages messages (all tasks together) fail to
+	// decode, whatever ErrorPolicy.Ingest does with them: most likely the
+	// source's Encoding is not what the Collector writes. It runs on the
+	// goroutine of the task that read the deciding message, and must not
+	// block. Default nil: not reported.
+	OnUndecodable func(Undecodable)
 	// MaxOpenTraceBytes bounds the task's open traces in memory: their
 	// records (about 200 bytes each) and the members received since the
 	// last checkpoint. When it is reached, pending members are written to

@@ -78,6 +78,7 @@ type Counters struct {
 type Stage struct {
 	cfg        Config
 	counters   Counters
+	probes     []decodeProbe    // per source: decode failures of its first messages
 	table      *resources.Table // nil when the resources stage is off
 	kvCounters kvgraph.Counters
 }
@@ -91,7 +92,7 @@ func New(cfg Config) (*Stage, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Stage{cfg: cfg}
+	s := &Stage{cfg: cfg, probes: make([]decodeProbe, len(cfg.Sources))}
 	if cfg.ResourcesTopic != "" {
 		s.table = resources.NewTable(cfg.Partitions, cfg.ResourceIdleness, cfg.ResourceRetain, time.Now())
 		s.table.SetLimits(cfg.ResourceLimits)
@@ -313,6 +314,9 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 	src := &p.cfg.Sources[input]
 	p.s.counters.Messages.Add(1)
 	items, err := p.dec.Decode(src.Signal, src.Encoding, rec.Value)
+	if p.s.probing(input) {
+		p.s.probeDecode(input, rec.Value, err)
+	}
 	if err != nil {
 		t.Touch(input)
 		return p.reject(t, rec, stageIngest, err.Error())

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/braidlabs/braid/connectors/admin"
 	"github.com/braidlabs/braid/connectors/kafka"
+	"github.com/braidlabs/braid/connectors/otlp"
 	"github.com/braidlabs/braid/engine"
 	"github.com/braidlabs/braid/operators/alerts"
 	"github.com/braidlabs/braid/operators/fuse"
@@ -60,6 +62,7 @@ func Prepare(ctx context.Context, cfg *Config, log *slog.Logger) (*Job, error) {
 	}
 	fcfg := cfg.FuseConfig(partitions)
 	fcfg.LLM = llm
+	fcfg.OnUndecodable = func(u fuse.Undecodable) { warnUndecodable(log, cfg, u) }
 	var recorded *admin.RecordedCollector
 	if fcfg.Alerts != nil {
 		// braid_kv_health_score: the health rule's score, per instance.
@@ -153,6 +156,35 @@ func Prepare(ctx context.Context, cfg *Config, log *slog.Logger) (*Job, error) {
 	}
 	log.Info("braid job prepared", "partitions", partitions, "group", cfg.Group, "fused", fc.FusedTopic)
 	return &Job{cfg: cfg, stage: stage, engine: eng, store: store, log: log, obs: obs, alerts: fwd}, nil
+}
+
+// warnUndecodable logs, once per input topic, that most of its first
+// records do not decode, naming the encoding setting to check.
+func warnUndecodable(log *slog.Logger, cfg *Config, u fuse.Undecodable) {
+	log.Warn(undecodableMessage(cfg, u), "topic", u.Source.Topic, "encoding", u.Source.Encoding.String(),
+		"failed", u.Failed, "read", u.Read, "setting", "inputs."+u.Source.Signal.String()+".encoding")
+}
+
+// undecodableMessage is warnUndecodable's message.
+func undecodableMessage(cfg *Config, u fuse.Undecodable) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "most records of topic %s fail to decode as %s (%d of the first %d; e.g. %s)",
+		u.Source.Topic, u.Source.Encoding, u.Failed, u.Read, u.Example)
+	switch cfg.ErrorPolicy("ingest") {
+	case "dead_letter":
+		fmt.Fprintf(&b, " and go to %s", cfg.Outputs.DLQ)
+	case "skip":
+		b.WriteString(" and are dropped (errors.ingest: skip)")
+	}
+	if u.OtherEncoding {
+		other := otlp.EncodingJSON
+		if u.Source.Encoding == otlp.EncodingJSON {
+			other = otlp.EncodingProto
+		}
+		fmt.Fprintf(&b, "; they decode as %s", other)
+	}
+	fmt.Fprintf(&b, "; is inputs.%s.encoding right for this topic? (otlp_proto|otlp_json)", u.Source.Signal)
+	return b.String()
 }
 
 // Run runs the job until ctx is done, then checkpoints and closes.
