@@ -5,7 +5,8 @@
 // For each rate of -rates it runs the braid binary (built from ./cmd/braid
 // unless -braid names one) with `braid run --config` on fresh topics and
 // produces the simulator's realistic fleet (connectors/simulator: KV-block
-// events on every GPU, a KV fault every -fault-every) live: one Collector
+// events on the servers of the first -kv-hosts hosts, every host of the
+// default fleet; a KV fault every -fault-every) live: one Collector
 // batch every 200 ms of wall time, event time = wall time, for -warmup and
 // then -duration, the measurement window; production goes on during the
 // drain (up to -drain) until every trace of the window has been read.
@@ -62,6 +63,7 @@ type options struct {
 	rates              []float64
 	runs               []string
 	hosts              int
+	kvHosts            int
 	partitions         int32
 	seed               int64
 	warmup             time.Duration
@@ -75,6 +77,7 @@ type options struct {
 	keepTopics         bool
 	verbose            bool
 	note               string
+	admin              string
 }
 
 // incidentBound is the incident latency the job must keep (p99).
@@ -85,6 +88,7 @@ func main() {
 	rates := flag.String("rates", "1,500", "request rates (requests a second), comma separated: one fused and one incidents run each")
 	runs := flag.String("runs", "fused,incidents", "which runs: fused (braid's defaults), incidents (-incident-checkpoint)")
 	flag.IntVar(&o.hosts, "hosts", 0, "simulated hosts, two GPUs each (0: 4, or rate/25 when more)")
+	flag.IntVar(&o.kvHosts, "kv-hosts", 4, "hosts whose servers publish KV-block events, the first ones (0: every host)")
 	p := flag.Int("partitions", 4, "partitions of the input topics")
 	flag.Int64Var(&o.seed, "seed", 1, "simulator seed")
 	flag.DurationVar(&o.warmup, "warmup", 30*time.Second, "production before the measurement window")
@@ -97,6 +101,7 @@ func main() {
 	flag.StringVar(&o.resultsDir, "results", filepath.Join("benchmarks", "results"), "directory of the JSON results; empty: do not write them")
 	flag.BoolVar(&o.keepTopics, "keep-topics", false, "do not delete the topics at the end")
 	flag.BoolVar(&o.verbose, "v", false, "pass braid's log through and print progress")
+	flag.StringVar(&o.admin, "admin", "", "braid's admin address (/metrics, /debug/pprof/; default: a free port)")
 	flag.StringVar(&o.note, "note", "", "free text stored in the results")
 	brokers := flag.String("brokers", os.Getenv("BRAID_KAFKA_BROKERS"), "bootstrap brokers, comma separated (default $BRAID_KAFKA_BROKERS)")
 	flag.Parse()
@@ -225,6 +230,8 @@ type Workload struct {
 	GPUs           int     `json:"gpus"`
 	Partitions     int32   `json:"partitions"`
 	KVEvents       bool    `json:"kv_events"`
+	KVHosts        int     `json:"kv_hosts"` // hosts with KV events
+	KVGPUs         int     `json:"kv_gpus"`
 	WarmupS        float64 `json:"warmup_s"`
 	DurationS      float64 `json:"duration_s"`
 	DrainS         float64 `json:"drain_s"` // production after the window
@@ -318,9 +325,14 @@ func runOne(o options, bin string, rate float64, mode string, ck time.Duration) 
 	if hosts == 0 {
 		hosts = min(max(4, int(math.Ceil(rate/25))), simulator.MaxHosts)
 	}
+	kvHosts := hosts
+	if o.kvHosts > 0 {
+		kvHosts = min(o.kvHosts, hosts)
+	}
 	res := &Result{Benchmark: "latency", Run: mode, Time: time.Now().UTC(), Note: o.note, Machine: machine.Read(),
 		Command: commandLine()}
 	res.Workload = Workload{RequestsPerSec: rate, Hosts: hosts, GPUs: 2 * hosts, Partitions: o.partitions, KVEvents: true,
+		KVHosts: kvHosts, KVGPUs: 2 * kvHosts,
 		WarmupS: o.warmup.Seconds(), DurationS: o.duration.Seconds()}
 	deadline := time.Now().Add(o.warmup + o.duration + o.drain + 5*time.Minute)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
@@ -359,7 +371,7 @@ func runOne(o options, bin string, rate float64, mode string, ck time.Duration) 
 	cfgPath := filepath.Join(stateDir, "braid.yaml")
 	cfg := braidproc.Config{Brokers: o.brokers, Group: group, Instance: "lat-0",
 		Inputs: [3]string(inputs), Outputs: [5]string(outputs),
-		StateDir: filepath.Join(stateDir, "data"), CheckpointInterval: ck}.YAML()
+		StateDir: filepath.Join(stateDir, "data"), CheckpointInterval: ck, Admin: o.admin}.YAML()
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
@@ -428,7 +440,7 @@ func runOne(o options, bin string, rate float64, mode string, ck time.Duration) 
 		faults = append(faults, simulator.KVFault{Trigger: simulator.KVTriggers[i%len(simulator.KVTriggers)], At: at, GPU: -1})
 	}
 	res.Incidents.FaultsScheduled = len(faults)
-	sim, err := simulator.New(simulator.Config{Seed: o.seed, Start: t0, Realistic: true, KVEvents: true, Hosts: hosts, Rate: rate,
+	sim, err := simulator.New(simulator.Config{Seed: o.seed, Start: t0, Realistic: true, KVEvents: true, Hosts: hosts, KVHosts: kvHosts, Rate: rate,
 		Topics: simulator.Topics{Spans: inputs[0], Logs: inputs[1], Metrics: inputs[2]},
 		KV:     simulator.KVConfig{Faults: faults}})
 	if err != nil {
