@@ -234,7 +234,8 @@ type processor struct {
 	kvBuf     minHeap[*kvEvent] // KV events waiting for the watermark
 	kvNew     []*kvEvent        // buffered since the last checkpoint
 	kvSeq     uint64
-	kvBytes   int64 // memory of kvBuf (kvEventBytes), bounded by KVGraph.MaxKVBufferBytes
+	kvBytes   int64 // memory of kvBuf (kvEventBytes) and kvAhead, bounded by KVGraph.MaxKVBufferBytes
+	kvAhead   map[uint64][]byte // by seq: members read from state ahead of their turn (readAhead)
 	kvBacklog bool
 	task      *engine.Task // the task, while kv may call onIncident
 	kvErr     error        // an error of onIncident, returned after the kv call
@@ -1051,7 +1052,7 @@ func (p *processor) Close() error {
 	p.reportedOpen, p.reportedWaiting, p.reportedClosed = 0, 0, 0
 	clear(p.traces)
 	clear(p.requests)
-	p.kvBuf, p.kvBytes, p.evicted = nil, 0, 0
+	p.kvBuf, p.kvBytes, p.kvAhead, p.evicted = nil, 0, nil, 0
 	if p.alerts != nil {
 		p.alerts.Close()
 	}

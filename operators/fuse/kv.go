@@ -227,15 +227,17 @@ func (p *processor) popKV(t *engine.Task) error {
 	p.s.counters.KVBuffered.Add(-1)
 	p.addKVBytes(-kvEventBytes(ev))
 	m := ev.member
-	if ev.spilled {
-		v, ok, err := t.State.Get(nil, kvKey(p.key[:0], ev))
-		if err != nil {
-			return fmt.Errorf("fuse: read spilled KV event: %w", err)
+	if v, ok := p.kvAhead[ev.seq]; ok {
+		delete(p.kvAhead, ev.seq)
+		p.addKVBytes(-int64(len(v)))
+		if m == nil {
+			m = v
 		}
-		if !ok {
-			return fmt.Errorf("fuse: spilled KV event at %d (seq %d) missing from state", ev.time, ev.seq)
+	} else if ev.spilled {
+		var err error
+		if m, err = p.readAhead(t, ev); err != nil {
+			return err
 		}
-		m = v
 	}
 	if ev.stored {
 		if err := t.State.Delete(kvKey(p.key[:0], ev)); err != nil {
@@ -244,6 +246,47 @@ func (p *processor) popKV(t *engine.Task) error {
 	}
 	ev.member = nil // released: checkpointKV skips it
 	return p.handKV(t, m)
+}
+
+// kvReadAhead is how many stored events a spilled one's read brings back
+// with it: the held events leave in key order, so the keys after a
+// spilled event's are the next to leave, and one scan of them costs far
+// less than a point read each (a point read seeks every level of the
+// LSM; the scan seeks once).
+const kvReadAhead = 64
+
+// readAhead reads ev's member from state, and the members of the next
+// stored events into kvAhead while the share has room for them (counted
+// in kvBytes; an event held in memory too drops its copy when it leaves).
+func (p *processor) readAhead(t *engine.Task, ev *kvEvent) ([]byte, error) {
+	key := kvKey(p.key[:0], ev)
+	it, err := t.State.Iter(key, []byte{prefixKV + 1})
+	if err != nil {
+		return nil, fmt.Errorf("fuse: read spilled KV event: %w", err)
+	}
+	defer it.Close()
+	if !it.First() || !bytes.Equal(it.Key(), key) {
+		if err := it.Error(); err != nil {
+			return nil, fmt.Errorf("fuse: read spilled KV event: %w", err)
+		}
+		return nil, fmt.Errorf("fuse: spilled KV event at %d (seq %d) missing from state", ev.time, ev.seq)
+	}
+	m := append([]byte(nil), it.Value()...)
+	if p.kvAhead == nil {
+		p.kvAhead = make(map[uint64][]byte, kvReadAhead)
+	}
+	for n := 1; n < kvReadAhead && it.Next(); n++ {
+		k, v := it.Key(), it.Value()
+		if len(k) != 17 || p.kvBytes+int64(len(v)) > p.cfg.KVGraph.MaxKVBufferBytes {
+			break
+		}
+		p.kvAhead[binary.BigEndian.Uint64(k[9:])] = append([]byte(nil), v...)
+		p.addKVBytes(int64(len(v)))
+	}
+	if err := it.Error(); err != nil {
+		return nil, fmt.Errorf("fuse: read spilled KV event: %w", err)
+	}
+	return m, nil
 }
 
 func kvKey(dst []byte, ev *kvEvent) []byte {
@@ -273,6 +316,7 @@ func (p *processor) restoreKV(t *engine.Task) error {
 	p.s.counters.KVBuffered.Add(-int64(len(p.kvBuf)))
 	p.addKVBytes(-p.kvBytes)
 	p.kvBuf, p.kvNew, p.kvSeq = p.kvBuf[:0], p.kvNew[:0], 0
+	clear(p.kvAhead)
 	defer func() {
 		p.kvBuf.init()
 		p.s.counters.KVBuffered.Add(int64(len(p.kvBuf)))

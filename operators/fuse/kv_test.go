@@ -476,5 +476,66 @@ func TestKVBufferSpillsInOrder(t *testing.T) {
 	if n := h.stage.Counters().KVBuffered.Load(); n != 0 {
 		t.Errorf("%d events still held after the watermark passed them all", n)
 	}
+	if n := h.stage.KVCounters().KVBufferBytes.Load(); n != 0 {
+		t.Errorf("KV buffer reports %d bytes with nothing held (read-ahead accounting)", n)
+	}
+	t.Logf("%d of %d events spilled", spilled, len(ops))
+}
+
+// TestKVBufferReadAheadAcrossRestart: spilled events are read back a scan
+// at a time (members of the next ones ahead of their turn); a restart
+// between two releases drops what was read ahead and reads it again from
+// state, so the detector still sees every event once, in order: one
+// incident, nothing held or counted afterwards.
+func TestKVBufferReadAheadAcrossRestart(t *testing.T) {
+	const limit = 96 << 10
+	c := newCluster(t, 1, func(cfg *Config) { cfg.KVGraph.MaxKVBufferBytes = limit })
+	pool := kvlog.Pool{Layers: 2, Blocks: 8, BlockBytes: 1024}
+	ms := func(n int64) int64 { return base.UnixNano() + n*int64(10*time.Millisecond) } // 0–8 s
+	where := kvlog.Where{Host: "node-a", GPUUUID: "GPU-0", GPUIndex: 0}
+	ops := append(residueOps(pool, ms), cleanLifecycles(pool, ms, 200)...)
+	h := c.hs[0]
+	for i := 0; i < len(ops); i += 10 {
+		c.feed(0, inLogs, nil, kvlog.Marshal(where, ops[i:min(i+10, len(ops))]...))
+	}
+	spilled := h.stage.Counters().KVSpilled.Load()
+	if spilled == 0 {
+		t.Fatal("nothing spilled: the test shows nothing")
+	}
+	for k := 1; k <= 8; k++ {
+		at := base.Add(time.Duration(k) * 2 * time.Second)
+		var id [16]byte
+		id[0], id[1] = 0xee, byte(k)
+		c.feed(0, inSpans, nil, spansMsg(requestSpan(id, "other", at, at)))
+		if k == 3 {
+			if left := h.stage.Counters().KVBuffered.Load(); left == 0 || left == int64(len(ops)) {
+				t.Fatalf("%d of %d events held before the restart: want some released, some not", left, len(ops))
+			}
+			if err := h.Restart(); err != nil { // drops what was read ahead since the checkpoint
+				t.Fatal(err)
+			}
+		}
+		c.checkpoint(600 * time.Millisecond)
+	}
+	if early := h.stage.KVCounters().EarlyReleased.Load(); early != 0 {
+		t.Fatalf("%d events released early", early)
+	}
+	incs := c.incidents()
+	ids := map[string]bool{}
+	for _, inc := range incs {
+		ids[inc.Id] = true
+	}
+	if len(ids) != 1 || incs[len(incs)-1].Root.GetRequestId() != "r1" {
+		t.Fatalf("%d incidents, want the one residue of r1: %v", len(ids), incs)
+	}
+	if n := h.stage.Counters().KVBuffered.Load(); n != 0 {
+		t.Errorf("%d events still held", n)
+	}
+	if n := h.stage.KVCounters().KVBufferBytes.Load(); n != 0 {
+		t.Errorf("KV buffer reports %d bytes with nothing held", n)
+	}
+	if n := h.stage.KVCounters().Events.Load(); n < int64(len(ops)) {
+		t.Errorf("detector saw %d events, %d were fed", n, len(ops))
+	}
 	t.Logf("%d of %d events spilled", spilled, len(ops))
 }
