@@ -234,7 +234,7 @@ type processor struct {
 	kvBuf     minHeap[*kvEvent] // KV events waiting for the watermark
 	kvNew     []*kvEvent        // buffered since the last checkpoint
 	kvSeq     uint64
-	kvBytes   int64 // memory of kvBuf (kvEventBytes) and kvAhead, bounded by KVGraph.MaxKVBufferBytes
+	kvBytes   int64             // memory of kvBuf (kvEventBytes) and kvAhead, bounded by KVGraph.MaxKVBufferBytes
 	kvAhead   map[uint64][]byte // by seq: members read from state ahead of their turn (readAhead)
 	kvBacklog bool
 	task      *engine.Task // the task, while kv may call onIncident
