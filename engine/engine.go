@@ -585,6 +585,14 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 				fatal = err
 				return
 			}
+			if errors.Is(err, kerr.FencedInstanceID) {
+				// Another instance joined the group with this one's
+				// InstanceID and took its tasks; its producer, with the
+				// same transactional id, fences this one's. The group
+				// will not take this instance back: it is the zombie.
+				fatal = fmt.Errorf("another member joined group %s with instance id %s: %w", e.cfg.Group, e.cfg.InstanceID, err)
+				return
+			}
 			e.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
 		})
 		if fatal != nil {
@@ -763,6 +771,12 @@ func (e *Engine) checkpoint(begin bool, step int) error {
 	}
 	if endErr != nil {
 		e.log.Warn("end transaction", "err", endErr)
+	}
+	if errors.Is(endErr, kerr.ProducerFenced) {
+		// A newer producer with this transactional id (a restarted or
+		// duplicate instance) aborted the transaction; this producer can
+		// never begin another.
+		return fmt.Errorf("engine: fenced by another instance with transactional id %s: %w", e.cfg.TransactionalID, endErr)
 	}
 	if begin {
 		err := e.sess.Begin()
