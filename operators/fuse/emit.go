@@ -388,8 +388,6 @@ func (p *processor) appendDerived(b []byte, tr *trace) ([]byte, int, error) {
 	if ids, ok := p.cfg.RequestIDs.(*semconv.RequestIDs); ok {
 		d.IDs = ids
 	}
-	// A revision's members were counted by the first emission.
-	d.Quiet = tr.revision > 0
 	for i := range p.emitter.members {
 		m := &p.emitter.members[i]
 		switch m.kind {

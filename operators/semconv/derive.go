@@ -8,7 +8,6 @@ import (
 	"math/bits"
 	"slices"
 	"strings"
-	"sync/atomic"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -32,39 +31,6 @@ const (
 	ReasonLayerOutOfRange  = "layer_out_of_range"
 	ReasonLayerMismatch    = "layer_mismatch"
 )
-
-// CounterSet counts, process-wide, what Derivers saw. Safe for concurrent
-// use.
-type CounterSet struct {
-	Spans                 atomic.Int64
-	LayerSpans            atomic.Int64
-	Logs                  atomic.Int64
-	LogsWithRequestID     atomic.Int64
-	LogsWithSchemaVersion atomic.Int64
-	LogsWithValidHint     atomic.Int64
-	LogsWithInvalidHint   atomic.Int64
-	Anchors               atomic.Int64
-	InvalidAnchors        atomic.Int64
-}
-
-// Counters are the process-wide coverage and compliance counters, for the
-// admin endpoint. A Deriver adds to them unless its Quiet field is set.
-var Counters CounterSet
-
-// Snapshot returns the counters by name (snake_case), for export.
-func (c *CounterSet) Snapshot() map[string]int64 {
-	return map[string]int64{
-		"spans":                    c.Spans.Load(),
-		"layer_spans":              c.LayerSpans.Load(),
-		"logs":                     c.Logs.Load(),
-		"logs_with_request_id":     c.LogsWithRequestID.Load(),
-		"logs_with_schema_version": c.LogsWithSchemaVersion.Load(),
-		"logs_with_valid_hint":     c.LogsWithValidHint.Load(),
-		"logs_with_invalid_hint":   c.LogsWithInvalidHint.Load(),
-		"anchors":                  c.Anchors.Load(),
-		"invalid_anchors":          c.InvalidAnchors.Load(),
-	}
-}
 
 // ParseContextHint parses an llm_context_hint value "key=value;key=value".
 // Keys match [a-z_][a-z0-9_.]*, values are non-empty (they may hold '='
@@ -263,9 +229,6 @@ const ridLinear = 16
 type Deriver struct {
 	// IDs extracts request ids; nil means DefaultRequestIDs().
 	IDs *RequestIDs
-	// Quiet keeps the Deriver from adding to the global Counters (set it
-	// when deriving members that were already counted, e.g. a revision).
-	Quiet bool
 
 	spans      []spanRec
 	logs       []logRec
@@ -292,8 +255,6 @@ type Deriver struct {
 
 	computed bool
 	invalid  int
-	// anchors and invalid anchors already added to Counters
-	countedAnchors, countedInvalid int
 }
 
 type keyDur struct{ key, dur int64 }
@@ -330,7 +291,7 @@ func (d *Deriver) keep(b []byte) bref {
 	return bref{uint32(off), uint32(len(b))}
 }
 
-// Reset forgets every member, keeping the memory, IDs and Quiet.
+// Reset forgets every member, keeping the memory and IDs.
 func (d *Deriver) Reset() {
 	d.spans = d.spans[:0]
 	d.logs = d.logs[:0]
@@ -343,7 +304,6 @@ func (d *Deriver) Reset() {
 	d.verdicts = d.verdicts[:0]
 	d.tenant, d.tenantRank = bref{}, 0
 	d.computed, d.invalid = false, 0
-	d.countedAnchors, d.countedInvalid = 0, 0
 }
 
 // internRID returns the index in rids of the id in buf[start:], which it
@@ -460,12 +420,6 @@ func (d *Deriver) AddSpan(span, resource []byte) {
 	r.op = d.keep(strs.op)
 	r.provider = d.keep(strs.provider)
 	d.spans = append(d.spans, r)
-	if !d.Quiet {
-		Counters.Spans.Add(1)
-		if r.kind == kindLayer {
-			Counters.LayerSpans.Add(1)
-		}
-	}
 }
 
 func (d *Deriver) resourceLayerCount(resource []byte) {
@@ -683,21 +637,6 @@ func (d *Deriver) AddLog(log, resource []byte) {
 		}
 	}
 	d.logs = append(d.logs, l)
-	if !d.Quiet {
-		Counters.Logs.Add(1)
-		if l.hasRID {
-			Counters.LogsWithRequestID.Add(1)
-		}
-		if l.schema.n != 0 {
-			Counters.LogsWithSchemaVersion.Add(1)
-		}
-		switch l.hint {
-		case 1:
-			Counters.LogsWithValidHint.Add(1)
-		case 2:
-			Counters.LogsWithInvalidHint.Add(1)
-		}
-	}
 }
 
 // appendHintPairs parses a context hint as ParseContextHint does, keeping
@@ -1157,12 +1096,6 @@ func (d *Deriver) Derived() *braidpb.Derived {
 	d.appendVerdicts(out)
 
 	d.computed, d.invalid = true, invalid
-	if !d.Quiet {
-		// Counters hold the anchors of each Deriver's latest derivation.
-		Counters.Anchors.Add(int64(len(out.Anchors) - d.countedAnchors))
-		Counters.InvalidAnchors.Add(int64(invalid - d.countedInvalid))
-		d.countedAnchors, d.countedInvalid = len(out.Anchors), invalid
-	}
 	return out
 }
 

@@ -54,7 +54,6 @@ func vllmRequest(t testing.TB) []member {
 
 func TestDerivedFromAttributes(t *testing.T) {
 	var d Deriver
-	d.Quiet = true
 	add(&d, vllmRequest(t))
 	got := d.Derived()
 	want := &braidpb.Derived{
@@ -119,7 +118,6 @@ func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
 
 func TestDerivedFromSpans(t *testing.T) {
 	var d Deriver
-	d.Quiet = true
 	add(&d, detailedRequest(t))
 	got := d.Derived()
 	hit := (0.5 + 8*0.25) / 9
@@ -183,7 +181,6 @@ func protoText(m proto.Message) string {
 func TestDerivedOrderIndependent(t *testing.T) {
 	members := append(detailedRequest(t), vllmRequest(t)...)
 	var d Deriver
-	d.Quiet = true
 	add(&d, members)
 	want := d.Derived()
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -232,7 +229,6 @@ func TestAnchors(t *testing.T) {
 	}
 	for _, c := range cases {
 		var d Deriver
-		d.Quiet = true
 		d.AddSpan(root, res)
 		d.AddSpan(c.span, res)
 		got := d.Derived()
@@ -255,7 +251,6 @@ func TestAnchors(t *testing.T) {
 
 func TestAnchorsWithoutRequest(t *testing.T) {
 	var d Deriver
-	d.Quiet = true
 	d.AddSpan(span(t, "llm.decode.layer.0", t0, t0+ms, []*commonpb.KeyValue{i64("layer_id", 0)}, child), nil)
 	a := d.Derived().Anchors[0]
 	if a.Valid || a.Reason != ReasonUnknownRequestID+","+ReasonNoRequestWindow || a.RequestId != "" {
@@ -293,7 +288,6 @@ func TestParseContextHint(t *testing.T) {
 
 func TestHintsAndSchema(t *testing.T) {
 	var d Deriver
-	d.Quiet = true
 	d.AddLog(logRecord(t, t0+2, "", str("llm_context_hint", "k=new")), nil)
 	d.AddLog(logRecord(t, t0+1, "", str("llm_context_hint", "k=old;j=1"), str("log_schema_version", "1")), nil)
 	d.AddLog(logRecord(t, t0+3, "", i64("llm_context_hint", 5)), nil)
@@ -309,49 +303,8 @@ func TestHintsAndSchema(t *testing.T) {
 	}
 }
 
-func TestCounters(t *testing.T) {
-	before := Counters.Snapshot()
-	var d Deriver
-	add(&d, detailedRequest(t))
-	d.AddSpan(span(t, "llm.decode.layer.0", t0, t0+ms, nil, child), nil) // one invalid anchor
-	d.Derived()
-	d.Derived() // anchors counted once
-	after := Counters.Snapshot()
-	wantDelta := map[string]int64{
-		"spans": 12, "layer_spans": 9, "logs": 4, "logs_with_request_id": 2, "logs_with_schema_version": 3,
-		"logs_with_valid_hint": 2, "logs_with_invalid_hint": 1, "anchors": 9, "invalid_anchors": 1,
-	}
-	for k, v := range wantDelta {
-		if got := after[k] - before[k]; got != v {
-			t.Errorf("counter %s += %d, want %d", k, got, v)
-		}
-	}
-	if len(after) != len(wantDelta) {
-		t.Errorf("Snapshot has %d counters, test knows %d", len(after), len(wantDelta))
-	}
-	// A late layer span: the next derivation adds only its anchor.
-	d.AddSpan(span(t, "llm.decode.layer.1", t0+400*ms, t0+401*ms, []*commonpb.KeyValue{i64("layer_id", 1)}, child), nil)
-	d.Derived()
-	late := Counters.Snapshot()
-	if got := late["anchors"] - after["anchors"]; got != 1 {
-		t.Errorf("late anchors += %d, want 1", got)
-	}
-	if got := late["invalid_anchors"] - after["invalid_anchors"]; got != 0 {
-		t.Errorf("late invalid anchors += %d, want 0", got)
-	}
-	after = late
-	// Quiet derivers count nothing.
-	d2 := Deriver{Quiet: true}
-	add(&d2, detailedRequest(t))
-	d2.Derived()
-	if got := Counters.Snapshot(); got["spans"] != after["spans"] || got["anchors"] != after["anchors"] {
-		t.Error("a Quiet Deriver counted")
-	}
-}
-
 func TestDeriverMalformed(t *testing.T) {
 	var d Deriver
-	d.Quiet = true
 	full := detailedRequest(t)
 	for _, m := range full {
 		b := m.span
@@ -379,7 +332,6 @@ func TestLayerCountFromReusedResourceBuffer(t *testing.T) {
 	}
 	buf := slices.Clone(r1)
 	var d Deriver
-	d.Quiet = true
 	s := span(t, "llm_request", t0, t0+ms, nil)
 	d.AddSpan(s, buf)
 	copy(buf, r2)

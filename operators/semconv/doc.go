@@ -184,11 +184,5 @@
 //     evals.*, NeMo Guardrails rail.*, braid.verdict.*), and the tenant
 //     (tenant.id, tenant_id, tenant; else a hint's tenant). The convention
 //     is in verdict.go: VerdictKind, VerdictDecision.
-//
-// Counters adds the same figures up process-wide (plus spans, layer spans,
-// anchors and invalid anchors) for the admin endpoint; see CounterSet.
-// Spans and logs count when added; anchors hold each Deriver's latest
-// derivation (a re-derivation after late members adds only the
-// difference). A Deriver with Quiet set counts nothing: use it to
-// re-derive members already counted.
+
 package semconv

@@ -46,7 +46,6 @@ func FuzzWire(f *testing.F) {
 			t.Fatal("FromSpan: empty id")
 		}
 		var d Deriver
-		d.Quiet = true
 		d.AddSpan(b, b)
 		d.AddLog(b, b)
 		d.Derived()

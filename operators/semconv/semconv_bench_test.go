@@ -56,7 +56,7 @@ func BenchmarkFromSpan(b *testing.B) {
 // logs, then Derived.
 func BenchmarkDeriver(b *testing.B) {
 	members := append(detailedRequest(b), vllmRequest(b)...)
-	d := Deriver{Quiet: true}
+	d := Deriver{}
 	b.ReportAllocs()
 	for b.Loop() {
 		d.Reset()
@@ -68,7 +68,7 @@ func BenchmarkDeriver(b *testing.B) {
 
 func BenchmarkDeriverAdd(b *testing.B) {
 	members := append(detailedRequest(b), vllmRequest(b)...)
-	d := Deriver{Quiet: true}
+	d := Deriver{}
 	b.ReportAllocs()
 	for b.Loop() {
 		d.Reset()
