@@ -285,6 +285,11 @@ func TestKVFaults(t *testing.T) {
 		{WrongStride, []string{"oob_layer", "foreign_slot"}, []string{"mixed_write"}},
 		{KVBaseSwap, []string{"oob_layer", "unwritten_read"}, []string{"mixed_write", "foreign_slot"}},
 	}
+	// A victim is a request that reads the foreign bytes (KV.md); a fault
+	// whose bytes nobody reads before they are rewritten or freed has
+	// none, so victims (direct, or through a block the bytes went on in)
+	// are required of each trigger under some seed, not under every one.
+	withVictims := map[KVTrigger]int{}
 	for seed := int64(1); seed <= 3; seed++ {
 		reqs := kvLoad(seed, 2, 4*time.Minute, time.Second)
 		for _, tc := range cases {
@@ -302,8 +307,11 @@ func TestKVFaults(t *testing.T) {
 					t.Fatalf("faults %+v, summary %+v", truth.Faults, truth.Summary)
 				}
 				f := truth.Faults[0]
-				if f.Trigger != tc.trig || f.Pattern != tc.trig.Pattern() || f.GPU != kvGPUs(1)[0].UUID || len(f.Victims) == 0 || f.SourceRequest == "" {
+				if f.Trigger != tc.trig || f.Pattern != tc.trig.Pattern() || f.GPU != kvGPUs(1)[0].UUID || f.SourceRequest == "" {
 					t.Fatalf("fault %+v", f)
+				}
+				if len(f.Victims)+len(f.Propagated) > 0 {
+					withVictims[tc.trig]++
 				}
 				rules := c.rules()
 				for _, r := range tc.intended {
@@ -347,6 +355,11 @@ func TestKVFaults(t *testing.T) {
 				}
 				t.Logf("fault %+v; rules %v; polluted %d (%d propagated)", f, rules, truth.Summary.Polluted, truth.Summary.Propagated)
 			})
+		}
+	}
+	for _, tc := range cases {
+		if withVictims[tc.trig] == 0 {
+			t.Errorf("%s: no victim under any seed", tc.trig)
 		}
 	}
 }

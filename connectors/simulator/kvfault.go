@@ -103,8 +103,9 @@ func (k *KV) newHex(n int) string {
 // stray emits w's write of [addr, addr+bytes) for layer l on behalf of its
 // block b, a write that lands where f sends it. Every live owner of a block
 // slot it touches (other than w's own (l, b)) holds content it did not
-// write; a cached block touched is tainted for its future readers. A write
-// past the pool's end is what compute-sanitizer reports.
+// write, and is polluted when it reads it; a cached block touched is
+// tainted for its future readers. A write past the pool's end is what
+// compute-sanitizer reports.
 func (k *KV) stray(p *kvsPool, w *kvsReq, b, l int, addr, bytes int64, hash string, f *kvsFault) {
 	k.rangeOp(p, w, OpWrite, b, l, addr, bytes, hash)
 	end := int64(k.cfg.Layers) * k.layerSize
@@ -116,14 +117,16 @@ func (k *KV) stray(p *kvsPool, w *kvsReq, b, l int, addr, bytes int64, hash stri
 		}
 		tl, tb := int(off/k.layerSize), int(off%k.layerSize/bb)
 		blk := &p.blocks[tb]
+		var victims []*kvsReq
 		for _, o := range blk.owners {
 			if o != w || tl != l || tb != b {
-				k.pollute(p, o, f, "direct", "", o.index(tb))
+				victims = append(victims, o)
 				if blk.taint == nil {
 					blk.taint, blk.carrier = f, o.RequestID
 				}
 			}
 		}
+		blk.mark(tl, off, min(addr+bytes, (off/bb+1)*bb), f, victims)
 		if len(blk.owners) == 0 && blk.cached && blk.taint == nil {
 			blk.taint, blk.carrier = f, w.RequestID
 		}

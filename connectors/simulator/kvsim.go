@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand"
+	"slices"
 	"sort"
 	"time"
 )
@@ -57,6 +58,10 @@ type kvsReq struct {
 
 	polluted *KVPolluted
 	pollIdx  int // first block index whose KV is polluted
+	// hostMarks are the marks foreign to r that its blocks held when it
+	// was swapped out: the bytes go to host memory and come back with the
+	// swap-in, foreign still.
+	hostMarks []kvsHostMark
 
 	// Fault plumbing.
 	cancel    *kvsFault // CancelRetry: cancel in the middle of prefill
@@ -89,6 +94,27 @@ type kvsBlock struct {
 	carrier string    // request whose polluted state tainted it
 	fault   *kvsFault // a fault that gave it a second owner
 	inFree  int       // entries in the free stack
+	marks   []kvsMark // bytes written where they did not belong, until overwritten
+}
+
+// kvsMark is a byte range of one layer of a block slot that a faulty write
+// put there (a second owner's write, a stray write). The requests it was
+// foreign to — the slot's live owners then, and the writer when it landed
+// outside the range it was for — are polluted when they read it, not
+// before: holding a block is not reading what was written into it.
+type kvsMark struct {
+	layer   int   // -1: every layer
+	lo, hi  int64 // pool offsets; lo -1: the whole slot
+	fault   *kvsFault
+	victims []*kvsReq
+}
+
+// kvsHostMark is a kvsMark of r's block i carried through a swap, its
+// range relative to the layer's slot (lo -1: the whole slot).
+type kvsHostMark struct {
+	i, layer int
+	lo, hi   int64
+	fault    *kvsFault
 }
 
 type kvsPool struct {
@@ -377,6 +403,46 @@ func (k *KV) rangeOp(p *kvsPool, r *kvsReq, op string, b, l int, addr, bytes int
 	k.emit(p, KVEvent{Op: op, Block: b, Hash: hash, RefCnt: -1, Layer: l, Addr: addr, Bytes: bytes,
 		LayerBase: int64(l) * k.layerSize, LayerSize: k.layerSize,
 		RequestID: r.RequestID, TraceID: r.TraceID, SpanID: r.SpanID})
+	switch op {
+	case OpWrite:
+		k.eachSlot(addr, bytes, func(tl, tb int, lo, hi int64) { p.blocks[tb].unmark(tl, lo, hi) })
+	case OpRead:
+		k.eachSlot(addr, bytes, func(tl, tb int, lo, hi int64) {
+			for _, m := range p.blocks[tb].marks {
+				if (m.layer < 0 || m.layer == tl) && (m.lo < 0 || m.lo < hi && lo < m.hi) && slices.Contains(m.victims, r) {
+					k.pollute(p, r, m.fault, "direct", "", r.index(tb))
+				}
+			}
+		})
+	}
+}
+
+// eachSlot calls fn for every block slot in the pool that [addr,
+// addr+bytes) touches, with the part of the range inside it.
+func (k *KV) eachSlot(addr, bytes int64, fn func(l, b int, lo, hi int64)) {
+	end, bb := int64(k.cfg.Layers)*k.layerSize, k.cfg.BlockBytes
+	for off := addr; off < addr+bytes && off < end; off = (off/bb + 1) * bb {
+		if off < 0 {
+			continue
+		}
+		fn(int(off/k.layerSize), int(off%k.layerSize/bb), off, min(addr+bytes, (off/bb+1)*bb))
+	}
+}
+
+// mark records that [lo, hi) of layer l (-1 every layer, lo -1 the whole
+// slot) of blk now holds bytes foreign to victims.
+func (blk *kvsBlock) mark(l int, lo, hi int64, f *kvsFault, victims []*kvsReq) {
+	if len(victims) > 0 {
+		blk.marks = append(blk.marks, kvsMark{layer: l, lo: lo, hi: hi, fault: f, victims: victims})
+	}
+}
+
+// unmark drops the marks a write of [lo, hi) in layer l covers whole (a
+// partly covered mark stays: some of its bytes remain).
+func (blk *kvsBlock) unmark(l int, lo, hi int64) {
+	blk.marks = slices.DeleteFunc(blk.marks, func(m kvsMark) bool {
+		return m.layer == l && m.lo >= 0 && lo <= m.lo && m.hi <= hi
+	})
 }
 
 func (k *KV) slot(l, b int) int64 { return int64(l)*k.layerSize + int64(b)*k.cfg.BlockBytes }
@@ -399,7 +465,7 @@ func (p *kvsPool) removeOwner(b int, r *kvsReq) {
 		}
 	}
 	if len(blk.owners) == 0 {
-		blk.fault = nil
+		blk.fault, blk.marks = nil, blk.marks[:0] // no one left to read them
 	}
 }
 
@@ -543,7 +609,7 @@ func (k *KV) writeLayers(r *kvsReq, from, to, l0, l1 int) {
 				continue
 			}
 			k.rangeOp(p, r, OpWrite, b, l, addr, bytes, h)
-			k.wrote(p, r, b, i)
+			k.wrote(p, r, b, i, l, addr, addr+bytes)
 		}
 	}
 	if l1 == k.cfg.Layers {
@@ -563,18 +629,25 @@ func (k *KV) writeLayers(r *kvsReq, from, to, l0, l1 int) {
 	}
 }
 
-// wrote records that w wrote into block b: any other live owner now holds
-// content it did not write (a mixed write); a polluted writer taints it.
-func (k *KV) wrote(p *kvsPool, w *kvsReq, b, i int) {
+// wrote records that w wrote [lo, hi) of layer l into block b (l -1: the
+// whole block, a swap-in): any other live owner now holds content it did
+// not write (a mixed write), polluted when it reads it; a polluted writer
+// taints the block.
+func (k *KV) wrote(p *kvsPool, w *kvsReq, b, i, l int, lo, hi int64) {
 	blk := &p.blocks[b]
+	if l < 0 {
+		blk.marks = blk.marks[:0]
+	}
+	var victims []*kvsReq
 	for _, o := range blk.owners {
 		if o != w && blk.fault != nil {
-			k.pollute(p, o, blk.fault, "direct", "", o.index(b))
+			victims = append(victims, o)
 			if blk.taint == nil {
 				blk.taint, blk.carrier = blk.fault, o.RequestID
 			}
 		}
 	}
+	blk.mark(l, lo, hi, blk.fault, victims)
 	if w.polluted != nil && i >= w.pollIdx && blk.taint == nil {
 		blk.taint, blk.carrier = k.faultOf(w), w.RequestID
 	}
@@ -778,6 +851,21 @@ func (k *KV) pause() time.Duration {
 // swapOut moves r's blocks to host memory; swapIn brings them back into
 // new blocks.
 func (k *KV) swapOut(r *kvsReq) {
+	p := k.pools[r.GPU]
+	r.hostMarks = r.hostMarks[:0]
+	for i, b := range r.blocks {
+		for _, m := range p.blocks[b].marks {
+			if !slices.Contains(m.victims, r) {
+				continue
+			}
+			hm := kvsHostMark{i: i, layer: m.layer, lo: -1, hi: -1, fault: m.fault}
+			if m.layer >= 0 && m.lo >= 0 {
+				base := k.slot(m.layer, b)
+				hm.lo, hm.hi = m.lo-base, m.hi-base
+			}
+			r.hostMarks = append(r.hostMarks, hm)
+		}
+	}
 	k.release(r, OpSwapOut)
 	r.state = kvsSwapped
 	r.epoch++
@@ -805,8 +893,20 @@ func (k *KV) swapIn(r *kvsReq) {
 		blk.owners = append(blk.owners, r)
 		r.blocks, r.hit = append(r.blocks, b), append(r.hit, false)
 		k.blockOp(p, r, OpSwapIn, b, "")
-		k.wrote(p, r, b, i)
+		k.wrote(p, r, b, i, -1, -1, -1)
+		for _, hm := range r.hostMarks {
+			if hm.i != i {
+				continue
+			}
+			lo, hi := int64(-1), int64(-1)
+			if hm.layer >= 0 && hm.lo >= 0 {
+				base := k.slot(hm.layer, b)
+				lo, hi = base+hm.lo, base+hm.hi
+			}
+			blk.mark(hm.layer, lo, hi, hm.fault, []*kvsReq{r})
+		}
 	}
+	r.hostMarks = r.hostMarks[:0]
 	r.state = kvsRunning
 	k.readAll(r)
 	k.scheduleDecode(r)

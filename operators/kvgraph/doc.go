@@ -90,20 +90,25 @@
 // held, after freeing it — when one did); (2) a write by W into block b
 // while W is not its owner (a stale write after free, preemption or a
 // radix tree pointing at freed pages) or while b has another live owner
-// that does not share it by the write's hash: every other live owner O
-// holds content it did not write and is polluted now (W → b → O); later
-// readers of those bytes too (a read of bytes written by a co-owner or a
-// non-owner is MIXED_WRITE, not residue); (3) a write inside its layer but
+// that does not share it by the write's hash: the write is the fault's
+// first evidence (an edge W → b without a victim; the incident opens
+// then), and its bytes are marked; (3) a write inside its layer but
 // outside its own block slot (when the slot size is known exactly) lands
-// in the other block: its owners, the writer included, are polluted.
+// in the other block, marked likewise. A victim is a request whose read
+// returns marked bytes it should not have seen — another owner, a later
+// owner of a block nobody cleaned, the writer itself reading a range its
+// write was not meant for — polluted then (W → b → O; a read of bytes
+// written by a co-owner or a non-owner is MIXED_WRITE, not residue). An
+// owner that frees the block, or rewrites the range, before reading it is
+// no victim: holding a block is not reading what was written into it.
 //
 // Layer out-of-bounds: a write whose range leaves [kv.layer.base,
 // kv.layer.base+kv.layer.size), or whose layer index is ≥ kv.layer.count.
 // The part outside lands in layer L' = addr / layer size (beyond the pool
 // when L' ≥ the layer count) and block slot (addr − L'·size) / blockBytes:
-// edge W → layer L' (kind LAYER_OOB), and every live owner of that slot —
-// W included when it is W's own block in another layer — is polluted
-// (W → b' → O); later readers of those bytes too.
+// edge W → layer L' (kind LAYER_OOB); a reader of those bytes — an owner
+// of that slot, W included when it is W's own block in another layer — is
+// polluted when it reads them (W → b' → O).
 //
 // Propagation: attention is causal, so a request polluted at the block in
 // position i of its block table (the blocks it holds, in the order it got

@@ -103,13 +103,13 @@ func TestMixedWriteAfterDoubleFree(t *testing.T) {
 		alloc(0, "r1", 5), fill(1, "r1", 5, 0), free(2, "r1", 5), free(3, "r1", 5), // double free
 		zero(4, 5), alloc(5, "r2", 5), alloc(6, "r3", 5), // handed out twice
 		pool.Write(at(7), "r2", 5, 0, 0, 512), pool.Write(at(8), "r3", 5, 0, 256, 512), // r3 overwrites r2's bytes
-		pool.Read(at(9), "r2", 5, 0, 0, 512),
+		pool.Read(at(9), "r2", 5, 0, 0, 512), pool.Read(at(10), "r3", 5, 0, 0, 512),
 	)...)
 	inc := h.only()
 	if inc.Pattern != braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE || inc.Root.RequestId != "r1" || inc.Root.TimeUnixNano != uint64(at(3)) {
 		t.Fatalf("root %v", inc.Root)
 	}
-	// Both owners hold content the other wrote.
+	// Both owners read content the other wrote.
 	if got := polluted(inc); !slices.Equal(got, []string{"r2", "r3"}) {
 		t.Fatalf("polluted %v", got)
 	}
@@ -126,6 +126,7 @@ func TestStaleWriteIntoAnotherRequestsBlock(t *testing.T) {
 		alloc(0, "r1", 7), fill(1, "r1", 7, 0), free(2, "r1", 7), // preempted
 		alloc(3, "r2", 7), fill(4, "r2", 7, 0),
 		pool.Write(at(5), "r1", 7, 1, 0, 1024), // async offload of r1 still writing
+		pool.Read(at(6), "r2", 7, 1, 0, 1024),
 	)...)
 	inc := h.only()
 	if inc.Root.RequestId != "r1" || inc.Pattern != braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE {
@@ -297,12 +298,13 @@ func TestBlocksExpire(t *testing.T) {
 func TestWriteIntoAnotherSlotOfTheLayer(t *testing.T) {
 	h := newHarness(t, nil)
 	// r1 owns blocks 2 and 4; its write for block 2 lands in block 4's
-	// slot (a wrong stride inside the layer): r1's block 4 and r2, which
-	// shares nothing, are untouched; r1 itself holds bytes that are not
-	// block 4's.
+	// slot (a wrong stride inside the layer): r2, which shares nothing,
+	// is untouched; r1 itself, reading its block 4, reads bytes that are
+	// not block 4's.
 	bad := pool.Write(at(3), "r1", 2, 1, 0, 1024)
 	bad.Addr = pool.Addr(1, 4)
-	h.feed(gpu0, seq(alloc(0, "r0", 9), fill(1, "r0", 9, 0), alloc(2, "r1", 2), alloc(2, "r1", 4), alloc(2, "r2", 5), fill(2, "r2", 5, 0), bad)...)
+	h.feed(gpu0, seq(alloc(0, "r0", 9), fill(1, "r0", 9, 0), alloc(2, "r1", 2), alloc(2, "r1", 4), alloc(2, "r2", 5), fill(2, "r2", 5, 0), bad,
+		pool.Read(at(4), "r1", 4, 1, 0, 1024), readAll(5, "r2", 5))...)
 	inc := h.only()
 	if got := polluted(inc); !slices.Equal(got, []string{"r1"}) || inc.Pattern != braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE {
 		t.Fatalf("polluted %v pattern %v", got, inc.Pattern)

@@ -172,3 +172,52 @@ func TestEvidenceOnlyOfTheIncidentsGPUAndKind(t *testing.T) {
 		t.Fatalf("unrelated lines %d, want 3 (Xid 63, racecheck, an unplaceable Xid 43)", n)
 	}
 }
+
+// A victim is a request whose read returned content it should not have
+// seen. A block handed out twice, written by both owners: the owner that
+// reads the other's bytes is a victim; the one that only writes, or reads
+// back the range it rewrote itself, is not; nor is the writer of a stray
+// write into another request's block until that owner reads it. The fault
+// is reported from the write on (an edge without a victim), victims come
+// with their reads.
+func TestVictimsAreReaders(t *testing.T) {
+	h := newHarness(t, nil)
+	h.feed(gpu0, seq(
+		alloc(0, "r1", 5), fill(1, "r1", 5, 0), free(2, "r1", 5), free(3, "r1", 5), // double free
+		zero(4, 5), alloc(5, "w", 5), alloc(6, "x", 5), // handed out twice
+		pool.Write(at(7), "w", 5, 0, 0, 512), pool.Write(at(8), "x", 5, 0, 256, 512), // x over w's [256,512)
+		pool.Read(at(9), "x", 5, 0, 256, 512), // x reads its own bytes only
+	)...)
+	inc := h.only()
+	if inc.Root.RequestId != "r1" || inc.Pattern != braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE {
+		t.Fatalf("root %v pattern %v", inc.Root, inc.Pattern)
+	}
+	if got := polluted(inc); len(got) != 0 {
+		t.Fatalf("victims %v before anyone read another's bytes", got)
+	}
+	h.feed(gpu0, pool.Read(at(10), "w", 5, 0, 0, 256)) // w's own untouched half
+	if got := polluted(h.only()); len(got) != 0 {
+		t.Fatalf("victims %v after a read of untouched bytes", got)
+	}
+	h.feed(gpu0, pool.Read(at(11), "w", 5, 0, 0, 512)) // now through x's bytes
+	if got := polluted(h.only()); !slices.Equal(got, []string{"w"}) {
+		t.Fatalf("victims %v, want the reader w", got)
+	}
+
+	// A stray write into a block whose owner then rewrites that range
+	// before reading it: nobody read foreign bytes.
+	h2 := newHarness(t, nil)
+	h2.feed(gpu0, seq(
+		alloc(0, "a", 7), fill(1, "a", 7, 0), free(2, "a", 7), // a preempted, its offload still running
+		alloc(3, "b", 7), fill(4, "b", 7, 0),
+		pool.Write(at(5), "a", 7, 1, 0, 1024), // the late offload write
+		pool.Write(at(6), "b", 7, 1, 0, 1024), readAll(7, "b", 7),
+	)...)
+	inc2 := h2.only()
+	if inc2.Root.RequestId != "a" {
+		t.Fatalf("root %v", inc2.Root)
+	}
+	if got := polluted(inc2); len(got) != 0 {
+		t.Fatalf("victims %v: b rewrote the range before it read it", got)
+	}
+}

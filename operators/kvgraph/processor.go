@@ -547,19 +547,14 @@ func (p *Processor) writeBlock(t *engine.Task, g *gpu, b *block, r *request, ev 
 	}
 }
 
-// foreign records a write by r into b that b's other owners did not
-// expect: every other live owner whose content it overwrote is polluted
-// now; the others when they read it.
+// foreign records a write by r into b that b's owners did not expect. It
+// is the fault's first evidence (an edge without a victim, the incident
+// opens now), and its bytes are marked: whoever reads them — another
+// owner, a later owner of a block nobody cleaned, or the writer itself
+// reading a range its write was not meant for — is a victim then (read).
+// An owner that never reads them is not: holding a block is not reading
+// what was written into it.
 func (p *Processor) foreign(t *engine.Task, g *gpu, b *block, r *request, ev *Event, l, lo, hi int64, kind uint8, pk braidpb.PollutionKind) {
-	var victims []string
-	for _, o := range b.owners {
-		// Every other live owner now holds content it did not write; so
-		// does the writer itself when an out-of-bounds write lands in
-		// another layer of a block it owns.
-		if o.req != r.id || kind == spanOOB || kind == spanMisplaced {
-			victims = append(victims, o.req)
-		}
-	}
 	detail := "write by " + r.id + " into block " + strconv.FormatInt(b.id, 10) + " layer " + strconv.FormatInt(l, 10)
 	if len(b.owners) == 0 {
 		detail += " after it was freed"
@@ -568,19 +563,11 @@ func (p *Processor) foreign(t *engine.Task, g *gpu, b *block, r *request, ev *Ev
 	} else {
 		detail += ", which has another live owner"
 	}
-	if pk == braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE || len(victims) > 0 {
-		base := pollution{kind: pk, src: r.id, srcAt: ev.Time, srcOrigin: ev.Origin, block: b.id, layer: l, ev: ev, lo: lo, hi: hi, detail: detail}
-		if len(victims) == 0 {
-			if inc := p.pollute(t, g, base); inc != nil && pk == braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE && l >= 0 {
-				inc.layer(l).Hits++
-			}
-		}
-		for _, v := range victims {
-			e := base
-			e.victim = v
-			if inc := p.pollute(t, g, e); inc != nil && l >= 0 && pk == braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE {
-				inc.layer(l).Hits++
-			}
+	if pk == braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE {
+		// (An out-of-bounds write has its edge already: outOfBounds.)
+		e := pollution{kind: pk, src: r.id, srcAt: ev.Time, srcOrigin: ev.Origin, block: b.id, layer: l, ev: ev, lo: lo, hi: hi, detail: detail}
+		if inc := p.pollute(t, g, e); inc != nil && l >= 0 {
+			inc.layer(l).Hits++
 		}
 	}
 	if l < 0 {
@@ -621,7 +608,10 @@ func (p *Processor) read(t *engine.Task, g *gpu, b *block, r *request, ev *Event
 			continue
 		}
 		for _, s := range ls.spans {
-			if s.kind == spanZero || s.writer == r.id || !overlaps(s, lo, hi) {
+			// A request's own writes are what it may read, except those
+			// that landed outside the range they were for.
+			own := s.writer == r.id && s.kind != spanOOB && s.kind != spanMisplaced
+			if s.kind == spanZero || own || !overlaps(s, lo, hi) {
 				continue
 			}
 			p.classify(g, b, o, s.writer, s.at, s.kind, s.taint, ls.layer, s.origin)

@@ -26,7 +26,7 @@ func story() []msg {
 		{gpu0, seq(alloc(20, "r2", 2), fill(21, "r2", 2, 0xcafe), allocHit(22, "r3", 2, 0xcafe))},
 		{gpu0, seq(readAll(23, "r3", 2))},
 		{gpu1, seq(alloc(300, "d1", 5), fill(301, "d1", 5, 0), free(302, "d1", 5), free(303, "d1", 5), zero(304, 5), alloc(305, "d2", 5), alloc(306, "d3", 5))},
-		{gpu1, seq(pool.Write(at(307), "d2", 5, 0, 0, 512), pool.Write(at(308), "d3", 5, 0, 256, 512), pool.Read(at(309), "d2", 5, 0, 0, 512))},
+		{gpu1, seq(pool.Write(at(307), "d2", 5, 0, 0, 512), pool.Write(at(308), "d3", 5, 0, 256, 512), pool.Read(at(309), "d2", 5, 0, 0, 512), pool.Read(at(310), "d3", 5, 0, 0, 512))},
 		{gpu0, seq(alloc(400, "o1", 9), fill(401, "o1", 9, 0), alloc(402, "o2", 3), fill(403, "o2", 3, 0), oob)},
 		{gpu0, seq(pool.Read(at(406), "o2", 3, 2, 0, 1024))},
 		{kvlog.Where{Host: "node-a", GPUIndex: -1}, []kvlog.Op{{Time: at(500), Body: "NVRM: Xid (PCI:0000:3b:00): 13, pid=7"}}},
