@@ -221,3 +221,43 @@ func TestVictimsAreReaders(t *testing.T) {
 		t.Fatalf("victims %v: b rewrote the range before it read it", got)
 	}
 }
+
+// A K/V base mix-up: the writes meant for layer 1 of a fresh block land in
+// the same block's slot of layer 2, and the request then writes layer 2
+// itself (over them). Layer 2 holds what the request wrote there; layer 1
+// holds nothing it wrote, so its read of layer 1 returns content it should
+// not have seen: it is its own victim, from that read (not before), with
+// the out-of-bounds write as the root. A request whose misdirected bytes it
+// writes again properly before reading them is no victim.
+func TestMisdirectedLayerReadBack(t *testing.T) {
+	for _, rewrite := range []bool{false, true} {
+		h := newHarness(t, nil)
+		bad := pool.Write(at(2), "r1", 5, 1, 0, 1024)
+		bad.Addr = pool.Addr(2, 5) // layer 1's bytes, in layer 2's slot
+		ops := []any{alloc(0, "r1", 5), pool.Write(at(1), "r1", 5, 0, 0, 1024), bad, pool.Write(at(3), "r1", 5, 2, 0, 1024)}
+		if rewrite {
+			ops = append(ops, pool.Write(at(4), "r1", 5, 1, 0, 1024))
+		}
+		h.feed(gpu0, seq(ops...)...)
+		inc := h.only()
+		if inc.Pattern != braidpb.PollutionKind_POLLUTION_KIND_LAYER_OOB || inc.Root.RequestId != "r1" {
+			t.Fatalf("rewrite=%v: pattern %v root %v", rewrite, inc.Pattern, inc.Root)
+		}
+		if got := polluted(inc); len(got) != 0 {
+			t.Fatalf("rewrite=%v: victims %v before any read", rewrite, got)
+		}
+		h.feed(gpu0, pool.Read(at(5), "r1", 5, 2, 0, 1024)) // its own layer 2
+		if got := polluted(h.only()); len(got) != 0 {
+			t.Fatalf("rewrite=%v: victims %v after a read of the layer it wrote", rewrite, got)
+		}
+		h.feed(gpu0, pool.Read(at(6), "r1", 5, 1, 0, 1024))
+		got := polluted(h.only())
+		if want := []string{"r1"}; rewrite {
+			if len(got) != 0 {
+				t.Fatalf("rewrite: victims %v, the range was written again before the read", got)
+			}
+		} else if !slices.Equal(got, want) {
+			t.Fatalf("victims %v, want %v (layer 1 was never written where it belongs)", got, want)
+		}
+	}
+}

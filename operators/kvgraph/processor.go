@@ -526,6 +526,19 @@ func (p *Processor) outOfBounds(t *engine.Task, g *gpu, r *request, ev *Event, l
 	}
 	b := p.blockAt(g, slot, ev.Time)
 	p.foreign(t, g, b, r, ev, l, lo, hi, spanOOB, braidpb.PollutionKind_POLLUTION_KIND_LAYER_OOB)
+	if slot == ev.Block && ev.Layer >= 0 && l != ev.Layer && b.owner(r.id) != nil {
+		// The write for layer ev.Layer of r's block landed in the same
+		// block's slot of layer l (a K/V base or layer mix-up): those
+		// bytes are missing from ev.Layer, and r reading that range there
+		// reads what it did not write — a victim then, unless it writes
+		// the range itself first.
+		if lb, lsz, ok := layerRange(g, ev, ev.Layer); ok && lsz > 0 {
+			shift := l*lsz - lb
+			if mlo, mhi := lo-shift, hi-shift; mlo >= lb && mhi <= lb+lsz {
+				b.layer(ev.Layer, true).overwrite(span{lo: mlo, hi: mhi, writer: r.id, at: ev.Time, kind: spanOOB, origin: ev.Origin})
+			}
+		}
+	}
 }
 
 // writeBlock records r's write of [lo, hi) of layer l into b.

@@ -2,6 +2,7 @@ package job
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -134,6 +135,16 @@ func TestIntegrationPollutedTracesTaggedInABacklog(t *testing.T) {
 		n, len(victims), tags, late, len(holds), len(fused.recs))
 	if n < len(victims) {
 		t.Errorf("%d of %d polluted requests' traces lack FLAG_POLLUTED or the incident id: %s", len(victims)-n, len(victims), strings.Join(missing, ", "))
+		for _, r := range incidents.recs {
+			var inc braidpb.Incident
+			if err := proto.Unmarshal(r.Value, &inc); err == nil {
+				var ps []string
+				for _, p := range inc.Polluted {
+					ps = append(ps, fmt.Sprintf("%s/%x", p.RequestId, p.TraceId))
+				}
+				t.Logf("incident %s rev %d %v root %s: polluted %v", inc.Id, inc.Revision, inc.Pattern, inc.GetRoot().GetRequestId(), ps)
+			}
+		}
 	}
 	if late != 0 {
 		t.Errorf("%d incident tags came after their trace was emitted and were dropped", late)
