@@ -237,8 +237,6 @@ type processor struct {
 	kvBytes   int64             // memory of kvBuf (kvEventBytes) and kvAhead, bounded by KVGraph.MaxKVBufferBytes
 	kvAhead   map[uint64][]byte // by seq: members read from state ahead of their turn (readAhead)
 	kvBacklog bool
-	task      *engine.Task // the task, while kv may call onIncident
-	kvErr     error        // an error of onIncident, returned after the kv call
 
 	// resolve stage
 	requests     map[string]*request
@@ -280,14 +278,6 @@ func newProcessor(s *Stage, p int32) *processor {
 		pr.sampler = s.cfg.Sampling.NewProcessor()
 	}
 	return pr
-}
-
-// kvError returns err, or the error onIncident met during the kv call.
-func (p *processor) kvError(err error) error {
-	if err == nil {
-		err, p.kvErr = p.kvErr, nil
-	}
-	return err
 }
 
 // Input indexes of the internal topics (after the sources).
@@ -648,7 +638,7 @@ func (p *processor) OnWatermark(t *engine.Task, wm int64) error {
 	if len(p.kvBuf) > 0 && p.kvBuf[0].time <= wm {
 		kvWM = p.kvBuf[0].time - 1
 	}
-	if err := p.kvError(p.kv.OnWatermark(t, kvWM)); err != nil {
+	if err := p.kv.OnWatermark(t, kvWM); err != nil {
 		return err
 	}
 	if err := p.fireTimers(t, wm); err != nil {

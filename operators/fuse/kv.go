@@ -352,8 +352,8 @@ func (a *kvEvent) before(b *kvEvent) bool {
 // not given before: kvgraph hands each over once), each at the event time
 // it was polluted (within its request, so the trace is
 // revised, not reopened). It runs inside p.kv's calls, on the task's
-// goroutine; an error is returned after the call (kvError).
-func (p *processor) onIncident(t *engine.Task, inc *braidpb.Incident) {
+// goroutine, which return its error.
+func (p *processor) onIncident(t *engine.Task, inc *braidpb.Incident) error {
 	p.observeIncident(t, inc)
 	for _, v := range inc.Polluted {
 		if len(v.TraceId) != 16 {
@@ -370,12 +370,13 @@ func (p *processor) onIncident(t *engine.Task, inc *braidpb.Incident) {
 		p.s.counters.IncidentTags.Add(1)
 		if q == p.partition {
 			if err := p.add(t, tr, w.buf); err != nil {
-				p.kvErr = err
+				return err
 			}
 			continue
 		}
 		t.Emit(&kgo.Record{Topic: p.cfg.RepartitionTopic, Partition: q, Key: append([]byte(nil), p.key...), Value: w.buf})
 	}
+	return nil
 }
 
 // incidentContext is the resources stage's context of a pollution

@@ -89,9 +89,10 @@ type Config struct {
 	// names polluted requests not given before: inc.Polluted holds only
 	// those (fuse tags the FusedTrace records of its polluted requests,
 	// each once), inc.Revision is the revision written (0 for a new
-	// incident). Called on the task's goroutine; inc must not be retained
-	// or modified.
-	OnIncident func(t *engine.Task, inc *braidpb.Incident)
+	// incident). Called on the task's goroutine, inside Add or
+	// OnWatermark, which return its error; inc must not be retained or
+	// modified.
+	OnIncident func(t *engine.Task, inc *braidpb.Incident) error
 	// Context, when set, returns the resource series in force on a GPU
 	// (host, gpu id — its uuid, else host/gpuN —, index or -1, and the
 	// server instance whose KV events it carried) over [start, end], for

@@ -51,7 +51,9 @@ func (p *Processor) emitIncident(t *engine.Task, inc *incident, wm int64) {
 		// written (revision 0: the incident is new).
 		all := pb.Polluted
 		pb.Polluted = all[inc.notified:]
-		p.cfg.OnIncident(t, pb)
+		if err := p.cfg.OnIncident(t, pb); err != nil && p.err == nil {
+			p.err = err // returned by the Add or OnWatermark that emitted it
+		}
 		pb.Polluted = all
 		inc.notified = len(all)
 	}

@@ -1,10 +1,13 @@
 package kvgraph
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/braidlabs/braid/engine"
 	"github.com/braidlabs/braid/operators/braidpb"
@@ -237,13 +240,14 @@ func TestIncidentRevisionsAndClose(t *testing.T) {
 	var calls []string
 	var traces int
 	h := newHarness(t, func(c *Config) {
-		c.OnIncident = func(_ *engine.Task, inc *braidpb.Incident) {
+		c.OnIncident = func(_ *engine.Task, inc *braidpb.Incident) error {
 			calls = append(calls, fmt.Sprintf("%s/%d", inc.Id, inc.Revision))
 			for _, v := range inc.Polluted {
 				if len(v.TraceId) == 16 {
 					traces++
 				}
 			}
+			return nil
 		}
 	})
 	r2 := alloc(3, "r2", 1)
@@ -392,5 +396,26 @@ func TestTwoFaultsInOneLayer(t *testing.T) {
 	}
 	if len(roots) != 2 || !slices.Equal(roots["r1"], []string{"r2"}) || !slices.Equal(roots["r5"], []string{"r6"}) {
 		t.Fatalf("incidents by root: %v", roots)
+	}
+}
+
+// An error of OnIncident (the stage behind it could not take the tags)
+// fails the call that emitted the incident: the task stops and goes back
+// to its checkpoint rather than losing the tags.
+func TestOnIncidentErrorFailsTheTask(t *testing.T) {
+	boom := errors.New("cannot tag")
+	var calls int
+	h := newHarness(t, func(c *Config) {
+		c.OnIncident = func(*engine.Task, *braidpb.Incident) error { calls++; return boom }
+	})
+	err := h.Process(0, &kgo.Record{Value: kvlog.Marshal(gpu0, seq(alloc(0, "r1", 5), fill(1, "r1", 5, 0), free(2, "r1", 5), alloc(3, "r2", 5), readAll(4, "r2", 5))...)})
+	if err == nil {
+		err = h.Finish()
+	}
+	if calls == 0 {
+		t.Fatal("OnIncident was not called")
+	}
+	if !errors.Is(err, boom) {
+		t.Fatalf("Advance = %v, want the OnIncident error", err)
 	}
 }

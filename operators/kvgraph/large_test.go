@@ -36,7 +36,7 @@ func TestLargeIncidentFitsTheBroker(t *testing.T) {
 	for _, restart := range []bool{false, true} {
 		handed := 0
 		h := newHarness(t, func(c *Config) {
-			c.OnIncident = func(_ *engine.Task, inc *braidpb.Incident) { handed += len(inc.Polluted) }
+			c.OnIncident = func(_ *engine.Task, inc *braidpb.Incident) error { handed += len(inc.Polluted); return nil }
 		})
 		msgs := manyVictims(n)
 		for i, ops := range msgs {

@@ -145,7 +145,7 @@ func (p *Processor) Add(t *engine.Task, resource, logRecord []byte, ts int64, or
 }
 
 // takeErr returns (and clears) the error met while writing records under
-// the fail policy.
+// the fail policy, or returned by Config.OnIncident.
 func (p *Processor) takeErr() error {
 	err := p.err
 	p.err = nil
@@ -1261,6 +1261,9 @@ func (p *Processor) OnWatermark(t *engine.Task, wm int64) error {
 	}
 	err := p.expire(wm)
 	p.report()
+	if err == nil {
+		err = p.takeErr()
+	}
 	return err
 }
 
