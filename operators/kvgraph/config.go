@@ -85,9 +85,10 @@ type Config struct {
 	MaxStateBytes int64
 	// JSON writes records as protojson instead of protobuf.
 	JSON bool
-	// OnIncident, when set, is called on an emission of an incident that
-	// names polluted requests not given before: inc.Polluted holds only
-	// those (fuse tags the FusedTrace records of its polluted requests,
+	// OnIncident, when set, is called on the first emission of an
+	// incident (revision 0, perhaps without a victim yet) and on each
+	// later one that names polluted requests not given before:
+	// inc.Polluted holds only those (fuse tags the FusedTrace records of its polluted requests,
 	// each once), inc.Revision is the revision written (0 for a new
 	// incident). Called on the task's goroutine, inside Add or
 	// OnWatermark, which return its error; inc must not be retained or

@@ -45,10 +45,12 @@ func (p *Processor) emitIncident(t *engine.Task, inc *incident, wm int64) {
 		key := []byte(pb.Id)
 		t.Emit(&kgo.Record{Topic: p.cfg.IncidentsTopic, Partition: otlp.HashPartition(key, p.cfg.Partitions), Key: key, Value: v})
 	}
-	if p.cfg.OnIncident != nil && inc.notified < len(pb.Polluted) {
+	if p.cfg.OnIncident != nil && (inc.notified < len(pb.Polluted) || pb.Revision == 0) {
 		// Each polluted request once: a trace is tagged once per
 		// incident, not once per revision. pb is the revision just
-		// written (revision 0: the incident is new).
+		// written (revision 0: the incident is new, given even before
+		// it has a victim — it opens at the faulty write — so that
+		// alerts and counts see every incident).
 		all := pb.Polluted
 		pb.Polluted = all[inc.notified:]
 		if err := p.cfg.OnIncident(t, pb); err != nil && p.err == nil {

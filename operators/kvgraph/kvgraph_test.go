@@ -419,3 +419,38 @@ func TestOnIncidentErrorFailsTheTask(t *testing.T) {
 		t.Fatalf("Advance = %v, want the OnIncident error", err)
 	}
 }
+
+// An incident opens at the faulty write, before anyone read the bytes:
+// OnIncident is given its revision 0 without a victim (alerts and counts
+// see every incident), then the revision that names its first victim.
+func TestOnIncidentGetsANewIncidentWithoutVictims(t *testing.T) {
+	type call struct {
+		rev     uint32
+		victims int
+	}
+	var calls []call
+	h := newHarness(t, func(c *Config) {
+		c.OnIncident = func(_ *engine.Task, inc *braidpb.Incident) error {
+			calls = append(calls, call{inc.Revision, len(inc.Polluted)})
+			return nil
+		}
+	})
+	h.feed(gpu0, seq(
+		alloc(0, "r1", 5), fill(1, "r1", 5, 0), free(2, "r1", 5), free(3, "r1", 5), // double free
+		zero(4, 5), alloc(5, "w", 5), alloc(6, "x", 5),
+		pool.Write(at(7), "w", 5, 0, 0, 512), pool.Write(at(8), "x", 5, 0, 256, 512),
+	)...)
+	if err := h.Advance(); err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) != 1 || calls[0] != (call{0, 0}) {
+		t.Fatalf("calls %v, want revision 0 without victims", calls)
+	}
+	h.feed(gpu0, pool.Read(at(9), "w", 5, 0, 0, 512))
+	if err := h.Advance(); err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) != 2 || calls[1].victims != 1 || calls[1].rev == 0 {
+		t.Fatalf("calls %v, want a later revision with the one victim", calls)
+	}
+}
