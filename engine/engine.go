@@ -179,6 +179,9 @@ const (
 type CheckpointInfo struct {
 	// Pause is how long tasks stopped processing: barrier to resume.
 	Pause time.Duration
+	// Barrier is from the barrier to every task having prepared (its
+	// queued input processed, its state and output handed over).
+	Barrier time.Duration
 	// Commit is barrier to the end of the Kafka transaction.
 	Commit time.Duration
 	// Committed is false when the transaction aborted.
@@ -723,6 +726,7 @@ func (e *Engine) checkpoint(begin bool, step int) error {
 			prepErr = err
 		}
 	}
+	barrier := time.Since(start)
 	// The transaction's end gets TransactionTimeout from here, not from
 	// the checkpoint's start: a task that was slow to reach the barrier
 	// does not use up the time the broker has to answer.
@@ -823,7 +827,7 @@ func (e *Engine) checkpoint(begin bool, step int) error {
 	pause := time.Since(start)
 	e.stats.LastPauseNanos.Store(int64(pause))
 	if e.cfg.OnCheckpoint != nil {
-		e.cfg.OnCheckpoint(CheckpointInfo{Pause: pause, Commit: time.Duration(e.stats.LastCommitNanos.Load()), Committed: committed, Tasks: len(e.tasks), FollowUp: step > 0})
+		e.cfg.OnCheckpoint(CheckpointInfo{Pause: pause, Barrier: barrier, Commit: time.Duration(e.stats.LastCommitNanos.Load()), Committed: committed, Tasks: len(e.tasks), FollowUp: step > 0})
 	}
 	if applyErr != nil {
 		return fmt.Errorf("engine: apply checkpoint: %w", applyErr)

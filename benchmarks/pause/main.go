@@ -1,6 +1,10 @@
 // Command pause measures braid's checkpoint pause — how long tasks stop
 // processing at a checkpoint, barrier to resume — under steady input at a
-// given rate, and reports its percentiles.
+// given rate, and reports its percentiles, regular checkpoints and
+// follow-ups apart, with the parts of the pause: the barrier (tasks
+// finish their queued input and hand over state and output), the end of
+// the Kafka transaction (flush, offset commit, EndTxn) and the apply
+// (tasks commit their state batch, with its sync, and resume).
 //
 //	BRAID_KAFKA_BROKERS=127.0.0.1:39092 go run ./benchmarks/pause -interval 5s -duration 2m
 package main
@@ -14,8 +18,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -24,6 +30,7 @@ import (
 	"github.com/braidlabs/braid/cmd/braid/job"
 	"github.com/braidlabs/braid/connectors/kafka"
 	"github.com/braidlabs/braid/connectors/simulator"
+	"github.com/braidlabs/braid/engine"
 )
 
 func main() {
@@ -58,6 +65,17 @@ func main() {
 	cfg.Inputs.Spans.Topic, cfg.Inputs.Logs.Topic, cfg.Inputs.Metrics.Topic = topics.Spans, topics.Logs, topics.Metrics
 	cfg.Outputs.Fused, cfg.Outputs.Late, cfg.Outputs.DLQ = run+"-fused", run+"-late", run+"-dlq"
 	cfg.CheckpointInterval = *interval
+	// Every checkpoint, as it ends: the pause and its parts.
+	var mu sync.Mutex
+	var infos []engine.CheckpointInfo
+	var measuring atomic.Bool
+	cfg.OnCheckpoint = func(ci engine.CheckpointInfo) {
+		if measuring.Load() {
+			mu.Lock()
+			infos = append(infos, ci)
+			mu.Unlock()
+		}
+	}
 	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
 		log.Fatal(err)
@@ -82,42 +100,65 @@ func main() {
 		}
 	}()
 
-	st := j.Engine().Stats()
-	var pauses []time.Duration
-	seen := st.Checkpoints.Load()
-	end := time.Now().Add(*duration)
-	warm := time.Now().Add(2 * *interval) // skip start-up checkpoints
-	for time.Now().Before(end) {
-		if n := st.Checkpoints.Load(); n != seen {
-			seen = n
-			if time.Now().After(warm) {
-				pauses = append(pauses, time.Duration(st.LastPauseNanos.Load()))
-			}
-		}
-		time.Sleep(time.Millisecond) // polling interval
-	}
+	time.Sleep(2 * *interval) // skip start-up checkpoints
+	measuring.Store(true)
+	time.Sleep(*duration)
+	measuring.Store(false)
 	c := j.Counters()
 	msgs := c.Messages.Load()
 	cancel()
 	<-done
-	sort.Slice(pauses, func(a, b int) bool { return pauses[a] < pauses[b] })
-	pct := func(p float64) time.Duration {
-		if len(pauses) == 0 {
-			return 0
-		}
-		return pauses[min(len(pauses)-1, int(p*float64(len(pauses))))]
+	mu.Lock()
+	defer mu.Unlock()
+	// Regular checkpoints and follow-ups apart: a follow-up commits what
+	// the markers of the one before released, a few records.
+	type dist struct {
+		N                          int
+		P50MS, P99MS, MaxMS        float64
+		BarrierP50MS, BarrierP99MS float64
+		EndP50MS, EndP99MS         float64
+		ApplyP50MS, ApplyP99MS     float64
+		PausesMS                   []float64
 	}
-	fmt.Printf("interval %v, %d requests/s (%d messages in %v): %d checkpoints, pause p50 %v, p99 %v, max %v\n",
-		*interval, *rate, msgs, *duration, len(pauses), pct(0.5).Round(time.Microsecond), pct(0.99).Round(time.Microsecond), pct(1).Round(time.Microsecond))
+	summarize := func(follow bool) dist {
+		var pause, barrier, end, apply []time.Duration
+		for _, ci := range infos {
+			if ci.FollowUp != follow || !ci.Committed {
+				continue
+			}
+			pause, barrier = append(pause, ci.Pause), append(barrier, ci.Barrier)
+			end, apply = append(end, ci.Commit-ci.Barrier), append(apply, ci.Pause-ci.Commit)
+		}
+		ms := func(ds []time.Duration, p float64) float64 {
+			if len(ds) == 0 {
+				return 0
+			}
+			s := slices.Clone(ds)
+			slices.Sort(s)
+			return float64(s[min(len(s)-1, int(p*float64(len(s))))]) / 1e6
+		}
+		d := dist{N: len(pause), P50MS: ms(pause, 0.5), P99MS: ms(pause, 0.99), MaxMS: ms(pause, 1),
+			BarrierP50MS: ms(barrier, 0.5), BarrierP99MS: ms(barrier, 0.99), EndP50MS: ms(end, 0.5), EndP99MS: ms(end, 0.99),
+			ApplyP50MS: ms(apply, 0.5), ApplyP99MS: ms(apply, 0.99)}
+		for _, p := range pause {
+			d.PausesMS = append(d.PausesMS, float64(p)/1e6)
+		}
+		return d
+	}
+	regular, follow := summarize(false), summarize(true)
+	fmt.Printf("interval %v, %d requests/s (%d messages in %v)\n", *interval, *rate, msgs, *duration)
+	for _, x := range []struct {
+		name string
+		d    dist
+	}{{"regular", regular}, {"follow-up", follow}} {
+		fmt.Printf("  %-9s %3d checkpoints: pause p50 %.1f ms, p99 %.1f ms, max %.1f ms; barrier p50/p99 %.1f/%.1f ms, end of transaction %.1f/%.1f ms, apply %.1f/%.1f ms\n",
+			x.name, x.d.N, x.d.P50MS, x.d.P99MS, x.d.MaxMS, x.d.BarrierP50MS, x.d.BarrierP99MS, x.d.EndP50MS, x.d.EndP99MS, x.d.ApplyP50MS, x.d.ApplyP99MS)
+	}
 	if *out == "" {
 		*out = filepath.Join("benchmarks", "results", "pause-"+interval.String()+".json")
 	}
-	ms := make([]float64, len(pauses))
-	for i, p := range pauses {
-		ms[i] = float64(p) / 1e6
-	}
 	b, _ := json.MarshalIndent(map[string]any{"interval": interval.String(), "rate_requests_per_s": *rate, "duration": duration.String(), "messages": msgs,
-		"checkpoints": len(pauses), "p50_ms": float64(pct(0.5)) / 1e6, "p99_ms": float64(pct(0.99)) / 1e6, "max_ms": float64(pct(1)) / 1e6, "pauses_ms": ms}, "", "  ")
+		"checkpoints": regular.N, "p50_ms": regular.P50MS, "p99_ms": regular.P99MS, "max_ms": regular.MaxMS, "regular": regular, "follow_up": follow}, "", "  ")
 	os.MkdirAll(filepath.Dir(*out), 0o755)
 	if err := os.WriteFile(*out, b, 0o644); err != nil {
 		log.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/braidlabs/braid/connectors/admin"
 	"github.com/braidlabs/braid/connectors/kafka"
 	"github.com/braidlabs/braid/connectors/otlp"
+	"github.com/braidlabs/braid/engine"
 	"github.com/braidlabs/braid/operators/alerts"
 	"github.com/braidlabs/braid/operators/fuse"
 	"github.com/braidlabs/braid/operators/kvgraph"
@@ -119,6 +120,10 @@ type Config struct {
 	// AtLeastOnce turns exactly-once off (no transactions; output may
 	// repeat after a crash). For comparison only. Default false.
 	AtLeastOnce bool `yaml:"at_least_once"`
+	// OnCheckpoint, if set, is called after every checkpoint as well as
+	// the job's own metrics (engine.Config.OnCheckpoint): for programs
+	// that embed the job, such as the benchmarks. It must not block.
+	OnCheckpoint func(engine.CheckpointInfo) `yaml:"-"`
 	// LogInterval is how often a progress line is logged. Default 30s.
 	LogInterval time.Duration `yaml:"log_interval"`
 

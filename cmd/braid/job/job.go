@@ -133,7 +133,7 @@ func Prepare(ctx context.Context, cfg *Config, log *slog.Logger) (*Job, error) {
 		CaughtUpIdleness:   cfg.EventTime.CaughtUpIdleness,
 		Store:              store,
 		Logger:             log,
-		OnCheckpoint:       obs.checkpoints.Observe,
+		OnCheckpoint:       onCheckpoint(obs.checkpoints.Observe, cfg.OnCheckpoint),
 		MaxRecordBytes:     cfg.Limits.MaxMessageBytes,
 		MaxClockSkew:       cfg.EventTime.MaxClockSkew,
 		// Totals of the instance, whatever number of tasks it runs.
@@ -401,4 +401,12 @@ func (o *observability) close() {
 	if o.lagClient != nil {
 		o.lagClient.Close()
 	}
+}
+
+// onCheckpoint calls both hooks, the second if set.
+func onCheckpoint(metrics, extra func(engine.CheckpointInfo)) func(engine.CheckpointInfo) {
+	if extra == nil {
+		return metrics
+	}
+	return func(ci engine.CheckpointInfo) { metrics(ci); extra(ci) }
 }
