@@ -487,8 +487,8 @@ func TestReplayMatchesLiveJob(t *testing.T) {
 			t.Errorf("trace %s: not replayed", id)
 			continue
 		}
-		if !proto.Equal(norm(l), norm(r)) {
-			t.Errorf("trace %s: replay differs from the live job's revision %d", id, l.Revision)
+		if nl, nr := norm(l), norm(r); !proto.Equal(nl, nr) {
+			t.Errorf("trace %s: replay differs from the live job's revision %d in %s", id, l.Revision, differingFields(nl, nr))
 		}
 	}
 	t.Logf("%d traces equal; %d of them revised by the live job; live: messages %d members %d repartitioned %d",
@@ -553,4 +553,25 @@ func TestReplayTimeRange(t *testing.T) {
 	if err := cmdTail(ctx, []string{"--trace", "xyz"}, &out); err == nil {
 		t.Error("tail --trace xyz accepted")
 	}
+}
+
+// differingFields names the top-level fields in which a and b differ, with
+// both values when they are short.
+func differingFields(a, b proto.Message) string {
+	var out []string
+	ra, rb := a.ProtoReflect(), b.ProtoReflect()
+	fields := ra.Descriptor().Fields()
+	for i := range fields.Len() {
+		f := fields.Get(i)
+		va, vb := ra.Get(f), rb.Get(f)
+		if va.Equal(vb) {
+			continue
+		}
+		sa, sb := fmt.Sprint(va), fmt.Sprint(vb)
+		if len(sa)+len(sb) > 400 {
+			sa, sb = fmt.Sprintf("(%d chars)", len(sa)), fmt.Sprintf("(%d chars)", len(sb))
+		}
+		out = append(out, fmt.Sprintf("%s: live %s, replay %s", f.Name(), sa, sb))
+	}
+	return strings.Join(out, "; ")
 }
