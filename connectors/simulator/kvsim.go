@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"math/rand"
 	"slices"
 	"sort"
@@ -665,7 +666,9 @@ func (k *KV) readBlock(r *kvsReq, i, l int) {
 	b := r.blocks[i]
 	k.rangeOp(p, r, OpRead, b, l, k.slot(l, b), int64(e-i*bt)*k.tokBytes, "")
 	// The last writer of a block with two owners reads its own content.
-	if blk := &p.blocks[b]; blk.taint != nil && r.polluted == nil && !(blk.fault != nil && blk.writer == r) {
+	if blk := &p.blocks[b]; blk.taint != nil && !(blk.fault != nil && blk.writer == r) {
+		// (Polluted already: its KV from here on is polluted again, as
+		// after a recompute that hits a tainted cached block.)
 		k.pollute(p, r, blk.taint, "propagated", blk.carrier, i)
 	}
 }
@@ -837,6 +840,9 @@ func (k *KV) preempt(r *kvsReq) {
 	p := k.pools[r.GPU]
 	k.beforeFree(p, r)
 	k.release(r, OpFree)
+	// The recompute computes its KV afresh from its tokens: clean, unless
+	// it reads polluted content again (readBlock).
+	r.pollIdx = math.MaxInt32
 	k.afterFree(p, r)
 	r.state = kvsPreempted
 	r.epoch++

@@ -261,3 +261,41 @@ func TestMisdirectedLayerReadBack(t *testing.T) {
 		}
 	}
 }
+
+// Attention is causal: a polluted request's KV from the polluted position
+// on is polluted, and a request that shares those blocks by prefix hash
+// reads it. A preempted request recomputes its KV from its tokens: its new
+// blocks are clean, and a request sharing them is no victim — unless the
+// recompute itself reads polluted content again (a prefix hit on a
+// tainted cached block), which pollutes what it writes after it.
+func TestRecomputeAfterPreemptionIsClean(t *testing.T) {
+	h := newHarness(t, nil)
+	h.feed(gpu0, seq(
+		alloc(0, "r0", 1), fill(1, "r0", 1, 0), free(2, "r0", 1), // r0's bytes left in block 1
+		alloc(3, "p", 1), readAll(4, "p", 1), // p reads them: polluted at position 0
+		alloc(5, "p", 2), fill(6, "p", 2, 0xb2), // p's block 2 carries it
+		allocHit(7, "q", 2, 0xb2), readAll(8, "q", 2), // q shares it: a victim
+		free(9, "p", 1), free(9, "p", 2), // p preempted
+		zero(10, 3), alloc(11, "p", 3), fill(12, "p", 3, 0xb3), // the recompute
+		allocHit(13, "s", 3, 0xb3), readAll(14, "s", 3), // s shares the recomputed block
+	)...)
+	if got := polluted(h.only()); !slices.Equal(got, []string{"p", "q"}) {
+		t.Fatalf("victims %v, want p and q (s read the recomputed, clean block)", got)
+	}
+
+	// The recompute hits the tainted cached block 2 (its own old prefix)
+	// and writes block 4 after it: block 4 carries the pollution again.
+	h2 := newHarness(t, nil)
+	h2.feed(gpu0, seq(
+		alloc(0, "r0", 1), fill(1, "r0", 1, 0), free(2, "r0", 1),
+		alloc(3, "p", 1), readAll(4, "p", 1),
+		alloc(5, "p", 2), fill(6, "p", 2, 0xb2),
+		free(9, "p", 1), free(9, "p", 2),
+		allocHit(10, "p", 2, 0xb2), readAll(11, "p", 2), // the recompute reuses its cached prefix
+		zero(12, 4), alloc(13, "p", 4), fill(14, "p", 4, 0xb4),
+		allocHit(15, "s", 4, 0xb4), readAll(16, "s", 4),
+	)...)
+	if got := polluted(h2.only()); !slices.Equal(got, []string{"p", "s"}) {
+		t.Fatalf("victims %v, want p and s (the recompute read its tainted prefix again)", got)
+	}
+}

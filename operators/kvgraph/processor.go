@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"container/heap"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -234,6 +235,13 @@ func (p *Processor) handle(t *engine.Task, ev *Event) {
 	case OpFree:
 		if r != nil {
 			r.release(b.id)
+			if len(r.table) == 0 {
+				// Every block given back (preempted, or done): a request
+				// that goes on recomputes its KV from its tokens, clean;
+				// it stays a victim, but its later writes carry its
+				// pollution only if it reads polluted content again.
+				r.pollIdx = math.MaxInt32
+			}
 			if !b.removeOwner(r.id) && b.lastFreed == r.id && b.doubleFree == "" {
 				b.doubleFree, b.doubleFreeAt = r.id, ev.Time
 			}
@@ -624,6 +632,15 @@ func (p *Processor) read(t *engine.Task, g *gpu, b *block, r *request, ev *Event
 			// A request's own writes are what it may read, except those
 			// that landed outside the range they were for.
 			own := s.writer == r.id && s.kind != spanOOB && s.kind != spanMisplaced
+			if own && s.taint && r.polluted != 0 && overlaps(s, lo, hi) {
+				// Its own content written while it was polluted (a
+				// recompute reusing its cached prefix): what it computes
+				// from here on is polluted again.
+				if i := r.index(b.id); i < r.pollIdx {
+					r.pollIdx = i
+					p.markReq(g, r)
+				}
+			}
 			if s.kind == spanZero || own || !overlaps(s, lo, hi) {
 				continue
 			}
