@@ -255,11 +255,16 @@ func atoi(b []byte) (int64, bool) {
 		if c < '0' || c > '9' {
 			return 0, false
 		}
-		n2 := n*10 + uint64(c-'0')
-		if n2 < n || n2 > math.MaxInt64+1 {
+		// n*10 cannot wrap below the cut-off (a check after the multiply
+		// does not see every wrap: 25000000000000000000 read as
+		// 6553255926290448384).
+		if n > (math.MaxInt64+1)/10 {
 			return 0, false
 		}
-		n = n2
+		n = n*10 + uint64(c-'0')
+		if n > math.MaxInt64+1 {
+			return 0, false
+		}
 	}
 	if neg {
 		return -int64(n), true

@@ -159,3 +159,32 @@ func TestAppendAttrsMany(t *testing.T) {
 		t.Errorf("AppendAttrs = %v\nwant %v", got, want)
 	}
 }
+
+func TestValueIntOfText(t *testing.T) {
+	for _, c := range []struct {
+		s  string
+		n  int64
+		ok bool
+	}{
+		{"12", 12, true},
+		{"+12", 12, true},
+		{"-0", 0, true},
+		{"0012", 12, true},
+		{"9223372036854775807", 9223372036854775807, true},
+		{"-9223372036854775808", -9223372036854775808, true},
+		{"9223372036854775808", 0, false},
+		{"-9223372036854775809", 0, false},
+		{"25000000000000000000", 0, false}, // wrapped to 6553255926290448384 once
+		{"99999999999999999999", 0, false},
+		{"000000000000000000001", 0, false}, // longer than 20 bytes
+		{"", 0, false},
+		{"-", 0, false},
+		{"1e3", 0, false},
+		{" 1", 0, false},
+	} {
+		v, _ := LookupValue(resource(t, str("n", c.s)), ResourceAttrs, "n")
+		if n, ok := v.Int(); n != c.n || ok != c.ok {
+			t.Errorf("Int(%q) = %d, %v; want %d, %v", c.s, n, ok, c.n, c.ok)
+		}
+	}
+}
