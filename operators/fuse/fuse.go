@@ -676,7 +676,11 @@ func (p *processor) flushIdle(t *engine.Task, wm int64) error {
 		if err := p.emit(t, tr, wm); err != nil {
 			return err
 		}
-		tr.dirty = false
+		// Emitted before the resources table has the trace's window (its
+		// samples may still come): still changed, so that the close in
+		// event time, which waits for the table, emits it again with its
+		// window whole — the last revision is what a replay writes.
+		tr.dirty = p.s.table != nil && p.s.table.Watermark(t.Now()) < tr.last
 		p.markChanged(tr)
 		p.schedule(tr)
 	}

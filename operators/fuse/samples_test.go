@@ -139,3 +139,46 @@ func fmtWindow(atStart *float64, atEnd, lo, hi float64, delta *float64, n uint32
 func ftoa(v float64) string { return trimFloat(math.Round(v*1e6) / 1e6) }
 
 func trimFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+
+// TestFlushedTraceRevisedWithItsWindow: a trace emitted by flush_after
+// (traffic stopped) before the resources table has its window is emitted
+// again, with the window, once event time closes it: its last revision is
+// the one a replay, which waits for the table, writes.
+func TestFlushedTraceRevisedWithItsWindow(t *testing.T) {
+	st, err := New(Config{Partitions: 2, IdleGap: time.Second, AllowedLateness: 10 * time.Second, FlushAfter: 2 * time.Second,
+		ResourcesTopic: "braid.resources", ResourceIdleness: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{t: t, hs: []*harness{newStageHarness(t, st, 0), newStageHarness(t, st, 1)}}
+	var id [16]byte
+	id[0] = 0x42
+	key := string(otlp.AppendTraceIDHex(nil, id))
+	c.feed(0, inSpans, nil, placedSpan(id, base.Add(1500*time.Millisecond), base.Add(3500*time.Millisecond)))
+	for range 4 { // traffic stops: flush_after passes
+		c.checkpoint(time.Second)
+	}
+	first := c.fused()[key]
+	if first == nil {
+		t.Fatal("not emitted by flush_after")
+	}
+	if n := len(first.GetResourceContext().GetSeries()); n != 0 {
+		t.Fatalf("the flushed record has %d series; the test needs the table behind", n)
+	}
+	// The samples of its window come, then event time moves on.
+	for s := range 5 {
+		c.feed(1, inMetrics, nil, scrapeMsg(scrape{base.Add(time.Duration(s) * time.Second), 0.1 * float64(s+1), int64(s), 1000, 5}))
+	}
+	for k := 1; k <= 6; k++ {
+		at := base.Add(time.Duration(5+2*k) * time.Second)
+		c.feed(1, inMetrics, nil, scrapeMsg(scrape{at, 0.1, 7, 1000, 5}))
+		var other [16]byte
+		other[0], other[1] = 0x99, byte(k)
+		c.feed(0, inSpans, nil, spansMsg(requestSpan(other, "x", at, at)))
+		c.checkpoint(600 * time.Millisecond)
+	}
+	last := c.fused()[key]
+	if last.Revision == 0 || len(last.GetResourceContext().GetSeries()) == 0 {
+		t.Fatalf("last revision %d with %d series; want a later revision with the window", last.Revision, len(last.GetResourceContext().GetSeries()))
+	}
+}
