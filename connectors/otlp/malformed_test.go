@@ -331,3 +331,90 @@ func fixLengths(t *testing.T, b []byte, delta int) []byte {
 	}
 	return b
 }
+
+// TestFieldErrors pins the reason and offset of each way a field can be
+// malformed, at the top level, in a span and in an attribute.
+func TestFieldErrors(t *testing.T) {
+	d := NewDecoder()
+	// protobuf's error texts start "proto: ", with a space that is not
+	// always the same character.
+	decodeErr := func(v []byte) *DecodeError {
+		de := mustDecodeError(t, d, SignalSpans, EncodingProto, v)
+		de.Reason = strings.NewReplacer("proto: ", "", "proto:\u00a0", "").Replace(de.Reason)
+		return de
+	}
+	cat := func(bs ...[]byte) []byte { return bytes.Join(bs, nil) }
+	tag := func(num protowire.Number, typ protowire.Type) []byte { return protowire.AppendTag(nil, num, typ) }
+	overlong := bytes.Repeat([]byte{0xff}, 11)
+	// The ways a field at the start of a message of kind name (whose field
+	// 1 is a message and field 20 unknown) can be malformed.
+	type fieldCase struct {
+		field  []byte
+		reason string
+	}
+	fieldCases := func(name string) []fieldCase {
+		return []fieldCase{
+			{[]byte{0x80}, name + ": invalid field tag"},
+			{overlong, name + ": invalid field tag: variable length integer overflow"},
+			{[]byte{0x02, 0x00}, name + ": invalid field tag"},
+			{cat(protowire.AppendVarint(nil, uint64(protowire.MaxValidNumber+1)<<3), []byte{0}), name + ": invalid field tag"},
+			{[]byte{0x08, 0x01}, name + ": field 1 has wire type 0, want bytes (wrong message type?)"},
+			{[]byte{0x0e, 0x00}, name + ": field 1 has wire type 6, want bytes (wrong message type?)"},
+			{[]byte{0x0a, 0x05, 'a'}, name + ": field 1: truncated value"},
+			{[]byte{0x0a, 0x80}, name + ": field 1: unexpected EOF"},
+			{cat([]byte{0x0a}, overlong), name + ": field 1: variable length integer overflow"},
+			{cat(tag(20, protowire.VarintType), []byte{0x80}), name + ": field 20: unexpected EOF"},
+			{cat(tag(20, protowire.VarintType), overlong), name + ": field 20: variable length integer overflow"},
+			{cat(tag(20, protowire.Fixed64Type), []byte{1, 2}), name + ": field 20: truncated value"},
+			{cat(tag(20, protowire.Fixed32Type), []byte{1}), name + ": field 20: truncated value"},
+			{cat(tag(20, protowire.StartGroupType), []byte{0x08, 0x01}), name + ": field 20: unexpected EOF"},
+			{cat(tag(20, protowire.StartGroupType), []byte{0x00}), name + ": field 20: truncated value"},
+			{cat(tag(20, protowire.StartGroupType), tag(21, protowire.EndGroupType)), name + ": field 20: mismatching end group marker"},
+			{tag(20, protowire.EndGroupType), name + ": field 20: mismatching end group marker"},
+			{cat(tag(20, 6), []byte{0}), name + ": field 20: cannot parse reserved wire type"},
+		}
+	}
+	for _, c := range fieldCases("top-level message") {
+		v := cat(protowire.AppendBytes(tag(1, protowire.BytesType), nil), c.field) // an empty ResourceSpans first
+		de := decodeErr(v)
+		if de.Reason != c.reason || de.Offset != 2 {
+			t.Errorf("%x: %q at %d; want %q at 2", v, de.Reason, de.Offset, c.reason)
+		}
+	}
+	// In a span (field 1 is its trace id, field 20 unknown), after its
+	// trace id.
+	wrap := func(num protowire.Number, b []byte) []byte {
+		return protowire.AppendBytes(tag(num, protowire.BytesType), b)
+	}
+	for _, c := range fieldCases("Span") {
+		span := cat(wrap(1, bytes.Repeat([]byte{1}, 16)), c.field)
+		v := wrap(1, wrap(2, wrap(2, span)))
+		de := decodeErr(v)
+		if want := len(v) - len(c.field); de.Reason != c.reason || de.Offset != want {
+			t.Errorf("%x: %q at %d; want %q at %d", v, de.Reason, de.Offset, c.reason, want)
+		}
+	}
+	// In an attribute (a KeyValue: field 1 the key, 2 the value).
+	for _, c := range []struct {
+		kv     []byte
+		reason string
+	}{
+		{[]byte{0x0a, 0x05, 'k'}, "malformed attribute: field 1: truncated value"},
+		{[]byte{0x0a, 0x80}, "malformed attribute: field 1: truncated value"},
+		{[]byte{0x80}, "malformed attribute: invalid field tag"},
+		{[]byte{0x00, 0x00}, "malformed attribute: invalid field tag"},
+		{overlong, "malformed attribute: invalid field tag"},
+		{[]byte{0x18, 0x80}, "malformed attribute: field 3: unexpected EOF"},
+		{[]byte{0x19, 0x01}, "malformed attribute: field 3: unexpected EOF"},
+		{[]byte{0x1c}, "malformed attribute: field 3: mismatching end group marker"},
+		{[]byte{0x1b, 0x00}, "malformed attribute: field 3: invalid field number"},
+		{[]byte{0x1e}, "malformed attribute: field 3: cannot parse reserved wire type"},
+	} {
+		span := cat(wrap(1, bytes.Repeat([]byte{1}, 16)), wrap(2, bytes.Repeat([]byte{2}, 8)), wrap(9, c.kv))
+		v := wrap(1, wrap(2, wrap(2, span)))
+		de := decodeErr(v)
+		if want := len(v) - len(c.kv); de.Reason != c.reason || de.Offset != want {
+			t.Errorf("%x: %q at %d; want %q at %d", v, de.Reason, de.Offset, c.reason, want)
+		}
+	}
+}
