@@ -1,0 +1,65 @@
+package wire
+
+import (
+	"bytes"
+	"testing"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// FuzzReaders checks the readers on arbitrary bytes against protowire and
+// against themselves: Next reads what protowire.ConsumeField reads, with
+// the same error codes; the fast paths of KeyValue and AnyValue agree with the general ones; Atoi
+// agrees with strconv.ParseInt. Nothing may panic.
+func FuzzReaders(f *testing.F) {
+	f.Add(msg(1, bt, "k", 2, bt, msg(1, bt, "v")))
+	f.Add(msg(1, bt, "k", 2, bt, msg(3, vt, uint64(1)<<40)))
+	f.Add(msg(2, bt, msg(4, f64, uint64(7)), 1, bt, "k"))
+	f.Add(msg(9, bt, msg(1, bt, "k", 2, bt, msg(5, bt, msg(1, bt, msg(2, vt, uint64(1)))))))
+	f.Add(msg(4, sg, msg(1, vt, uint64(1)), 4, eg, nil, 8, f32, uint64(9)))
+	f.Add([]byte{0x0a, 0x80})
+	f.Add([]byte("-9223372036854775808"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fnum, ftyp, fv, fx, n := Next(b)
+		num, typ, tn := protowire.ConsumeTag(b)
+		if _, _, want := protowire.ConsumeField(b); n != want {
+			t.Fatalf("Next length %d, protowire.ConsumeField %d", n, want)
+		}
+		if n >= 0 {
+			if fnum != num || ftyp != typ {
+				t.Fatalf("Next = %d/%d, protowire.ConsumeTag %d/%d", fnum, ftyp, num, typ)
+			}
+			var wv []byte
+			var wx uint64
+			switch v := b[tn:]; typ {
+			case protowire.BytesType:
+				wv, _ = protowire.ConsumeBytes(v)
+			case protowire.VarintType:
+				wx, _ = protowire.ConsumeVarint(v)
+			case protowire.Fixed64Type:
+				wx, _ = protowire.ConsumeFixed64(v)
+			case protowire.Fixed32Type:
+				x, _ := protowire.ConsumeFixed32(v)
+				wx = uint64(x)
+			}
+			if !bytes.Equal(fv, wv) || (fv == nil) != (wv == nil) || fx != wx {
+				t.Fatalf("Next value %x %d, want %x %d", fv, fx, wv, wx)
+			}
+		}
+
+		k1, v1, ok1 := KeyValue(b)
+		k2, v2, ok2 := scanKeyValue(b)
+		if !bytes.Equal(k1, k2) || !bytes.Equal(v1, v2) || ok1 != ok2 {
+			t.Fatalf("KeyValue = %x %x %v; the general path %x %x %v", k1, v1, ok1, k2, v2, ok2)
+		}
+		for _, kinds := range []Kinds{AllKinds, 1<<KindString | 1<<KindBytes, 1<<KindString | 1<<KindInt | 1<<KindDouble} {
+			for _, first := range []bool{false, true} {
+				if a, s := anyValue(b, kinds, first), scanAnyValue(b, kinds, first); !sameValue(a, s) {
+					t.Fatalf("kinds %b first %v: anyValue = %+v; the general path %+v", kinds, first, a, s)
+				}
+			}
+		}
+
+		checkAtoi(t, b[:min(len(b), 24)])
+	})
+}
