@@ -1,13 +1,15 @@
 package otlp
 
 import (
-	"encoding/binary"
+	"io"
 	"strconv"
 
 	logspb "go.opentelemetry.io/proto/otlp/logs/v1"
 	metricspb "go.opentelemetry.io/proto/otlp/metrics/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/braidlabs/braid/connectors/otlp/wire"
 )
 
 // Decoder splits OTLP messages into Items. Not safe for concurrent use: one
@@ -124,15 +126,6 @@ var (
 	scopeXField = [...]string{SignalSpans: "ScopeSpans", SignalLogs: "ScopeLogs", SignalMetrics: "ScopeMetrics"}
 )
 
-// field is one decoded field: its number, wire type and value (val for
-// length-delimited fields, u for varint and fixed-size ones).
-type field struct {
-	num protowire.Number
-	typ protowire.Type
-	val []byte
-	u   uint64
-}
-
 // off returns the offset of b in d.base; b must be a suffix-preserving
 // sub-slice (two-index slicing) of d.base.
 func (d *Decoder) off(b []byte) int { return cap(d.base) - cap(b) }
@@ -141,88 +134,59 @@ func (d *Decoder) errAt(b []byte, reason string) *DecodeError {
 	return &DecodeError{Reason: reason, Offset: d.off(b)}
 }
 
-// next reads one field of message k from b and returns it with its length
-// in bytes. It checks that a known field has its declared wire type.
-func (d *Decoder) next(k *msgKind, b []byte) (f field, n int, err *DecodeError) {
-	// Tag: one byte for field numbers below 16.
-	var tag uint64
-	if len(b) > 0 && b[0] < 0x80 {
-		tag, n = uint64(b[0]), 1
-	} else if tag, n = protowire.ConsumeVarint(b); n < 0 {
-		return f, 0, d.fieldErr(k, b, 0, n)
-	}
-	if tag>>3 == 0 || tag>>3 > uint64(protowire.MaxValidNumber) {
-		return f, 0, d.fieldErr(k, b, 0, -1)
-	}
-	f.num, f.typ = protowire.Number(tag>>3), protowire.Type(tag&7)
-	if int(f.num) < len(k.fields) {
-		if want := k.fields[f.num]; want != 0 && want&(1<<f.typ) == 0 {
-			return f, 0, d.wireTypeErr(k, b, f, want)
-		}
-	}
-	rest := b[n:]
-	var m int
-	switch f.typ {
-	case protowire.BytesType:
-		var l uint64
-		if len(rest) > 0 && rest[0] < 0x80 {
-			l, m = uint64(rest[0]), 1
-		} else if l, m = protowire.ConsumeVarint(rest); m < 0 {
-			return f, 0, d.fieldErr(k, b, f.num, m)
-		}
-		if l > uint64(len(rest)-m) {
-			return f, 0, d.fieldErr(k, b, f.num, -2)
-		}
-		f.val = rest[m : m+int(l)]
-		m += int(l)
-	case protowire.VarintType:
-		if len(rest) > 0 && rest[0] < 0x80 {
-			f.u, m = uint64(rest[0]), 1
-		} else if f.u, m = protowire.ConsumeVarint(rest); m < 0 {
-			return f, 0, d.fieldErr(k, b, f.num, m)
-		}
-	case protowire.Fixed64Type:
-		if len(rest) < 8 {
-			return f, 0, d.fieldErr(k, b, f.num, -2)
-		}
-		f.u, m = binary.LittleEndian.Uint64(rest), 8
-	case protowire.Fixed32Type:
-		if len(rest) < 4 {
-			return f, 0, d.fieldErr(k, b, f.num, -2)
-		}
-		f.u, m = uint64(binary.LittleEndian.Uint32(rest)), 4
-	default:
-		if m = protowire.ConsumeFieldValue(f.num, f.typ, rest); m < 0 {
-			return f, 0, d.fieldErr(k, b, f.num, m)
-		}
-	}
-	return f, n + m, nil
+// fieldOK reports whether a message k may have field num with wire type
+// typ: a valid field number, and for a known field one of its declared
+// wire types. The walkers read fields with wire.Next and check them here.
+func (k *msgKind) fieldOK(num protowire.Number, typ protowire.Type) bool {
+	return num <= protowire.MaxValidNumber && (int(num) >= len(k.fields) || k.fields[num] == 0 || k.fields[num]&(1<<typ) != 0)
 }
 
-// fieldErr reports a malformed field at b: code is a protowire error code
-// (-1 for an invalid field number, -2 for a truncated value).
+// fieldErr says what is wrong with the field at the start of b, which
+// wire.Next or fieldOK rejected: the first of its tag, its wire type and
+// its value that is.
 //
 //go:noinline
-func (d *Decoder) fieldErr(k *msgKind, b []byte, num protowire.Number, code int) *DecodeError {
-	var reason string
+func (d *Decoder) fieldErr(k *msgKind, b []byte) *DecodeError {
+	tag, n := protowire.ConsumeVarint(b)
+	num, typ := protowire.Number(tag>>3), protowire.Type(tag&7)
+	reason := "invalid field tag"
 	switch {
-	case num == 0:
-		reason = "invalid field tag"
-		if code != -1 {
-			reason += ": " + protowire.ParseError(code).Error()
+	case n < 0:
+		if err := protowire.ParseError(n); err != io.ErrUnexpectedEOF {
+			reason += ": " + err.Error()
 		}
-	case code == -2:
-		reason = "field " + strconv.Itoa(int(num)) + ": truncated value"
+	case tag>>3 == 0 || tag>>3 > uint64(protowire.MaxValidNumber):
+	case !k.fieldOK(num, typ):
+		reason = "field " + strconv.Itoa(int(num)) + " has wire type " + strconv.Itoa(int(typ)) + ", want " + wireNames(k.fields[num]) + " (wrong message type?)"
 	default:
-		reason = "field " + strconv.Itoa(int(num)) + ": " + protowire.ParseError(code).Error()
+		reason = "field " + strconv.Itoa(int(num)) + ": " + valueErr(num, typ, b[n:])
 	}
 	return d.errAt(b, k.name+": "+reason)
 }
 
-//go:noinline
-func (d *Decoder) wireTypeErr(k *msgKind, b []byte, f field, want uint8) *DecodeError {
-	return d.errAt(b, k.name+": field "+strconv.Itoa(int(f.num))+" has wire type "+strconv.Itoa(int(f.typ))+", want "+wireNames(want)+" (wrong message type?)")
+// valueErr says why b does not start with a value of wire type typ: a
+// fixed-size value or a length-delimited one that runs past the end is
+// "truncated value" (so is a group with a field number 0 in it); anything
+// else is protowire's error.
+func valueErr(num protowire.Number, typ protowire.Type, b []byte) string {
+	code := protowire.ConsumeFieldValue(num, typ, b)
+	switch typ {
+	case protowire.Fixed64Type, protowire.Fixed32Type:
+		return "truncated value"
+	case protowire.BytesType:
+		if _, m := protowire.ConsumeVarint(b); m > 0 {
+			return "truncated value" // the length reads, the bytes are not there
+		}
+	case protowire.StartGroupType:
+		if code == codeFieldNumber {
+			return "truncated value"
+		}
+	}
+	return protowire.ParseError(code).Error()
 }
+
+// codeFieldNumber is protowire's error code for an invalid field number.
+var _, _, codeFieldNumber = protowire.ConsumeTag([]byte{0})
 
 func wireNames(mask uint8) string {
 	s := ""
@@ -243,11 +207,11 @@ func wireNames(mask uint8) string {
 func (d *Decoder) walkPlain(k *msgKind, s *strSchema, b []byte) (out, orig []byte, err *DecodeError) {
 	d.bad = false
 	for rest := b; len(rest) > 0; {
-		f, n, err := d.next(k, rest)
-		if err != nil {
-			return nil, nil, err
+		num, typ, v, _, n := wire.Next(rest)
+		if n < 0 || !k.fieldOK(num, typ) {
+			return nil, nil, d.fieldErr(k, rest)
 		}
-		if err := d.checkField(s, &f); err != nil {
+		if err := d.checkField(s, num, typ, v); err != nil {
 			return nil, nil, err
 		}
 		rest = rest[n:]
@@ -272,13 +236,13 @@ func (d *Decoder) walkData(sig Signal, b []byte) *DecodeError {
 	start := b
 	found := false
 	for len(b) > 0 {
-		f, n, err := d.next(&kData, b)
-		if err != nil {
-			return err
+		num, typ, v, _, n := wire.Next(b)
+		if n < 0 || !kData.fieldOK(num, typ) {
+			return d.fieldErr(&kData, b)
 		}
-		if f.num == 1 {
+		if num == 1 {
 			found = true
-			if err := d.walkResourceX(sig, f.val); err != nil {
+			if err := d.walkResourceX(sig, v); err != nil {
 				return err
 			}
 		}
@@ -295,18 +259,18 @@ func (d *Decoder) walkResourceX(sig Signal, b []byte) *DecodeError {
 	first := len(d.items)
 	var res, orig []byte
 	for len(b) > 0 {
-		f, n, err := d.next(&kResourceX, b)
-		if err != nil {
-			return err
+		num, typ, v, _, n := wire.Next(b)
+		if n < 0 || !kResourceX.fieldOK(num, typ) {
+			return d.fieldErr(&kResourceX, b)
 		}
-		switch f.num {
+		switch num {
 		case 1:
 			var err *DecodeError
-			if res, orig, err = d.walkPlain(&kResource, &sResource, f.val); err != nil {
+			if res, orig, err = d.walkPlain(&kResource, &sResource, v); err != nil {
 				return err
 			}
 		case 2:
-			if err := d.walkScopeX(sig, f.val); err != nil {
+			if err := d.walkScopeX(sig, v); err != nil {
 				return err
 			}
 		}
@@ -326,25 +290,25 @@ func (d *Decoder) walkScopeX(sig Signal, b []byte) *DecodeError {
 	first := len(d.items)
 	var scope []byte
 	for len(b) > 0 {
-		f, n, err := d.next(&kScopeX, b)
-		if err != nil {
-			return err
+		num, typ, v, _, n := wire.Next(b)
+		if n < 0 || !kScopeX.fieldOK(num, typ) {
+			return d.fieldErr(&kScopeX, b)
 		}
-		switch f.num {
+		switch num {
 		case 1:
 			var err *DecodeError
-			if scope, _, err = d.walkPlain(&kScope, &sScope, f.val); err != nil {
+			if scope, _, err = d.walkPlain(&kScope, &sScope, v); err != nil {
 				return err
 			}
 		case 2:
 			var err *DecodeError
 			switch sig {
 			case SignalSpans:
-				err = d.walkSpan(f.val)
+				err = d.walkSpan(v)
 			case SignalLogs:
-				err = d.walkLog(f.val)
+				err = d.walkLog(v)
 			default:
-				err = d.walkMetric(f.val)
+				err = d.walkMetric(v)
 			}
 			if err != nil {
 				return err
@@ -373,42 +337,42 @@ func (d *Decoder) walkSpan(b []byte) *DecodeError {
 	var code int32
 	d.bad = false
 	for len(b) > 0 {
-		f, n, err := d.next(&kSpan, b)
-		if err != nil {
-			return err
+		num, typ, v, x, n := wire.Next(b)
+		if n < 0 || !kSpan.fieldOK(num, typ) {
+			return d.fieldErr(&kSpan, b)
 		}
-		switch f.num {
+		switch num {
 		case 1:
-			traceID = f.val
+			traceID = v
 		case 2:
-			spanID = f.val
+			spanID = v
 		case 4:
-			parentID = f.val
+			parentID = v
 		case 5:
-			name = f.val
+			name = v
 			d.checkStr(name)
 		case 3:
-			d.checkStr(f.val)
+			d.checkStr(v)
 		case 9, 11, 13:
-			if err := d.checkField(&sSpan, &f); err != nil {
+			if err := d.checkField(&sSpan, num, typ, v); err != nil {
 				return err
 			}
 		case 7:
-			startTime = f.u
+			startTime = x
 		case 8:
-			endTime = f.u
+			endTime = x
 		case 15:
 			// Repeated status messages merge: the last code set wins.
-			s := f.val
+			s := v
 			for len(s) > 0 {
-				sf, sn, err := d.next(&kStatus, s)
-				if err != nil {
-					return err
+				snum, styp, sv, sx, sn := wire.Next(s)
+				if sn < 0 || !kStatus.fieldOK(snum, styp) {
+					return d.fieldErr(&kStatus, s)
 				}
-				if sf.num == 3 {
-					code = int32(sf.u)
-				} else if sf.num == 2 {
-					d.checkStr(sf.val)
+				if snum == 3 {
+					code = int32(sx)
+				} else if snum == 2 {
+					d.checkStr(sv)
 				}
 				s = s[sn:]
 			}
@@ -455,23 +419,23 @@ func (d *Decoder) walkLog(b []byte) *DecodeError {
 	var t, observed uint64
 	d.bad = false
 	for len(b) > 0 {
-		f, n, err := d.next(&kLog, b)
-		if err != nil {
-			return err
+		num, typ, v, x, n := wire.Next(b)
+		if n < 0 || !kLog.fieldOK(num, typ) {
+			return d.fieldErr(&kLog, b)
 		}
-		switch f.num {
+		switch num {
 		case 3, 5, 6, 12:
-			if err := d.checkField(&sLog, &f); err != nil {
+			if err := d.checkField(&sLog, num, typ, v); err != nil {
 				return err
 			}
 		case 1:
-			t = f.u
+			t = x
 		case 11:
-			observed = f.u
+			observed = x
 		case 9:
-			traceID = f.val
+			traceID = v
 		case 10:
-			spanID = f.val
+			spanID = v
 		}
 		b = b[n:]
 	}
@@ -509,25 +473,25 @@ func (d *Decoder) walkMetric(b []byte) *DecodeError {
 	var temporality int32
 	var monotonic bool
 	for len(b) > 0 {
-		f, n, err := d.next(&kMetric, b)
-		if err != nil {
-			return err
+		num, typ, v, _, n := wire.Next(b)
+		if n < 0 || !kMetric.fieldOK(num, typ) {
+			return d.fieldErr(&kMetric, b)
 		}
-		switch f.num {
+		switch num {
 		case 1:
-			name = f.val
+			name = v
 		case 2:
-			desc = f.val
+			desc = v
 		case 3:
-			unit = f.val
+			unit = v
 		case 5, 7, 9, 10, 11:
 			// The data oneof: a different member replaces what came before,
 			// the same member merges with it.
-			if t := PointType(f.num); t != pt {
+			if t := PointType(num); t != pt {
 				d.items = d.items[:first]
 				pt, temporality, monotonic = t, 0, false
 			}
-			if err := d.walkMetricData(pt, f.val, &temporality, &monotonic); err != nil {
+			if err := d.walkMetricData(pt, v, &temporality, &monotonic); err != nil {
 				return err
 			}
 		}
@@ -560,19 +524,19 @@ func (d *Decoder) walkMetricData(pt PointType, b []byte, temporality *int32, mon
 		k = &kSummary
 	}
 	for len(b) > 0 {
-		f, n, err := d.next(k, b)
-		if err != nil {
-			return err
+		num, typ, v, x, n := wire.Next(b)
+		if n < 0 || !k.fieldOK(num, typ) {
+			return d.fieldErr(k, b)
 		}
 		switch {
-		case f.num == 1:
-			if err := d.walkPoint(pt, f.val); err != nil {
+		case num == 1:
+			if err := d.walkPoint(pt, v); err != nil {
 				return err
 			}
-		case f.num == 2 && pt != PointGauge && pt != PointSummary:
-			*temporality = int32(f.u)
-		case f.num == 3 && pt == PointSum:
-			*monotonic = f.u != 0
+		case num == 2 && pt != PointGauge && pt != PointSummary:
+			*temporality = int32(x)
+		case num == 3 && pt == PointSum:
+			*monotonic = x != 0
 		}
 		b = b[n:]
 	}
@@ -598,21 +562,21 @@ func (d *Decoder) walkPoint(pt PointType, b []byte) *DecodeError {
 	d.ex = d.ex[:0]
 	d.bad = false
 	for len(b) > 0 {
-		f, n, err := d.next(k, b)
-		if err != nil {
-			return err
+		num, typ, v, x, n := wire.Next(b)
+		if n < 0 || !k.fieldOK(num, typ) {
+			return d.fieldErr(k, b)
 		}
-		switch f.num {
+		switch num {
 		case 2:
-			startTime = f.u
+			startTime = x
 		case 3:
-			t = f.u
+			t = x
 		case exField:
-			if err := d.walkExemplar(f.val); err != nil {
+			if err := d.walkExemplar(v); err != nil {
 				return err
 			}
 		case attrField:
-			if err := d.checkField(s, &f); err != nil {
+			if err := d.checkField(s, num, typ, v); err != nil {
 				return err
 			}
 		}
@@ -642,17 +606,17 @@ func (d *Decoder) walkExemplar(b []byte) *DecodeError {
 	start := b
 	var traceID, spanID []byte
 	for len(b) > 0 {
-		f, n, err := d.next(&kExemplar, b)
-		if err != nil {
-			return err
+		num, typ, v, _, n := wire.Next(b)
+		if n < 0 || !kExemplar.fieldOK(num, typ) {
+			return d.fieldErr(&kExemplar, b)
 		}
-		switch f.num {
+		switch num {
 		case 5:
-			traceID = f.val
+			traceID = v
 		case 4:
-			spanID = f.val
+			spanID = v
 		case 7:
-			if err := d.checkField(&sExemplar, &f); err != nil {
+			if err := d.checkField(&sExemplar, num, typ, v); err != nil {
 				return err
 			}
 		}

@@ -6,6 +6,8 @@ import (
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/braidlabs/braid/connectors/otlp/wire"
 )
 
 // OTLP's string fields are proto3 strings: proto.Unmarshal rejects a
@@ -97,21 +99,21 @@ func ascii(v []byte) bool {
 	return acc&0x8080808080808080 == 0
 }
 
-// checkField checks field f of a message of schema s: a string field's
-// UTF-8, a message field's strings.
-func (d *Decoder) checkField(s *strSchema, f *field) *DecodeError {
-	if f.typ != protowire.BytesType {
+// checkField checks field num of a message of schema s, of wire type typ
+// and value v: a string field's UTF-8, a message field's strings.
+func (d *Decoder) checkField(s *strSchema, num protowire.Number, typ protowire.Type, v []byte) *DecodeError {
+	if typ != protowire.BytesType {
 		return nil
 	}
-	if s.isStr(f.num) {
-		d.checkStr(f.val)
+	if s.isStr(num) {
+		d.checkStr(v)
 		return nil
 	}
-	if sub := s.sub(f.num); sub != nil {
+	if sub := s.sub(num); sub != nil {
 		if sub == &sKeyValue {
-			return d.checkKeyValue(f.val, 1)
+			return d.checkKeyValue(v, 1)
 		}
-		return d.checkMsg(sub, f.val, 1)
+		return d.checkMsg(sub, v, 1)
 	}
 	return nil
 }
@@ -174,23 +176,11 @@ func (d *Decoder) checkMsg(s *strSchema, b []byte, depth int) *DecodeError {
 		return d.errAt(b, "attribute value nested deeper than "+strconv.Itoa(MaxNesting)+" levels")
 	}
 	for len(b) > 0 {
-		var tag uint64
-		var n int
-		if b[0] < 0x80 {
-			tag, n = uint64(b[0]), 1
-		} else if tag, n = protowire.ConsumeVarint(b); n < 0 {
-			return d.errAt(b, "malformed attribute: invalid field tag")
+		num, typ, v, _, n := wire.Next(b)
+		if n < 0 || num > protowire.MaxValidNumber {
+			return d.attrErr(b)
 		}
-		num, typ := protowire.Number(tag>>3), protowire.Type(tag&7)
-		if tag>>3 == 0 || tag>>3 > uint64(protowire.MaxValidNumber) {
-			return d.errAt(b, "malformed attribute: invalid field tag")
-		}
-		rest := b[n:]
 		if typ == protowire.BytesType {
-			v, m := protowire.ConsumeBytes(rest)
-			if m < 0 {
-				return d.errAt(b, "malformed attribute: field "+strconv.Itoa(int(num))+": truncated value")
-			}
 			if s.isStr(num) {
 				d.checkStr(v)
 			} else if sub := s.sub(num); sub == &sKeyValue {
@@ -202,16 +192,25 @@ func (d *Decoder) checkMsg(s *strSchema, b []byte, depth int) *DecodeError {
 					return err
 				}
 			}
-			b = rest[m:]
-			continue
 		}
-		m := protowire.ConsumeFieldValue(num, typ, rest)
-		if m < 0 {
-			return d.errAt(b, "malformed attribute: field "+strconv.Itoa(int(num))+": "+protowire.ParseError(m).Error())
-		}
-		b = rest[m:]
+		b = b[n:]
 	}
 	return nil
+}
+
+// attrErr says what is wrong with the field at the start of b, which
+// checkMsg rejected.
+//
+//go:noinline
+func (d *Decoder) attrErr(b []byte) *DecodeError {
+	num, typ, n := protowire.ConsumeTag(b)
+	switch {
+	case n < 0 || num > protowire.MaxValidNumber:
+		return d.errAt(b, "malformed attribute: invalid field tag")
+	case typ == protowire.BytesType:
+		return d.errAt(b, "malformed attribute: field "+strconv.Itoa(int(num))+": truncated value")
+	}
+	return d.errAt(b, "malformed attribute: field "+strconv.Itoa(int(num))+": "+protowire.ParseError(protowire.ConsumeFieldValue(num, typ, b[n:])).Error())
 }
 
 // repaired returns message b of schema s re-encoded with every invalid
@@ -223,24 +222,14 @@ func repaired(s *strSchema, b []byte) []byte {
 
 func appendRepaired(dst []byte, s *strSchema, b []byte) []byte {
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, v, _, n := wire.Next(b)
 		if n < 0 {
 			return append(dst, b...)
 		}
-		if typ != protowire.BytesType {
-			m := protowire.ConsumeFieldValue(num, typ, b[n:])
-			if m < 0 {
-				return append(dst, b...)
-			}
-			dst = append(dst, b[:n+m]...)
-			b = b[n+m:]
-			continue
-		}
-		v, m := protowire.ConsumeBytes(b[n:])
-		if m < 0 {
-			return append(dst, b...)
-		}
-		switch sub := s.sub(num); {
+		sub := s.sub(num)
+		switch {
+		case typ != protowire.BytesType:
+			dst = append(dst, b[:n]...)
 		case s.isStr(num) && !utf8.Valid(v):
 			dst = protowire.AppendTag(dst, num, protowire.BytesType)
 			dst = protowire.AppendBytes(dst, toValidUTF8(v))
@@ -248,23 +237,13 @@ func appendRepaired(dst []byte, s *strSchema, b []byte) []byte {
 			dst = protowire.AppendTag(dst, num, protowire.BytesType)
 			start := len(dst)
 			dst = appendRepaired(dst, sub, v)
-			dst = insertLen(dst, start)
+			dst = wire.InsertLen(dst, start)
 		default:
-			dst = append(dst, b[:n+m]...)
+			dst = append(dst, b[:n]...)
 		}
-		b = b[n+m:]
+		b = b[n:]
 	}
 	return dst
-}
-
-// insertLen turns b[start:] into a length-prefixed value by shifting it.
-func insertLen(b []byte, start int) []byte {
-	n := len(b) - start
-	sz := protowire.SizeVarint(uint64(n))
-	b = append(b, make([]byte, sz)...)
-	copy(b[start+sz:], b[start:start+n])
-	protowire.AppendVarint(b[start:start], uint64(n))
-	return b
 }
 
 // toValidUTF8 returns v with each run of invalid bytes replaced by U+FFFD.
