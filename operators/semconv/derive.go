@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/braidlabs/braid/connectors/otlp/wire"
 	"github.com/braidlabs/braid/operators/braidpb"
 )
 
@@ -364,11 +365,11 @@ func (d *Deriver) AddSpan(span, resource []byte) {
 	var events [][]byte // span events with attributes
 	b := span
 	for len(b) > 0 {
-		num, typ, raw, x, rest, ok := consumeField(b)
-		if !ok {
+		num, typ, raw, x, n := wire.Next(b)
+		if n < 0 {
 			break
 		}
-		b = rest
+		b = b[n:]
 		switch {
 		case num == 4 && typ == protowire.BytesType:
 			hasParent = len(raw) > 0 && !allZero(raw)
@@ -379,14 +380,14 @@ func (d *Deriver) AddSpan(span, resource []byte) {
 		case num == 8 && typ == protowire.Fixed64Type:
 			r.end = x
 		case num == 9 && typ == protowire.BytesType:
-			k, v := parseKeyValueRaw(raw)
+			k, v, _ := wire.KeyValue(raw)
 			if len(ids.attrs) > 0 {
 				id.offer(ids, k, v)
 			}
 			if c := spanAttrCode(k); c != codeNone {
-				r.attr(c, parseAnyValue(v), &strs)
+				r.attr(c, wire.AnyValue(v), &strs)
 			} else if isVerdictKey(k) {
-				vs.attr(k, parseAnyValue(v))
+				vs.attr(k, wire.AnyValue(v))
 			}
 		case num == 11 && typ == protowire.BytesType:
 			if r.event(raw) {
@@ -432,22 +433,22 @@ func (d *Deriver) resourceLayerCount(resource []byte) {
 	}
 	d.lastRes = append(d.lastRes[:0], resource...)
 	for b := resource; len(b) > 0; {
-		num, typ, raw, _, rest, ok := consumeField(b)
-		if !ok {
+		num, typ, raw, _, n := wire.Next(b)
+		if n < 0 {
 			return
 		}
-		b = rest
+		b = b[n:]
 		if num != ResourceAttrs || typ != protowire.BytesType {
 			continue
 		}
-		k, v := parseKeyValueRaw(raw)
+		k, v, _ := wire.KeyValue(raw)
 		if spanAttrCode(k) == codeLayerCount {
-			if n, ok := parseAnyValue(v).Int(); ok && n > d.layerCount {
+			if n, ok := wire.AnyValue(v).Int(); ok && n > d.layerCount {
 				d.layerCount = n
 			}
 		} else if d.tenantRank <= tenantResource && isTenantKey(k) {
-			if v := parseAnyValue(v); v.Type == ValueString && len(v.raw) > 0 {
-				d.offerTenant(v.raw, tenantResource)
+			if v := wire.AnyValue(v); v.Type == ValueString && len(v.Bytes) > 0 {
+				d.offerTenant(v.Bytes, tenantResource)
 			}
 		}
 	}
@@ -465,7 +466,7 @@ func allZero(b []byte) bool {
 func classifySpan(name []byte) (spanKind, int64) {
 	switch {
 	case bytes.HasPrefix(name, []byte(SpanDecodeLayerPref)):
-		n, ok := atoi(name[len(SpanDecodeLayerPref):])
+		n, ok := wire.Atoi(name[len(SpanDecodeLayerPref):])
 		if !ok || n < 0 {
 			n = -1
 		}
@@ -489,21 +490,21 @@ func (r *spanRec) attr(c attrCode, v Value, strs *spanStrs) {
 			r.outTok = n
 		}
 	case codeModel:
-		if v.Type == ValueString && len(v.raw) > 0 {
-			strs.model = v.raw
+		if v.Type == ValueString && len(v.Bytes) > 0 {
+			strs.model = v.Bytes
 		}
 	case codeRequestModel:
-		if v.Type == ValueString && len(v.raw) > 0 {
-			strs.reqModel = v.raw
+		if v.Type == ValueString && len(v.Bytes) > 0 {
+			strs.reqModel = v.Bytes
 		}
 	case codeOperation:
-		if v.Type == ValueString && len(v.raw) > 0 {
-			strs.op = v.raw
+		if v.Type == ValueString && len(v.Bytes) > 0 {
+			strs.op = v.Bytes
 		}
 	case codeProviderName, codeSystem:
 		// gen_ai.provider.name wins over the older gen_ai.system.
-		if v.Type == ValueString && len(v.raw) > 0 && (len(strs.provider) == 0 || c == codeProviderName) {
-			strs.provider = v.raw
+		if v.Type == ValueString && len(v.Bytes) > 0 && (len(strs.provider) == 0 || c == codeProviderName) {
+			strs.provider = v.Bytes
 		}
 	case codeLayerID:
 		if n, ok := v.Int(); ok {
@@ -539,11 +540,11 @@ func (r *spanRec) event(b []byte) (attrs bool) {
 	var t uint64
 	var name []byte
 	for len(b) > 0 {
-		num, typ, raw, x, rest, ok := consumeField(b)
-		if !ok {
+		num, typ, raw, x, n := wire.Next(b)
+		if n < 0 {
 			break
 		}
-		b = rest
+		b = b[n:]
 		switch {
 		case num == 1 && typ == protowire.Fixed64Type:
 			t = x
@@ -584,11 +585,11 @@ func (d *Deriver) AddLog(log, resource []byte) {
 	vs.reset()
 	b := log
 	for len(b) > 0 {
-		num, typ, raw, x, rest, ok := consumeField(b)
-		if !ok {
+		num, typ, raw, x, n := wire.Next(b)
+		if n < 0 {
 			break
 		}
-		b = rest
+		b = b[n:]
 		switch {
 		case num == 1 && typ == protowire.Fixed64Type:
 			l.time = x
@@ -597,16 +598,16 @@ func (d *Deriver) AddLog(log, resource []byte) {
 		case num == 5 && typ == protowire.BytesType:
 			body, hasBody = raw, true
 		case num == 6 && typ == protowire.BytesType:
-			k, v := parseKeyValueRaw(raw)
+			k, v, _ := wire.KeyValue(raw)
 			if len(ids.attrs) > 0 {
 				id.offer(ids, k, v)
 			}
 			switch string(k) {
 			case AttrSchemaVersion:
 				if l.schema.n == 0 {
-					if v := parseAnyValue(v); v.IsScalar() {
+					if v := wire.AnyValue(v); v.IsScalar() {
 						start := len(d.buf)
-						d.buf = v.appendText(d.buf)
+						d.buf = v.AppendText(d.buf)
 						l.schema = bref{uint32(start), uint32(len(d.buf) - start)}
 					}
 				}
@@ -615,13 +616,13 @@ func (d *Deriver) AddLog(log, resource []byte) {
 					continue
 				}
 				l.hint = 2
-				if v := parseAnyValue(v); v.Type == ValueString && d.appendHintPairs(v.raw) {
+				if v := wire.AnyValue(v); v.Type == ValueString && d.appendHintPairs(v.Bytes) {
 					l.hint = 1
 					l.pairs[1] = int32(len(d.pairs))
 				}
 			default:
 				if isVerdictKey(k) {
-					vs.attr(k, parseAnyValue(v))
+					vs.attr(k, wire.AnyValue(v))
 				}
 			}
 		}
@@ -632,8 +633,8 @@ func (d *Deriver) AddLog(log, resource []byte) {
 	d.addVerdicts(vs, tenantLog)
 	l.hasRID = id.prio >= 0
 	if !l.hasRID && hasBody {
-		if v := parseAnyValue(body); v.Type == ValueString {
-			l.hasRID = ids.bodyMatches(v.raw)
+		if v := wire.AnyValue(body); v.Type == ValueString {
+			l.hasRID = ids.bodyMatches(v.Bytes)
 		}
 	}
 	d.logs = append(d.logs, l)

@@ -15,6 +15,8 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/braidlabs/braid/connectors/otlp/wire"
 )
 
 // attrSet is the attributes of one message found in a record.
@@ -28,12 +30,12 @@ func subMessages(t *testing.T, msg []byte, num protowire.Number) [][]byte {
 	t.Helper()
 	var out [][]byte
 	for len(msg) > 0 {
-		n, typ, raw, _, rest, ok := consumeField(msg)
-		if !ok {
+		f, typ, raw, _, n := wire.Next(msg)
+		if n < 0 {
 			t.Fatal("malformed fixture")
 		}
-		msg = rest
-		if n == num && typ == protowire.BytesType {
+		msg = msg[n:]
+		if f == num && typ == protowire.BytesType {
 			out = append(out, raw)
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/braidlabs/braid/connectors/otlp/wire"
 )
 
 // RequestIDRules says where request ids are found in logs and spans. The
@@ -733,7 +735,7 @@ func (ids *RequestIDs) attrRule(key []byte) int {
 // idValueOK reports whether an attribute value can hold a request id: a
 // scalar other than a bool, not an empty string.
 func idValueOK(v Value) bool {
-	return v.IsScalar() && v.Type != ValueBool && (v.Type != ValueString || len(v.raw) > 0)
+	return v.IsScalar() && v.Type != ValueBool && (v.Type != ValueString || len(v.Bytes) > 0)
 }
 
 // idAttr accumulates the highest-priority attribute holding a request id
@@ -752,7 +754,7 @@ func (a *idAttr) offer(ids *RequestIDs, key, raw []byte) {
 	if p < 0 || (a.prio >= 0 && p >= a.prio) {
 		return
 	}
-	if v := parseAnyValue(raw); idValueOK(v) {
+	if v := wire.AnyValue(raw); idValueOK(v) {
 		a.prio, a.val = p, v
 	}
 }
@@ -761,7 +763,7 @@ func (a *idAttr) offer(ids *RequestIDs, key, raw []byte) {
 func (a *idAttr) appendID(ids *RequestIDs, dst []byte) []byte {
 	prefix := ids.attrs[a.prio].prefix
 	start := len(dst)
-	dst = a.val.appendText(dst)
+	dst = a.val.AppendText(dst)
 	if prefix == "" || bytes.HasPrefix(dst[start:], []byte(prefix)) {
 		return dst
 	}
@@ -775,7 +777,7 @@ func (a *idAttr) appendID(ids *RequestIDs, dst []byte) []byte {
 // id returns the normal form of the id in a (a.prio ≥ 0).
 func (a *idAttr) id(ids *RequestIDs) string {
 	if a.val.Type == ValueString && ids.attrs[a.prio].prefix == "" {
-		return string(a.val.raw)
+		return string(a.val.Bytes)
 	}
 	return withPrefix(ids.attrs[a.prio].prefix, a.val.String())
 }
@@ -787,18 +789,18 @@ func (ids *RequestIDs) scanLog(rec []byte) (a idAttr, body Value) {
 	var bodyRaw []byte
 	hasBody := false
 	for len(rec) > 0 {
-		num, typ, raw, _, rest, ok := consumeField(rec)
-		if !ok {
+		num, typ, raw, _, n := wire.Next(rec)
+		if n < 0 {
 			break
 		}
-		rec = rest
+		rec = rec[n:]
 		if typ != protowire.BytesType {
 			continue
 		}
 		switch num {
 		case LogRecordAttrs:
 			if len(ids.attrs) > 0 {
-				k, v := parseKeyValueRaw(raw)
+				k, v, _ := wire.KeyValue(raw)
 				if a.offer(ids, k, v); a.prio == 0 {
 					return a, Value{} // the body is not needed
 				}
@@ -808,7 +810,7 @@ func (ids *RequestIDs) scanLog(rec []byte) (a idAttr, body Value) {
 		}
 	}
 	if hasBody {
-		body = parseAnyValue(bodyRaw)
+		body = wire.AnyValue(bodyRaw)
 	}
 	return a, body
 }
@@ -819,7 +821,7 @@ func (ids *RequestIDs) hasLogID(logRecord []byte) bool {
 	if a.prio >= 0 {
 		return true
 	}
-	return body.Type == ValueString && ids.bodyMatches(body.raw)
+	return body.Type == ValueString && ids.bodyMatches(body.Bytes)
 }
 
 // bodyMatches reports whether a body pattern matches text.
@@ -897,7 +899,7 @@ func (ids *RequestIDs) FromLog(logRecord []byte) (string, bool) {
 	if body.Type != ValueString {
 		return "", false
 	}
-	return ids.FromText(body.raw)
+	return ids.FromText(body.Bytes)
 }
 
 // LogBody returns the body (field 5) of a serialized LogRecord; the empty
@@ -905,13 +907,13 @@ func (ids *RequestIDs) FromLog(logRecord []byte) (string, bool) {
 func LogBody(rec []byte) Value {
 	var body Value
 	for len(rec) > 0 {
-		num, typ, raw, _, rest, ok := consumeField(rec)
-		if !ok {
+		num, typ, raw, _, n := wire.Next(rec)
+		if n < 0 {
 			break
 		}
-		rec = rest
+		rec = rec[n:]
 		if num == 5 && typ == protowire.BytesType {
-			body = parseAnyValue(raw)
+			body = wire.AnyValue(raw)
 		}
 	}
 	return body
@@ -925,18 +927,18 @@ func (ids *RequestIDs) FromSpan(span []byte) (string, bool) {
 	a := idAttr{prio: -1}
 	var name []byte
 	for len(span) > 0 {
-		num, typ, raw, _, rest, ok := consumeField(span)
-		if !ok {
+		num, typ, raw, _, n := wire.Next(span)
+		if n < 0 {
 			break
 		}
-		span = rest
+		span = span[n:]
 		if typ != protowire.BytesType {
 			continue
 		}
 		switch num {
 		case SpanAttrs:
 			if len(ids.attrs) > 0 {
-				k, v := parseKeyValueRaw(raw)
+				k, v, _ := wire.KeyValue(raw)
 				if a.offer(ids, k, v); a.prio == 0 {
 					return a.id(ids), true // nothing can take its place
 				}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/braidlabs/braid/connectors/otlp/wire"
 	"github.com/braidlabs/braid/operators/braidpb"
 )
 
@@ -245,7 +246,7 @@ func (v *verdictSource) setScore(val Value) {
 	if f, ok := val.Float(); ok && f >= 0 && f <= 1 {
 		v.score, v.hasScore = f, true
 	} else if val.Type == ValueString {
-		if f, ok := parseFloat(val.raw); ok && f >= 0 && f <= 1 {
+		if f, ok := parseFloat(val.Bytes); ok && f >= 0 && f <= 1 {
 			v.score, v.hasScore = f, true
 		}
 	}
@@ -264,9 +265,9 @@ func parseFloat(b []byte) (float64, bool) {
 func text(v Value) []byte {
 	switch v.Type {
 	case ValueString:
-		return v.raw
+		return v.Bytes
 	case ValueBool:
-		if v.num != 0 {
+		if v.Num != 0 {
 			return []byte("true")
 		}
 		return []byte("false")
@@ -330,8 +331,8 @@ func (s *verdictScan) attr1(k []byte, v Value) bool {
 	}
 	switch string(k) {
 	case "tenant.id", "tenant_id", "tenant":
-		if v.Type == ValueString && len(v.raw) > 0 && s.tenant == nil {
-			s.tenant = v.raw
+		if v.Type == ValueString && len(v.Bytes) > 0 && s.tenant == nil {
+			s.tenant = v.Bytes
 		}
 	case "gen_ai.evaluation.name":
 		src(srcOTel).name = text(v)
@@ -391,16 +392,16 @@ func decisionsBlock(v Value) bool {
 	}
 	switch v.Type {
 	case ValueString:
-		return is(v.raw)
+		return is(v.Bytes)
 	case ValueArray:
-		for b := v.raw; len(b) > 0; {
-			num, typ, raw, _, rest, ok := consumeField(b)
-			if !ok {
+		for b := v.Bytes; len(b) > 0; {
+			num, typ, raw, _, n := wire.Next(b)
+			if n < 0 {
 				return false
 			}
-			b = rest
+			b = b[n:]
 			if num == 1 && typ == protowire.BytesType {
-				if e := parseAnyValue(raw); e.Type == ValueString && is(e.raw) {
+				if e := wire.AnyValue(raw); e.Type == ValueString && is(e.Bytes) {
 					return true
 				}
 			}
@@ -495,14 +496,14 @@ func (d *Deriver) spanVerdictEvent(ev []byte) {
 	s := &d.vscan
 	s.reset()
 	for b := ev; len(b) > 0; {
-		num, typ, raw, _, rest, ok := consumeField(b)
-		if !ok {
+		num, typ, raw, _, n := wire.Next(b)
+		if n < 0 {
 			break
 		}
-		b = rest
+		b = b[n:]
 		if num == SpanEventAttrs && typ == protowire.BytesType {
-			if k, v := parseKeyValueRaw(raw); isVerdictKey(k) {
-				s.attr(k, parseAnyValue(v))
+			if k, v, _ := wire.KeyValue(raw); isVerdictKey(k) {
+				s.attr(k, wire.AnyValue(v))
 			}
 		}
 	}

@@ -2,8 +2,10 @@ package wire
 
 import (
 	"encoding/binary"
+	"encoding/hex"
 	"math"
 	"strconv"
+	"strings"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -84,7 +86,7 @@ var memberType = [...]protowire.Type{
 
 // Value is an AnyValue read from wire bytes. It aliases them.
 type Value struct {
-	Kind Kind
+	Type Kind
 	// Bytes is the value of a string, array, kvlist or bytes member: the
 	// text, the serialized ArrayValue or KeyValueList, the bytes.
 	Bytes []byte
@@ -96,41 +98,34 @@ type Value struct {
 // AnyValue reads a serialized AnyValue: the member set last, as proto's
 // merging of a oneof takes it. Malformed bytes end the read; what was set
 // before them stays.
-func AnyValue(b []byte) Value { return anyValue(b, AllKinds, false) }
-
-// FirstAnyValue reads the first member of a serialized AnyValue whose kind
-// is in kinds, skipping the others. Malformed bytes before it give the
-// empty Value.
-func FirstAnyValue(b []byte, kinds Kinds) Value { return anyValue(b, kinds, true) }
-
-func anyValue(b []byte, kinds Kinds, first bool) (v Value) {
+func AnyValue(b []byte) Value {
 	// The common layout: one member, short.
 	if len(b) >= 2 {
 		switch b[0] {
 		case 0x0a: // string_value
 			if n := int(b[1]); n < 0x80 && 2+n == len(b) {
-				v = Value{Kind: KindString, Bytes: b[2:len(b):len(b)]}
+				return Value{Type: KindString, Bytes: b[2:len(b):len(b)]}
 			}
 		case 0x10, 0x18: // bool_value, int_value
 			if x, m := protowire.ConsumeVarint(b[1:]); m == len(b)-1 {
-				v = Value{Kind: Kind(b[0] >> 3), Num: x}
+				return Value{Type: Kind(b[0] >> 3), Num: x}
 			}
 		case 0x21: // double_value
 			if len(b) == 9 {
-				v = Value{Kind: KindDouble, Num: binary.LittleEndian.Uint64(b[1:])}
+				return Value{Type: KindDouble, Num: binary.LittleEndian.Uint64(b[1:])}
 			}
-		}
-		if v.Kind != KindNone {
-			if !kinds.Has(v.Kind) {
-				return Value{}
-			}
-			return v
 		}
 	}
-	return scanAnyValue(b, kinds, first)
+	return scanAnyValue(b, AllKinds, false)
 }
 
-// scanAnyValue is anyValue for any layout.
+// FirstAnyValue reads the first member of a serialized AnyValue whose kind
+// is in kinds, skipping the others. Malformed bytes before it give the
+// empty Value.
+func FirstAnyValue(b []byte, kinds Kinds) Value { return scanAnyValue(b, kinds, true) }
+
+// scanAnyValue reads the last member of b whose kind is in kinds, or the
+// first if first is set.
 func scanAnyValue(b []byte, kinds Kinds, first bool) (v Value) {
 	for len(b) > 0 {
 		num, typ, raw, x, n := Next(b)
@@ -142,7 +137,7 @@ func scanAnyValue(b []byte, kinds Kinds, first bool) (v Value) {
 		if num < 1 || num > 7 || typ != memberType[k] || !kinds.Has(k) {
 			continue
 		}
-		v = Value{Kind: k, Bytes: raw, Num: x}
+		v = Value{Type: k, Bytes: raw, Num: x}
 		if first {
 			break
 		}
@@ -152,7 +147,7 @@ func scanAnyValue(b []byte, kinds Kinds, first bool) (v Value) {
 
 // Raw returns the bytes of a string or bytes value, nil otherwise.
 func (v Value) Raw() []byte {
-	if v.Kind == KindString || v.Kind == KindBytes {
+	if v.Type == KindString || v.Type == KindBytes {
 		return v.Bytes
 	}
 	return nil
@@ -162,7 +157,7 @@ func (v Value) Raw() []byte {
 // int64's range; a string holding a decimal integer (Atoi). ok is false
 // otherwise.
 func (v Value) Int() (int64, bool) {
-	switch v.Kind {
+	switch v.Type {
 	case KindInt:
 		return int64(v.Num), true
 	case KindDouble:
@@ -179,7 +174,7 @@ func (v Value) Int() (int64, bool) {
 // Float returns v as a float64: a double, an int, or a string holding a
 // number (strconv.ParseFloat). ok is false otherwise, and for NaN.
 func (v Value) Float() (float64, bool) {
-	switch v.Kind {
+	switch v.Type {
 	case KindDouble:
 		f := math.Float64frombits(v.Num)
 		return f, !math.IsNaN(f)
@@ -196,7 +191,7 @@ func (v Value) Float() (float64, bool) {
 // that strconv.ParseBool takes ("true", "false", "1", "0", "T"...). ok is
 // false otherwise.
 func (v Value) Bool() (bool, bool) {
-	switch v.Kind {
+	switch v.Type {
 	case KindBool, KindInt:
 		return v.Num != 0, true
 	case KindString:
@@ -204,6 +199,76 @@ func (v Value) Bool() (bool, bool) {
 		return b, err == nil
 	}
 	return false, false
+}
+
+// IsScalar reports whether v is a string, bool, int, double or bytes value.
+func (v Value) IsScalar() bool {
+	switch v.Type {
+	case KindString, KindBool, KindInt, KindDouble, KindBytes:
+		return true
+	}
+	return false
+}
+
+// String renders v as text: strings as they are, ints in decimal, doubles
+// in the shortest form that round-trips ('g'), bools as "true"/"false",
+// bytes in lower-case hex; arrays, kvlists and empty values as "".
+func (v Value) String() string {
+	switch v.Type {
+	case KindString:
+		return string(v.Bytes)
+	case KindBool:
+		if v.Num != 0 {
+			return "true"
+		}
+		return "false"
+	case KindInt:
+		return strconv.FormatInt(int64(v.Num), 10)
+	case KindDouble:
+		return strconv.FormatFloat(math.Float64frombits(v.Num), 'g', -1, 64)
+	case KindBytes:
+		return hex.EncodeToString(v.Bytes)
+	}
+	return ""
+}
+
+// AppendText appends v rendered as by String to b.
+func (v Value) AppendText(b []byte) []byte {
+	switch v.Type {
+	case KindString:
+		return append(b, v.Bytes...)
+	case KindBool:
+		return strconv.AppendBool(b, v.Num != 0)
+	case KindInt:
+		return strconv.AppendInt(b, int64(v.Num), 10)
+	case KindDouble:
+		return strconv.AppendFloat(b, math.Float64frombits(v.Num), 'g', -1, 64)
+	case KindBytes:
+		return hex.AppendEncode(b, v.Bytes)
+	}
+	return b
+}
+
+// Equal reports whether v rendered as text equals s, without allocating for
+// strings, bools and ints.
+func (v Value) Equal(s string) bool {
+	switch v.Type {
+	case KindString:
+		return string(v.Bytes) == s
+	case KindBool:
+		return (v.Num != 0 && s == "true") || (v.Num == 0 && s == "false")
+	case KindInt:
+		i, ok := Atoi([]byte(s))
+		return ok && i == int64(v.Num) && canonicalInt(s)
+	}
+	return v.String() == s
+}
+
+// canonicalInt reports whether the decimal integer s is written as
+// strconv.FormatInt writes it: no sign but '-', no leading zeros, no "-0".
+func canonicalInt(s string) bool {
+	d := strings.TrimPrefix(s, "-")
+	return s[0] != '+' && (d == "0" && s == "0" || d[0] != '0')
 }
 
 // Atoi parses b as a decimal int64: an optional sign ('+' or '-') and one

@@ -183,20 +183,20 @@ func TestAnyValue(t *testing.T) {
 		last  Value
 		first Value // FirstAnyValue(b, string|int|double)
 	}{
-		{"string", msg(1, bt, "s"), Value{Kind: KindString, Bytes: []byte("s")}, Value{Kind: KindString, Bytes: []byte("s")}},
-		{"long string", msg(1, bt, long), Value{Kind: KindString, Bytes: long}, Value{Kind: KindString, Bytes: long}},
-		{"bool", msg(2, vt, uint64(1)), Value{Kind: KindBool, Num: 1}, Value{}},
-		{"int", msg(3, vt, uint64(math.MaxUint64)), Value{Kind: KindInt, Num: math.MaxUint64}, Value{Kind: KindInt, Num: math.MaxUint64}},
-		{"double", msg(4, f64, dbl), Value{Kind: KindDouble, Num: dbl}, Value{Kind: KindDouble, Num: dbl}},
-		{"array", msg(5, bt, msg(1, bt, msg(1, bt, "x"))), Value{Kind: KindArray, Bytes: msg(1, bt, msg(1, bt, "x"))}, Value{}},
-		{"kvlist", msg(6, bt, ""), Value{Kind: KindKVList, Bytes: []byte{}}, Value{}},
-		{"bytes", msg(7, bt, "\x01"), Value{Kind: KindBytes, Bytes: []byte{1}}, Value{}},
+		{"string", msg(1, bt, "s"), Value{Type: KindString, Bytes: []byte("s")}, Value{Type: KindString, Bytes: []byte("s")}},
+		{"long string", msg(1, bt, long), Value{Type: KindString, Bytes: long}, Value{Type: KindString, Bytes: long}},
+		{"bool", msg(2, vt, uint64(1)), Value{Type: KindBool, Num: 1}, Value{}},
+		{"int", msg(3, vt, uint64(math.MaxUint64)), Value{Type: KindInt, Num: math.MaxUint64}, Value{Type: KindInt, Num: math.MaxUint64}},
+		{"double", msg(4, f64, dbl), Value{Type: KindDouble, Num: dbl}, Value{Type: KindDouble, Num: dbl}},
+		{"array", msg(5, bt, msg(1, bt, msg(1, bt, "x"))), Value{Type: KindArray, Bytes: msg(1, bt, msg(1, bt, "x"))}, Value{}},
+		{"kvlist", msg(6, bt, ""), Value{Type: KindKVList, Bytes: []byte{}}, Value{}},
+		{"bytes", msg(7, bt, "\x01"), Value{Type: KindBytes, Bytes: []byte{1}}, Value{}},
 		{"empty", nil, Value{}, Value{}},
-		{"two members", msg(3, vt, uint64(5), 1, bt, "s"), Value{Kind: KindString, Bytes: []byte("s")}, Value{Kind: KindInt, Num: 5}},
-		{"bool then int", msg(2, vt, uint64(1), 3, vt, uint64(5)), Value{Kind: KindInt, Num: 5}, Value{Kind: KindInt, Num: 5}},
-		{"int then bool", msg(3, vt, uint64(5), 2, vt, uint64(1)), Value{Kind: KindBool, Num: 1}, Value{Kind: KindInt, Num: 5}},
+		{"two members", msg(3, vt, uint64(5), 1, bt, "s"), Value{Type: KindString, Bytes: []byte("s")}, Value{Type: KindInt, Num: 5}},
+		{"bool then int", msg(2, vt, uint64(1), 3, vt, uint64(5)), Value{Type: KindInt, Num: 5}, Value{Type: KindInt, Num: 5}},
+		{"int then bool", msg(3, vt, uint64(5), 2, vt, uint64(1)), Value{Type: KindBool, Num: 1}, Value{Type: KindInt, Num: 5}},
 		{"wrong wire types", msg(1, vt, uint64(1), 3, bt, "x", 4, f32, uint64(1), 9, bt, "y"), Value{}, Value{}},
-		{"malformed after", append(msg(3, vt, uint64(5)), 0x0a, 0x09), Value{Kind: KindInt, Num: 5}, Value{Kind: KindInt, Num: 5}},
+		{"malformed after", append(msg(3, vt, uint64(5)), 0x0a, 0x09), Value{Type: KindInt, Num: 5}, Value{Type: KindInt, Num: 5}},
 		{"malformed before", append([]byte{0x0a, 0x09}, msg(3, vt, uint64(5))...), Value{}, Value{}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -211,13 +211,13 @@ func TestAnyValue(t *testing.T) {
 }
 
 func sameValue(a, b Value) bool {
-	return a.Kind == b.Kind && bytes.Equal(a.Bytes, b.Bytes) && (a.Bytes == nil) == (b.Bytes == nil) && a.Num == b.Num
+	return a.Type == b.Type && bytes.Equal(a.Bytes, b.Bytes) && (a.Bytes == nil) == (b.Bytes == nil) && a.Num == b.Num
 }
 
 func TestValueConversions(t *testing.T) {
-	i := func(n int64) Value { return Value{Kind: KindInt, Num: uint64(n)} }
-	d := func(f float64) Value { return Value{Kind: KindDouble, Num: math.Float64bits(f)} }
-	s := func(s string) Value { return Value{Kind: KindString, Bytes: []byte(s)} }
+	i := func(n int64) Value { return Value{Type: KindInt, Num: uint64(n)} }
+	d := func(f float64) Value { return Value{Type: KindDouble, Num: math.Float64bits(f)} }
+	s := func(s string) Value { return Value{Type: KindString, Bytes: []byte(s)} }
 	for _, c := range []struct {
 		v      Value
 		n      int64
@@ -236,8 +236,8 @@ func TestValueConversions(t *testing.T) {
 		{s("0.75"), 0, false, 0.75, true, false, false},
 		{s("true"), 0, false, 0, false, true, true},
 		{s("NaN"), 0, false, 0, false, false, false},
-		{Value{Kind: KindBool, Num: 1}, 0, false, 0, false, true, true},
-		{Value{Kind: KindBytes, Bytes: []byte("1")}, 0, false, 0, false, false, false},
+		{Value{Type: KindBool, Num: 1}, 0, false, 0, false, true, true},
+		{Value{Type: KindBytes, Bytes: []byte("1")}, 0, false, 0, false, false, false},
 		{Value{}, 0, false, 0, false, false, false},
 	} {
 		if n, ok := c.v.Int(); n != c.n || ok != c.nOK {
@@ -250,7 +250,7 @@ func TestValueConversions(t *testing.T) {
 			t.Errorf("%+v.Bool() = %v, %v", c.v, b, ok)
 		}
 	}
-	if string(s("x").Raw()) != "x" || string(Value{Kind: KindBytes, Bytes: []byte("y")}.Raw()) != "y" || i(1).Raw() != nil || (Value{Kind: KindArray, Bytes: []byte{}}).Raw() != nil {
+	if string(s("x").Raw()) != "x" || string(Value{Type: KindBytes, Bytes: []byte("y")}.Raw()) != "y" || i(1).Raw() != nil || (Value{Type: KindArray, Bytes: []byte{}}).Raw() != nil {
 		t.Error("Raw")
 	}
 }
