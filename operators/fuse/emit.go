@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/braidlabs/braid/connectors/otlp"
+	"github.com/braidlabs/braid/connectors/otlp/wire"
 	"github.com/braidlabs/braid/engine"
 	"github.com/braidlabs/braid/operators/braidpb"
 	"github.com/braidlabs/braid/operators/semconv"
@@ -37,6 +38,41 @@ const (
 	fPart            = 15
 	fParts           = 16
 	fSampling        = 17
+)
+
+// Field numbers of the other braid.v1 messages that fuse writes by hand
+// (schema_test.go checks them all against the generated descriptors).
+const (
+	// FusedSpan, FusedLog and FusedPoint. A member's body holds the scope,
+	// the payload and the origin; the resource index is written at
+	// emission.
+	fMemberResourceIndex = 1
+	fMemberScope         = 2
+	fMemberPayload       = 3 // span, log or metric; an incident member's id
+	fMemberOrigin        = 4
+
+	// Origin.
+	fOriginTopic     = 1
+	fOriginPartition = 2
+	fOriginOffset    = 3
+
+	// Summary.
+	fSummarySpans         = 1
+	fSummaryLogs          = 2
+	fSummaryPoints        = 3
+	fSummaryRootName      = 4
+	fSummaryRootService   = 5
+	fSummaryDuration      = 6
+	fSummaryErrors        = 7
+	fSummaryDroppedSpans  = 8
+	fSummaryDroppedLogs   = 9
+	fSummaryDroppedPoints = 10
+
+	// Sampling.
+	fSamplingKept      = 1
+	fSamplingReason    = 2
+	fSamplingRate      = 3
+	fSamplingThreshold = 4
 )
 
 // emitter holds the buffers of one emission, reused across emissions.
@@ -166,12 +202,12 @@ func (p *processor) emit(t *engine.Task, tr *trace, wm int64) error {
 		idx := e.resIdx[string(m.resource)]
 		size := len(m.body)
 		if idx != 0 {
-			size += protowire.SizeTag(1) + protowire.SizeVarint(uint64(idx))
+			size += protowire.SizeTag(fMemberResourceIndex) + protowire.SizeVarint(uint64(idx))
 		}
 		b = protowire.AppendTag(b, field, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(size))
 		if idx != 0 {
-			b = protowire.AppendTag(b, 1, protowire.VarintType)
+			b = protowire.AppendTag(b, fMemberResourceIndex, protowire.VarintType)
 			b = protowire.AppendVarint(b, uint64(idx))
 		}
 		b = append(b, m.body...)
@@ -467,27 +503,32 @@ type summary struct {
 	rootStart, rootEnd  uint64
 }
 
-// hasTraceID reports whether LogRecord log has a non-zero trace_id (9).
-func hasTraceID(log []byte) (ok bool) {
-	fields(log, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) bool {
-		if num == 9 && typ == protowire.BytesType {
-			for _, b := range v {
-				if b != 0 {
-					ok = true
-				}
-			}
-			return false
+// hasTraceID reports whether LogRecord log has a non-zero trace_id (9);
+// its first trace_id counts.
+func hasTraceID(log []byte) bool {
+	for len(log) > 0 {
+		num, typ, v, _, n := wire.Next(log)
+		if n < 0 {
+			break
 		}
-		return true
-	})
-	return ok
+		log = log[n:]
+		if num == 9 && typ == protowire.BytesType {
+			return len(bytes.Trim(v, "\x00")) > 0
+		}
+	}
+	return false
 }
 
 func (s *summary) addSpan(span, resource []byte) {
 	var parent, name []byte
 	var start, end uint64
 	var status int32
-	fields(span, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) bool {
+	for b := span; len(b) > 0; {
+		num, typ, v, x, n := wire.Next(b)
+		if n < 0 {
+			break
+		}
+		b = b[n:]
 		switch {
 		case num == 4 && typ == protowire.BytesType:
 			parent = v
@@ -500,8 +541,7 @@ func (s *summary) addSpan(span, resource []byte) {
 		case num == 15 && typ == protowire.BytesType:
 			status = statusCode(v)
 		}
-		return true
-	})
+	}
 	if status == 2 {
 		s.errors++
 	}
@@ -522,12 +562,16 @@ func (s *summary) addSpan(span, resource []byte) {
 
 // statusCode returns Status.code.
 func statusCode(b []byte) (code int32) {
-	fields(b, func(num protowire.Number, typ protowire.Type, _ []byte, x uint64) bool {
+	for len(b) > 0 {
+		num, typ, _, x, n := wire.Next(b)
+		if n < 0 {
+			break
+		}
+		b = b[n:]
 		if num == 3 && typ == protowire.VarintType {
 			code = int32(x)
 		}
-		return true
-	})
+	}
 	return code
 }
 
@@ -547,25 +591,25 @@ func (s *summary) append(b []byte) []byte {
 			m = protowire.AppendVarint(m, uint64(v))
 		}
 	}
-	u(1, s.spans)
-	u(2, s.logs)
-	u(3, s.points)
+	u(fSummarySpans, s.spans)
+	u(fSummaryLogs, s.logs)
+	u(fSummaryPoints, s.points)
 	if len(s.rootName) > 0 {
-		m = protowire.AppendTag(m, 4, protowire.BytesType)
+		m = protowire.AppendTag(m, fSummaryRootName, protowire.BytesType)
 		m = protowire.AppendBytes(m, s.rootName)
 	}
 	if len(s.rootService) > 0 {
-		m = protowire.AppendTag(m, 5, protowire.BytesType)
+		m = protowire.AppendTag(m, fSummaryRootService, protowire.BytesType)
 		m = protowire.AppendBytes(m, s.rootService)
 	}
 	if s.duration != 0 {
-		m = protowire.AppendTag(m, 6, protowire.Fixed64Type)
+		m = protowire.AppendTag(m, fSummaryDuration, protowire.Fixed64Type)
 		m = protowire.AppendFixed64(m, s.duration)
 	}
-	u(7, s.errors)
-	u(8, s.dropped[0])
-	u(9, s.dropped[1])
-	u(10, s.dropped[2])
+	u(fSummaryErrors, s.errors)
+	u(fSummaryDroppedSpans, s.dropped[0])
+	u(fSummaryDroppedLogs, s.dropped[1])
+	u(fSummaryDroppedPoints, s.dropped[2])
 	b = protowire.AppendTag(b, fSummary, protowire.BytesType)
 	return protowire.AppendBytes(b, m)
 }

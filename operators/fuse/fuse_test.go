@@ -118,6 +118,9 @@ func (h *harness) fused() map[string]*braidpb.FusedTrace {
 		if err := proto.Unmarshal(r.Value, &ft); err != nil {
 			h.t.Fatalf("fused record does not decode: %v", err)
 		}
+		if !h.stage.cfg.JSON {
+			checkFusedWire(h.t, r.Value)
+		}
 		if ft.Parts > 1 {
 			// Parts concatenate to the whole revision (FusedTrace.part).
 			k := string(r.Key) + "/" + strconv.Itoa(int(ft.Revision))

@@ -361,7 +361,7 @@ func (p *processor) onIncident(t *engine.Task, inc *braidpb.Incident) error {
 		}
 		tr := [16]byte(v.TraceId)
 		var body []byte
-		body = protowire.AppendTag(body, 3, protowire.BytesType)
+		body = protowire.AppendTag(body, fMemberPayload, protowire.BytesType)
 		body = protowire.AppendString(body, inc.Id)
 		w := chunkWriter{}
 		w.appendMember(&member{kind: kindIncident, time: int64(v.TimeUnixNano), body: body})

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/braidlabs/braid/connectors/otlp"
+	"github.com/braidlabs/braid/connectors/otlp/wire"
 )
 
 // A chunk is a sequence of members of one trace, the unit of state and of
@@ -16,7 +17,8 @@ import (
 //	resource = uvarint(len+1) bytes, or uvarint(0): same as the previous member
 //
 // body holds fields 2 (scope), 3 (span / log / metric) and 4 (origin) of
-// FusedSpan / FusedLog / FusedPoint, ready to be framed into a FusedTrace.
+// FusedSpan / FusedLog / FusedPoint (fMember*), ready to be framed into a
+// FusedTrace.
 type kind uint8
 
 const (
@@ -62,19 +64,19 @@ func (w *chunkWriter) appendItem(it *otlp.Item, sig otlp.Signal, topic string, p
 	// body length is not known up front: reserve, then patch by shifting.
 	start := len(b)
 	if len(it.Scope) > 0 {
-		b = protowire.AppendTag(b, 2, protowire.BytesType)
+		b = protowire.AppendTag(b, fMemberScope, protowire.BytesType)
 		b = protowire.AppendBytes(b, it.Scope)
 	}
-	b = protowire.AppendTag(b, 3, protowire.BytesType)
+	b = protowire.AppendTag(b, fMemberPayload, protowire.BytesType)
 	if k == kindPoint {
 		b = appendMetric(b, it)
 	} else {
 		b = protowire.AppendBytes(b, it.Payload)
 	}
-	b = protowire.AppendTag(b, 4, protowire.BytesType)
+	b = protowire.AppendTag(b, fMemberOrigin, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(originSize(topic, partition, offset)))
 	b = appendOrigin(b, topic, partition, offset)
-	w.buf = prefixLen(b, start)
+	w.buf = wire.InsertLen(b, start)
 	w.n++
 }
 
@@ -97,16 +99,6 @@ func (w *chunkWriter) appendHead(b []byte, k kind, t int64, resource []byte) []b
 	b = protowire.AppendVarint(b, uint64(len(resource))+1)
 	w.lastRes = resource
 	return append(b, resource...)
-}
-
-// prefixLen turns b[start:] into a length-prefixed field by shifting it.
-func prefixLen(b []byte, start int) []byte {
-	n := len(b) - start
-	sz := protowire.SizeVarint(uint64(n))
-	b = append(b, make([]byte, sz)...)
-	copy(b[start+sz:], b[start:start+n])
-	protowire.AppendVarint(b[start:start], uint64(n))
-	return b
 }
 
 func appendMetric(b []byte, it *otlp.Item) []byte {
@@ -159,25 +151,25 @@ func appendMetric(b []byte, it *otlp.Item) []byte {
 }
 
 func originSize(topic string, partition int32, offset int64) int {
-	n := protowire.SizeTag(1) + protowire.SizeBytes(len(topic))
+	n := protowire.SizeTag(fOriginTopic) + protowire.SizeBytes(len(topic))
 	if partition != 0 {
-		n += protowire.SizeTag(2) + protowire.SizeVarint(uint64(partition))
+		n += protowire.SizeTag(fOriginPartition) + protowire.SizeVarint(uint64(partition))
 	}
 	if offset != 0 {
-		n += protowire.SizeTag(3) + protowire.SizeVarint(uint64(offset))
+		n += protowire.SizeTag(fOriginOffset) + protowire.SizeVarint(uint64(offset))
 	}
 	return n
 }
 
 func appendOrigin(b []byte, topic string, partition int32, offset int64) []byte {
-	b = protowire.AppendTag(b, 1, protowire.BytesType)
+	b = protowire.AppendTag(b, fOriginTopic, protowire.BytesType)
 	b = protowire.AppendString(b, topic)
 	if partition != 0 {
-		b = protowire.AppendTag(b, 2, protowire.VarintType)
+		b = protowire.AppendTag(b, fOriginPartition, protowire.VarintType)
 		b = protowire.AppendVarint(b, uint64(partition))
 	}
 	if offset != 0 {
-		b = protowire.AppendTag(b, 3, protowire.VarintType)
+		b = protowire.AppendTag(b, fOriginOffset, protowire.VarintType)
 		b = protowire.AppendVarint(b, uint64(offset))
 	}
 	return b
@@ -226,43 +218,6 @@ func readMembers(chunk []byte, fn func(*member) error) error {
 		}
 	}
 	return nil
-}
-
-// fields calls fn for each field of the protobuf message b, with its
-// number, wire type and value: v for length-delimited fields, x for varint
-// and fixed fields. It stops early when fn returns false, and at the first
-// malformed field.
-func fields(b []byte, fn func(num protowire.Number, typ protowire.Type, v []byte, x uint64) bool) {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return
-		}
-		b = b[n:]
-		var v []byte
-		var x uint64
-		switch typ {
-		case protowire.BytesType:
-			v, n = protowire.ConsumeBytes(b)
-		case protowire.VarintType:
-			x, n = protowire.ConsumeVarint(b)
-		case protowire.Fixed64Type:
-			x, n = protowire.ConsumeFixed64(b)
-		case protowire.Fixed32Type:
-			var y uint32
-			y, n = protowire.ConsumeFixed32(b)
-			x = uint64(y)
-		default:
-			n = protowire.ConsumeFieldValue(num, typ, b)
-		}
-		if n < 0 {
-			return
-		}
-		b = b[n:]
-		if !fn(num, typ, v, x) {
-			return
-		}
-	}
 }
 
 // chunkPrefix returns where to cut chunk so that the first part is at most
@@ -331,34 +286,43 @@ func memberSize(b []byte) (int, bool, error) {
 // memberParts splits a member body into scope, payload (span / log / metric)
 // and origin.
 func memberParts(body []byte) (scope, payload, origin []byte) {
-	fields(body, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) bool {
-		if typ == protowire.BytesType {
-			switch num {
-			case 2:
-				scope = v
-			case 3:
-				payload = v
-			case 4:
-				origin = v
-			}
+	for len(body) > 0 {
+		num, typ, v, _, n := wire.Next(body)
+		if n < 0 {
+			break
 		}
-		return true
-	})
+		body = body[n:]
+		if typ != protowire.BytesType {
+			continue
+		}
+		switch num {
+		case fMemberScope:
+			scope = v
+		case fMemberPayload:
+			payload = v
+		case fMemberOrigin:
+			origin = v
+		}
+	}
 	return
 }
 
 // parseOrigin decodes an Origin message.
 func parseOrigin(b []byte) (topic string, partition int32, offset int64) {
-	fields(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) bool {
+	for len(b) > 0 {
+		num, typ, v, x, n := wire.Next(b)
+		if n < 0 {
+			break
+		}
+		b = b[n:]
 		switch {
-		case num == 1 && typ == protowire.BytesType:
+		case num == fOriginTopic && typ == protowire.BytesType:
 			topic = string(v)
-		case num == 2 && typ == protowire.VarintType:
+		case num == fOriginPartition && typ == protowire.VarintType:
 			partition = int32(x)
-		case num == 3 && typ == protowire.VarintType:
+		case num == fOriginOffset && typ == protowire.VarintType:
 			offset = int64(x)
 		}
-		return true
-	})
+	}
 	return
 }

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/braidlabs/braid/connectors/otlp"
+	"github.com/braidlabs/braid/connectors/otlp/wire"
 	"github.com/braidlabs/braid/engine"
 	"github.com/braidlabs/braid/operators/sampling"
 	"github.com/braidlabs/braid/operators/semconv"
@@ -51,22 +52,22 @@ func (p *processor) sample(t *engine.Task, tr *trace, sum *summary, b []byte) ([
 	var th []byte
 	if d.Kept() {
 		th = sampling.AppendThreshold(nil, d.Threshold)
-		inner += protowire.SizeTag(1) + 1 + protowire.SizeTag(2) + protowire.SizeBytes(len(d.Reason.String())) +
-			protowire.SizeTag(4) + protowire.SizeBytes(len(th))
+		inner += protowire.SizeTag(fSamplingKept) + 1 + protowire.SizeTag(fSamplingReason) + protowire.SizeBytes(len(d.Reason.String())) +
+			protowire.SizeTag(fSamplingThreshold) + protowire.SizeBytes(len(th))
 	}
-	inner += protowire.SizeTag(3) + 8
+	inner += protowire.SizeTag(fSamplingRate) + 8
 	b = protowire.AppendTag(b, fSampling, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(inner))
 	if d.Kept() {
-		b = protowire.AppendTag(b, 1, protowire.VarintType)
+		b = protowire.AppendTag(b, fSamplingKept, protowire.VarintType)
 		b = protowire.AppendVarint(b, 1)
-		b = protowire.AppendTag(b, 2, protowire.BytesType)
+		b = protowire.AppendTag(b, fSamplingReason, protowire.BytesType)
 		b = protowire.AppendString(b, d.Reason.String())
 	}
-	b = protowire.AppendTag(b, 3, protowire.Fixed64Type)
+	b = protowire.AppendTag(b, fSamplingRate, protowire.Fixed64Type)
 	b = protowire.AppendFixed64(b, math.Float64bits(d.Rate))
 	if d.Kept() {
-		b = protowire.AppendTag(b, 4, protowire.BytesType)
+		b = protowire.AppendTag(b, fSamplingThreshold, protowire.BytesType)
 		b = protowire.AppendBytes(b, th)
 	}
 	return b, nil
@@ -167,13 +168,15 @@ func (p *processor) sampleTrace(tr *trace, sum *summary) sampling.Trace {
 
 // isRootSpan reports whether span has no parent span id (field 4).
 func isRootSpan(span []byte) bool {
-	root := true
-	fields(span, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) bool {
+	for len(span) > 0 {
+		num, typ, v, _, n := wire.Next(span)
+		if n < 0 {
+			break
+		}
+		span = span[n:]
 		if num == 4 && typ == protowire.BytesType && len(v) > 0 {
-			root = false
 			return false
 		}
-		return true
-	})
-	return root
+	}
+	return true
 }

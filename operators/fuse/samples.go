@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/braidlabs/braid/connectors/otlp"
+	"github.com/braidlabs/braid/connectors/otlp/wire"
 	"github.com/braidlabs/braid/engine"
 	"github.com/braidlabs/braid/operators/resources"
 	"github.com/braidlabs/braid/operators/semconv"
@@ -86,14 +87,18 @@ func sameBytes(a, b []byte) bool {
 
 // numberValue reads NumberDataPoint's as_double (4) or as_int (6).
 func numberValue(pt []byte) (v float64, ok bool) {
-	fields(pt, func(num protowire.Number, typ protowire.Type, _ []byte, x uint64) bool {
+	for len(pt) > 0 {
+		num, typ, _, x, n := wire.Next(pt)
+		if n < 0 {
+			break
+		}
+		pt = pt[n:]
 		switch {
 		case num == 4 && typ == protowire.Fixed64Type:
 			v, ok = math.Float64frombits(x), true
 		case num == 6 && typ == protowire.Fixed64Type:
 			v, ok = float64(int64(x)), true
 		}
-		return true
-	})
+	}
 	return v, ok
 }
