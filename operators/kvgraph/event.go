@@ -6,6 +6,9 @@ import (
 	"strconv"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	// Named so: the tests have a helper called wire.
+	otlpwire "github.com/braidlabs/braid/connectors/otlp/wire"
 )
 
 // Op is what a KV event reports.
@@ -95,27 +98,19 @@ type Event struct {
 func ParseEvent(resource, logRecord []byte, ts int64, origin Origin) (ev Event, ok bool) {
 	ev = Event{Time: ts, GPUIndex: -1, Block: -1, RefCnt: -1, Layer: -1, Origin: origin}
 	var addrOK, bytesOK, baseOK, sizeOK bool
-	b := logRecord
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+	for b := logRecord; len(b) > 0; {
+		num, typ, v, _, n := otlpwire.Next(b)
 		if n < 0 {
 			return ev, false
 		}
 		b = b[n:]
-		switch {
-		case num == 5 && typ == protowire.BytesType: // body
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return ev, false
-			}
-			ev.Body = anyString(v)
-			b = b[n:]
+		if typ != protowire.BytesType {
 			continue
-		case num == 6 && typ == protowire.BytesType: // attributes
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return ev, false
-			}
+		}
+		switch num {
+		case 5: // body
+			ev.Body = anyString(v)
+		case 6: // attributes
 			k, val := keyValue(v)
 			num := func(dst *int64) bool {
 				x, ok := anyInt(val)
@@ -155,34 +150,15 @@ func ParseEvent(resource, logRecord []byte, ts int64, origin Origin) (ev Event, 
 			case "gen_ai.request.id":
 				ev.Request = anyString(val)
 			}
-			b = b[n:]
-			continue
-		case num == 9 && typ == protowire.BytesType: // trace_id
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return ev, false
-			}
+		case 9: // trace_id
 			if len(v) == 16 {
 				copy(ev.TraceID[:], v)
 			}
-			b = b[n:]
-			continue
-		case num == 10 && typ == protowire.BytesType: // span_id
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return ev, false
-			}
+		case 10: // span_id
 			if len(v) == 8 {
 				copy(ev.SpanID[:], v)
 			}
-			b = b[n:]
-			continue
 		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return ev, false
-		}
-		b = b[n:]
 	}
 	ev.HasRange = addrOK && bytesOK
 	ev.HasLayerRange = baseOK && sizeOK && ev.LayerSize > 0
@@ -207,128 +183,59 @@ func ParseEvent(resource, logRecord []byte, ts int64, origin Origin) (ev Event, 
 
 func parseResource(b []byte, ev *Event) bool {
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, v, _, n := otlpwire.Next(b)
 		if n < 0 {
 			return false
 		}
 		b = b[n:]
-		if num == 1 && typ == protowire.BytesType {
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return false
-			}
-			k, val := keyValue(v)
-			switch string(k) {
-			case "host.name":
-				ev.Host = anyString(val)
-			case "gpu.uuid":
-				ev.GPUUUID = anyString(val)
-			case "gpu.index":
-				ev.GPUIndex, _ = anyInt(val)
-			case "service.instance.id":
-				ev.Instance = anyString(val)
-			}
-			b = b[n:]
+		if num != 1 || typ != protowire.BytesType {
 			continue
 		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return false
+		k, val := keyValue(v)
+		switch string(k) {
+		case "host.name":
+			ev.Host = anyString(val)
+		case "gpu.uuid":
+			ev.GPUUUID = anyString(val)
+		case "gpu.index":
+			ev.GPUIndex, _ = anyInt(val)
+		case "service.instance.id":
+			ev.Instance = anyString(val)
 		}
-		b = b[n:]
 	}
 	return true
 }
 
 // keyValue splits a KeyValue message into its key and AnyValue bytes.
+// Malformed bytes give neither (otlpwire.KeyValue gives what came before
+// them).
 func keyValue(b []byte) (key, val []byte) {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return nil, nil
-		}
-		b = b[n:]
-		if typ == protowire.BytesType && (num == 1 || num == 2) {
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return nil, nil
-			}
-			if num == 1 {
-				key = v
-			} else {
-				val = v
-			}
-			b = b[n:]
-			continue
-		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return nil, nil
-		}
-		b = b[n:]
+	if key, val, ok := otlpwire.KeyValue(b); ok {
+		return key, val
 	}
-	return key, val
+	return nil, nil
 }
 
-// anyString returns an AnyValue's string_value (or bytes_value).
+// anyString returns an AnyValue's first string_value or bytes_value.
 func anyString(b []byte) []byte {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return nil
-		}
-		b = b[n:]
-		if typ == protowire.BytesType && (num == 1 || num == 7) {
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return nil
-			}
-			return v
-		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return nil
-		}
-		b = b[n:]
-	}
-	return nil
+	return otlpwire.FirstAnyValue(b, 1<<otlpwire.KindString|1<<otlpwire.KindBytes).Bytes
 }
 
-// anyInt returns an AnyValue's int_value, or a decimal string_value, or an
-// integral double_value.
+// anyInt returns an AnyValue's first int_value, decimal string_value
+// (atoi) or integral double_value, whichever comes first. These are
+// kvgraph's conventions, not otlpwire.Value.Int's: the first member rather
+// than the last, a double converted without a range check, and atoi's
+// narrower text.
 func anyInt(b []byte) (int64, bool) {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return 0, false
-		}
-		b = b[n:]
-		switch {
-		case num == 3 && typ == protowire.VarintType:
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return 0, false
-			}
-			return int64(v), true
-		case num == 1 && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return 0, false
-			}
-			return atoi(v)
-		case num == 4 && typ == protowire.Fixed64Type:
-			v, n := protowire.ConsumeFixed64(b)
-			if n < 0 {
-				return 0, false
-			}
-			f := math.Float64frombits(v)
-			return int64(f), f == math.Trunc(f)
-		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return 0, false
-		}
-		b = b[n:]
+	v := otlpwire.FirstAnyValue(b, 1<<otlpwire.KindInt|1<<otlpwire.KindString|1<<otlpwire.KindDouble)
+	switch v.Type {
+	case otlpwire.KindInt:
+		return int64(v.Num), true
+	case otlpwire.KindString:
+		return atoi(v.Bytes)
+	case otlpwire.KindDouble:
+		f := math.Float64frombits(v.Num)
+		return int64(f), f == math.Trunc(f)
 	}
 	return 0, false
 }
@@ -367,25 +274,17 @@ func hexDigit(c byte) (byte, bool) {
 	return 0, false
 }
 
+// atoi is otlpwire.Atoi as kvgraph reads integers: an optional '-' and at
+// most 18 digits (no '+', nothing near int64's limits).
 func atoi(s []byte) (int64, bool) {
-	neg := len(s) > 0 && s[0] == '-'
-	if neg {
-		s = s[1:]
+	d := s
+	if len(d) > 0 && d[0] == '-' {
+		d = d[1:]
 	}
-	if len(s) == 0 || len(s) > 18 {
+	if len(d) == 0 || len(d) > 18 || d[0] == '+' {
 		return 0, false
 	}
-	var v int64
-	for _, c := range s {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		v = v*10 + int64(c-'0')
-	}
-	if neg {
-		v = -v
-	}
-	return v, true
+	return otlpwire.Atoi(s)
 }
 
 func parseOp(s []byte) Op {

@@ -5,6 +5,7 @@ import (
 
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	logspb "go.opentelemetry.io/proto/otlp/logs/v1"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/braidlabs/braid/operators/kvgraph/kvlog"
@@ -94,4 +95,59 @@ func BenchmarkParseEvent(b *testing.B) {
 		ParseEvent(res, rec, 1, Origin{})
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+// TestParseEventIntConventions pins how integer attributes are read: the
+// first of an AnyValue's int, string and double members; decimal text of
+// at most 18 digits with an optional '-'; an integral double.
+func TestParseEventIntConventions(t *testing.T) {
+	res, rec := wire(t, gpu0, pool.Write(at(1), "cmpl-7", 3, 2, 16, 64))
+	lr := &logspb.LogRecord{}
+	if err := proto.Unmarshal(rec, lr); err != nil {
+		t.Fatal(err)
+	}
+	str := func(s string) []byte {
+		b, _ := proto.Marshal(&commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: s}})
+		return b
+	}
+	dbl := func(f float64) []byte {
+		b, _ := proto.Marshal(&commonpb.AnyValue{Value: &commonpb.AnyValue_DoubleValue{DoubleValue: f}})
+		return b
+	}
+	for _, c := range []struct {
+		name  string
+		value []byte // the serialized AnyValue of kv.block.id
+		block int64
+		ok    bool
+	}{
+		{"text", str("17"), 17, true},
+		{"negative text", str("-17"), -17, true},
+		{"18 digits", str("123456789012345678"), 123456789012345678, true},
+		{"19 digits", str("1234567890123456789"), -1, false},
+		{"plus sign", str("+17"), -1, false},
+		{"not a number", str("0x11"), -1, false},
+		{"integral double", dbl(17), 17, true},
+		{"fraction", dbl(17.5), -1, false},
+		{"text, then an int", append(str("5"), 0x18, 0x07), 5, true},
+		{"an int, then text", append([]byte{0x18, 0x07}, str("5")...), 7, true},
+		{"a bool, then an int", []byte{0x10, 0x01, 0x18, 0x07}, 7, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var b []byte
+			for _, kv := range lr.Attributes {
+				if kv.Key != "kv.block.id" {
+					kb, _ := proto.Marshal(kv)
+					b = protowire.AppendBytes(protowire.AppendTag(b, 6, protowire.BytesType), kb)
+					continue
+				}
+				kb := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), kv.Key)
+				kb = protowire.AppendBytes(protowire.AppendTag(kb, 2, protowire.BytesType), c.value)
+				b = protowire.AppendBytes(protowire.AppendTag(b, 6, protowire.BytesType), kb)
+			}
+			ev, ok := ParseEvent(res, b, 1, Origin{})
+			if !ok || ev.Block != c.block || ev.hasBlock != c.ok || (ev.notInt == "kv.block.id") == c.ok {
+				t.Fatalf("ParseEvent = %v, block %d, hasBlock %v, notInt %q", ok, ev.Block, ev.hasBlock, ev.notInt)
+			}
+		})
+	}
 }
