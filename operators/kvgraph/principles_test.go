@@ -299,3 +299,22 @@ func TestRecomputeAfterPreemptionIsClean(t *testing.T) {
 		t.Fatalf("victims %v, want p and s (the recompute read its tainted prefix again)", got)
 	}
 }
+
+// A block's content goes to host memory at a swap-out and comes back with
+// the swap-in, which reads it all: bytes a stray write left in it are read
+// then, so the swapped-out owner is a victim — named at the swap-out, as
+// the detector does not carry content through host memory. Its own
+// unwritten bytes (residue it never read) do not count.
+func TestSwapOutCarriesForeignBytes(t *testing.T) {
+	h := newHarness(t, nil)
+	stray := pool.Write(at(5), "w", 7, 1, 0, 256)
+	stray.Addr = pool.Addr(1, 4) // w's write for its block 7 lands in r's block 4
+	h.feed(gpu0, seq(
+		alloc(0, "r", 4), fill(1, "r", 4, 0), readAll(2, "r", 4),
+		alloc(3, "w", 7), fill(4, "w", 7, 0), stray,
+		kvlog.Op{Time: at(6), Op: "swap_out", Request: "r", Block: 4},
+	)...)
+	if got := polluted(h.only()); !slices.Equal(got, []string{"r"}) {
+		t.Fatalf("victims %v, want r (its swapped-out content holds w's bytes)", got)
+	}
+}

@@ -255,6 +255,9 @@ func (p *Processor) handle(t *engine.Task, ev *Event) {
 		// The content leaves for host memory and the block is released
 		// (a free that may follow is not a second free).
 		if r != nil {
+			if b.owner(r.id) != nil {
+				p.swapOut(t, g, b, r, ev)
+			}
 			b.removeOwner(r.id)
 			r.release(b.id)
 		}
@@ -651,6 +654,31 @@ func (p *Processor) read(t *engine.Task, g *gpu, b *block, r *request, ev *Event
 	if b.base != "" && b.base != r.id && !p.covered(b, ev.Layer, lo, hi) {
 		p.classify(g, b, o, b.base, b.baseAt, spanOwn, b.baseTaint, ev.Layer, Origin{})
 	}
+	p.reportHits(t, g, b, r, ev, lo, hi)
+}
+
+// swapOut handles r's swap-out of b: its content, with whatever another
+// request's faulty write left in it, goes to host memory and comes back
+// with the swap-in, which reads it all. Those bytes are read then; the
+// detector does not carry block content through host memory, so r is
+// named for them now.
+func (p *Processor) swapOut(t *engine.Task, g *gpu, b *block, r *request, ev *Event) {
+	o := b.owner(r.id)
+	p.hits = p.hits[:0]
+	for i := range b.layers {
+		ls := &b.layers[i]
+		for _, s := range ls.spans {
+			if s.kind != spanForeign && s.kind != spanOOB && s.kind != spanMisplaced {
+				continue // its own writes, residue it never read, zeros
+			}
+			p.classify(g, b, o, s.writer, s.at, s.kind, s.taint, ls.layer, s.origin)
+		}
+	}
+	p.reportHits(t, g, b, r, ev, -1, -1)
+}
+
+// reportHits turns the hits of r's read (p.hits) into pollution edges.
+func (p *Processor) reportHits(t *engine.Task, g *gpu, b *block, r *request, ev *Event, lo, hi int64) {
 	if len(p.hits) == 0 {
 		return
 	}
