@@ -310,3 +310,43 @@ func TestNoAllocs(t *testing.T) {
 		t.Fatalf("%v allocations", n)
 	}
 }
+
+func TestValueText(t *testing.T) {
+	for _, c := range []struct {
+		v      Value
+		text   string
+		scalar bool
+	}{
+		{Value{Type: KindString, Bytes: []byte("text")}, "text", true},
+		{Value{Type: KindBool, Num: 1}, "true", true},
+		{Value{Type: KindBool}, "false", true},
+		{Value{Type: KindInt, Num: uint64(1<<64 - 42)}, "-42", true},
+		{Value{Type: KindDouble, Num: math.Float64bits(0.25)}, "0.25", true},
+		{Value{Type: KindBytes, Bytes: []byte{0xab, 0x01}}, "ab01", true},
+		{Value{Type: KindArray, Bytes: []byte{0x0a, 0x00}}, "", false},
+		{Value{Type: KindKVList}, "", false},
+		{Value{}, "", false},
+	} {
+		if s := c.v.String(); s != c.text {
+			t.Errorf("%+v.String() = %q, want %q", c.v, s, c.text)
+		}
+		if s := string(c.v.AppendText([]byte("x"))); s != "x"+c.text {
+			t.Errorf("%+v.AppendText = %q", c.v, s)
+		}
+		if c.v.IsScalar() != c.scalar {
+			t.Errorf("%+v.IsScalar() = %v", c.v, !c.scalar)
+		}
+		if c.scalar && !c.v.Equal(c.text) {
+			t.Errorf("%+v.Equal(%q) = false", c.v, c.text)
+		}
+	}
+	i := Value{Type: KindInt, Num: 7}
+	for _, s := range []string{"07", "+7", "7.0", "", "-0"} {
+		if i.Equal(s) {
+			t.Errorf("7.Equal(%q)", s)
+		}
+	}
+	if (Value{Type: KindInt}).Equal("-0") || !(Value{Type: KindInt}).Equal("0") {
+		t.Error("0.Equal")
+	}
+}
