@@ -667,9 +667,16 @@ func (p *Processor) swapOut(t *engine.Task, g *gpu, b *block, r *request, ev *Ev
 	p.hits = p.hits[:0]
 	for i := range b.layers {
 		ls := &b.layers[i]
+		wrote := false
 		for _, s := range ls.spans {
-			if s.kind != spanForeign && s.kind != spanOOB && s.kind != spanMisplaced {
-				continue // its own writes, residue it never read, zeros
+			wrote = wrote || (s.writer == r.id && s.kind == spanOwn)
+		}
+		if !wrote {
+			continue // a layer it holds nothing of: nothing of it is read back
+		}
+		for _, s := range ls.spans {
+			if s.kind != spanForeign && s.kind != spanOOB && s.kind != spanMisplaced || s.at < o.at {
+				continue // its own writes, zeros, what was there before it held the block
 			}
 			p.classify(g, b, o, s.writer, s.at, s.kind, s.taint, ls.layer, s.origin)
 		}
