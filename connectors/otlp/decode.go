@@ -206,15 +206,15 @@ func wireNames(mask uint8) string {
 // string in it is not valid UTF-8 (see fix).
 func (d *Decoder) walkPlain(k *msgKind, s *strSchema, b []byte) (out, orig []byte, err *DecodeError) {
 	d.bad = false
-	for rest := b; len(rest) > 0; {
-		num, typ, v, _, n := wire.Next(rest)
-		if n < 0 || !k.fieldOK(num, typ) {
-			return nil, nil, d.fieldErr(k, rest)
+	for p := b; len(p) > 0; {
+		num, typ, v, _, rest := wire.Next(p)
+		if rest == nil || !k.fieldOK(num, typ) {
+			return nil, nil, d.fieldErr(k, p)
 		}
 		if err := d.checkField(s, num, typ, v); err != nil {
 			return nil, nil, err
 		}
-		rest = rest[n:]
+		p = rest
 	}
 	out, orig = d.fix(s, b)
 	return out, orig, nil
@@ -236,8 +236,8 @@ func (d *Decoder) walkData(sig Signal, b []byte) *DecodeError {
 	start := b
 	found := false
 	for len(b) > 0 {
-		num, typ, v, _, n := wire.Next(b)
-		if n < 0 || !kData.fieldOK(num, typ) {
+		num, typ, v, _, rest := wire.Next(b)
+		if rest == nil || !kData.fieldOK(num, typ) {
 			return d.fieldErr(&kData, b)
 		}
 		if num == 1 {
@@ -246,7 +246,7 @@ func (d *Decoder) walkData(sig Signal, b []byte) *DecodeError {
 				return err
 			}
 		}
-		b = b[n:]
+		b = rest
 	}
 	if !found {
 		return d.errAt(start, "no "+dataField[sig]+" field (wrong message type?)")
@@ -259,8 +259,8 @@ func (d *Decoder) walkResourceX(sig Signal, b []byte) *DecodeError {
 	first := len(d.items)
 	var res, orig []byte
 	for len(b) > 0 {
-		num, typ, v, _, n := wire.Next(b)
-		if n < 0 || !kResourceX.fieldOK(num, typ) {
+		num, typ, v, _, rest := wire.Next(b)
+		if rest == nil || !kResourceX.fieldOK(num, typ) {
 			return d.fieldErr(&kResourceX, b)
 		}
 		switch num {
@@ -274,7 +274,7 @@ func (d *Decoder) walkResourceX(sig Signal, b []byte) *DecodeError {
 				return err
 			}
 		}
-		b = b[n:]
+		b = rest
 	}
 	if res != nil {
 		items := d.items[first:]
@@ -290,8 +290,8 @@ func (d *Decoder) walkScopeX(sig Signal, b []byte) *DecodeError {
 	first := len(d.items)
 	var scope []byte
 	for len(b) > 0 {
-		num, typ, v, _, n := wire.Next(b)
-		if n < 0 || !kScopeX.fieldOK(num, typ) {
+		num, typ, v, _, rest := wire.Next(b)
+		if rest == nil || !kScopeX.fieldOK(num, typ) {
 			return d.fieldErr(&kScopeX, b)
 		}
 		switch num {
@@ -314,7 +314,7 @@ func (d *Decoder) walkScopeX(sig Signal, b []byte) *DecodeError {
 				return err
 			}
 		}
-		b = b[n:]
+		b = rest
 	}
 	if scope != nil {
 		items := d.items[first:]
@@ -337,8 +337,8 @@ func (d *Decoder) walkSpan(b []byte) *DecodeError {
 	var code int32
 	d.bad = false
 	for len(b) > 0 {
-		num, typ, v, x, n := wire.Next(b)
-		if n < 0 || !kSpan.fieldOK(num, typ) {
+		num, typ, v, x, rest := wire.Next(b)
+		if rest == nil || !kSpan.fieldOK(num, typ) {
 			return d.fieldErr(&kSpan, b)
 		}
 		switch num {
@@ -365,8 +365,8 @@ func (d *Decoder) walkSpan(b []byte) *DecodeError {
 			// Repeated status messages merge: the last code set wins.
 			s := v
 			for len(s) > 0 {
-				snum, styp, sv, sx, sn := wire.Next(s)
-				if sn < 0 || !kStatus.fieldOK(snum, styp) {
+				snum, styp, sv, sx, srest := wire.Next(s)
+				if srest == nil || !kStatus.fieldOK(snum, styp) {
 					return d.fieldErr(&kStatus, s)
 				}
 				if snum == 3 {
@@ -374,10 +374,10 @@ func (d *Decoder) walkSpan(b []byte) *DecodeError {
 				} else if snum == 2 {
 					d.checkStr(sv)
 				}
-				s = s[sn:]
+				s = srest
 			}
 		}
-		b = b[n:]
+		b = rest
 	}
 	if len(traceID) != 16 {
 		return d.errAt(start, "span trace_id is "+strconv.Itoa(len(traceID))+" bytes, want 16")
@@ -419,8 +419,8 @@ func (d *Decoder) walkLog(b []byte) *DecodeError {
 	var t, observed uint64
 	d.bad = false
 	for len(b) > 0 {
-		num, typ, v, x, n := wire.Next(b)
-		if n < 0 || !kLog.fieldOK(num, typ) {
+		num, typ, v, x, rest := wire.Next(b)
+		if rest == nil || !kLog.fieldOK(num, typ) {
 			return d.fieldErr(&kLog, b)
 		}
 		switch num {
@@ -437,7 +437,7 @@ func (d *Decoder) walkLog(b []byte) *DecodeError {
 		case 10:
 			spanID = v
 		}
-		b = b[n:]
+		b = rest
 	}
 	if len(traceID) != 0 && len(traceID) != 16 {
 		return d.errAt(start, "log record trace_id is "+strconv.Itoa(len(traceID))+" bytes, want 16 or none")
@@ -473,8 +473,8 @@ func (d *Decoder) walkMetric(b []byte) *DecodeError {
 	var temporality int32
 	var monotonic bool
 	for len(b) > 0 {
-		num, typ, v, _, n := wire.Next(b)
-		if n < 0 || !kMetric.fieldOK(num, typ) {
+		num, typ, v, _, rest := wire.Next(b)
+		if rest == nil || !kMetric.fieldOK(num, typ) {
 			return d.fieldErr(&kMetric, b)
 		}
 		switch num {
@@ -495,7 +495,7 @@ func (d *Decoder) walkMetric(b []byte) *DecodeError {
 				return err
 			}
 		}
-		b = b[n:]
+		b = rest
 	}
 	name, desc, unit = clip(RepairUTF8(name)), clip(RepairUTF8(desc)), clip(RepairUTF8(unit))
 	items := d.items[first:]
@@ -524,8 +524,8 @@ func (d *Decoder) walkMetricData(pt PointType, b []byte, temporality *int32, mon
 		k = &kSummary
 	}
 	for len(b) > 0 {
-		num, typ, v, x, n := wire.Next(b)
-		if n < 0 || !k.fieldOK(num, typ) {
+		num, typ, v, x, rest := wire.Next(b)
+		if rest == nil || !k.fieldOK(num, typ) {
 			return d.fieldErr(k, b)
 		}
 		switch {
@@ -538,7 +538,7 @@ func (d *Decoder) walkMetricData(pt PointType, b []byte, temporality *int32, mon
 		case num == 3 && pt == PointSum:
 			*monotonic = x != 0
 		}
-		b = b[n:]
+		b = rest
 	}
 	return nil
 }
@@ -562,8 +562,8 @@ func (d *Decoder) walkPoint(pt PointType, b []byte) *DecodeError {
 	d.ex = d.ex[:0]
 	d.bad = false
 	for len(b) > 0 {
-		num, typ, v, x, n := wire.Next(b)
-		if n < 0 || !k.fieldOK(num, typ) {
+		num, typ, v, x, rest := wire.Next(b)
+		if rest == nil || !k.fieldOK(num, typ) {
 			return d.fieldErr(k, b)
 		}
 		switch num {
@@ -580,7 +580,7 @@ func (d *Decoder) walkPoint(pt PointType, b []byte) *DecodeError {
 				return err
 			}
 		}
-		b = b[n:]
+		b = rest
 	}
 	payload, orig := d.fix(s, start)
 	it := Item{
@@ -606,8 +606,8 @@ func (d *Decoder) walkExemplar(b []byte) *DecodeError {
 	start := b
 	var traceID, spanID []byte
 	for len(b) > 0 {
-		num, typ, v, _, n := wire.Next(b)
-		if n < 0 || !kExemplar.fieldOK(num, typ) {
+		num, typ, v, _, rest := wire.Next(b)
+		if rest == nil || !kExemplar.fieldOK(num, typ) {
 			return d.fieldErr(&kExemplar, b)
 		}
 		switch num {
@@ -620,7 +620,7 @@ func (d *Decoder) walkExemplar(b []byte) *DecodeError {
 				return err
 			}
 		}
-		b = b[n:]
+		b = rest
 	}
 	if len(traceID) != 0 && len(traceID) != 16 {
 		return d.errAt(start, "exemplar trace_id is "+strconv.Itoa(len(traceID))+" bytes, want 16 or none")

@@ -176,8 +176,8 @@ func (d *Decoder) checkMsg(s *strSchema, b []byte, depth int) *DecodeError {
 		return d.errAt(b, "attribute value nested deeper than "+strconv.Itoa(MaxNesting)+" levels")
 	}
 	for len(b) > 0 {
-		num, typ, v, _, n := wire.Next(b)
-		if n < 0 || num > protowire.MaxValidNumber {
+		num, typ, v, _, rest := wire.Next(b)
+		if rest == nil || num > protowire.MaxValidNumber {
 			return d.attrErr(b)
 		}
 		if typ == protowire.BytesType {
@@ -193,7 +193,7 @@ func (d *Decoder) checkMsg(s *strSchema, b []byte, depth int) *DecodeError {
 				}
 			}
 		}
-		b = b[n:]
+		b = rest
 	}
 	return nil
 }
@@ -222,14 +222,15 @@ func repaired(s *strSchema, b []byte) []byte {
 
 func appendRepaired(dst []byte, s *strSchema, b []byte) []byte {
 	for len(b) > 0 {
-		num, typ, v, _, n := wire.Next(b)
-		if n < 0 {
+		num, typ, v, _, rest := wire.Next(b)
+		if rest == nil {
 			return append(dst, b...)
 		}
+		field := b[:len(b)-len(rest)]
 		sub := s.sub(num)
 		switch {
 		case typ != protowire.BytesType:
-			dst = append(dst, b[:n]...)
+			dst = append(dst, field...)
 		case s.isStr(num) && !utf8.Valid(v):
 			dst = protowire.AppendTag(dst, num, protowire.BytesType)
 			dst = protowire.AppendBytes(dst, toValidUTF8(v))
@@ -239,9 +240,9 @@ func appendRepaired(dst []byte, s *strSchema, b []byte) []byte {
 			dst = appendRepaired(dst, sub, v)
 			dst = wire.InsertLen(dst, start)
 		default:
-			dst = append(dst, b[:n]...)
+			dst = append(dst, field...)
 		}
-		b = b[n:]
+		b = rest
 	}
 	return dst
 }

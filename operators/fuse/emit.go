@@ -507,11 +507,11 @@ type summary struct {
 // its first trace_id counts.
 func hasTraceID(log []byte) bool {
 	for len(log) > 0 {
-		num, typ, v, _, n := wire.Next(log)
-		if n < 0 {
+		num, typ, v, _, rest := wire.Next(log)
+		if rest == nil {
 			break
 		}
-		log = log[n:]
+		log = rest
 		if num == 9 && typ == protowire.BytesType {
 			return len(bytes.Trim(v, "\x00")) > 0
 		}
@@ -524,11 +524,11 @@ func (s *summary) addSpan(span, resource []byte) {
 	var start, end uint64
 	var status int32
 	for b := span; len(b) > 0; {
-		num, typ, v, x, n := wire.Next(b)
-		if n < 0 {
+		num, typ, v, x, rest := wire.Next(b)
+		if rest == nil {
 			break
 		}
-		b = b[n:]
+		b = rest
 		switch {
 		case num == 4 && typ == protowire.BytesType:
 			parent = v
@@ -563,11 +563,11 @@ func (s *summary) addSpan(span, resource []byte) {
 // statusCode returns Status.code.
 func statusCode(b []byte) (code int32) {
 	for len(b) > 0 {
-		num, typ, _, x, n := wire.Next(b)
-		if n < 0 {
+		num, typ, _, x, rest := wire.Next(b)
+		if rest == nil {
 			break
 		}
-		b = b[n:]
+		b = rest
 		if num == 3 && typ == protowire.VarintType {
 			code = int32(x)
 		}

@@ -287,11 +287,11 @@ func memberSize(b []byte) (int, bool, error) {
 // and origin.
 func memberParts(body []byte) (scope, payload, origin []byte) {
 	for len(body) > 0 {
-		num, typ, v, _, n := wire.Next(body)
-		if n < 0 {
+		num, typ, v, _, rest := wire.Next(body)
+		if rest == nil {
 			break
 		}
-		body = body[n:]
+		body = rest
 		if typ != protowire.BytesType {
 			continue
 		}
@@ -310,11 +310,11 @@ func memberParts(body []byte) (scope, payload, origin []byte) {
 // parseOrigin decodes an Origin message.
 func parseOrigin(b []byte) (topic string, partition int32, offset int64) {
 	for len(b) > 0 {
-		num, typ, v, x, n := wire.Next(b)
-		if n < 0 {
+		num, typ, v, x, rest := wire.Next(b)
+		if rest == nil {
 			break
 		}
-		b = b[n:]
+		b = rest
 		switch {
 		case num == fOriginTopic && typ == protowire.BytesType:
 			topic = string(v)

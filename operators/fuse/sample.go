@@ -169,11 +169,11 @@ func (p *processor) sampleTrace(tr *trace, sum *summary) sampling.Trace {
 // isRootSpan reports whether span has no parent span id (field 4).
 func isRootSpan(span []byte) bool {
 	for len(span) > 0 {
-		num, typ, v, _, n := wire.Next(span)
-		if n < 0 {
+		num, typ, v, _, rest := wire.Next(span)
+		if rest == nil {
 			break
 		}
-		span = span[n:]
+		span = rest
 		if num == 4 && typ == protowire.BytesType && len(v) > 0 {
 			return false
 		}

@@ -88,11 +88,11 @@ func sameBytes(a, b []byte) bool {
 // numberValue reads NumberDataPoint's as_double (4) or as_int (6).
 func numberValue(pt []byte) (v float64, ok bool) {
 	for len(pt) > 0 {
-		num, typ, _, x, n := wire.Next(pt)
-		if n < 0 {
+		num, typ, _, x, rest := wire.Next(pt)
+		if rest == nil {
 			break
 		}
-		pt = pt[n:]
+		pt = rest
 		switch {
 		case num == 4 && typ == protowire.Fixed64Type:
 			v, ok = math.Float64frombits(x), true

@@ -99,11 +99,11 @@ func ParseEvent(resource, logRecord []byte, ts int64, origin Origin) (ev Event, 
 	ev = Event{Time: ts, GPUIndex: -1, Block: -1, RefCnt: -1, Layer: -1, Origin: origin}
 	var addrOK, bytesOK, baseOK, sizeOK bool
 	for b := logRecord; len(b) > 0; {
-		num, typ, v, _, n := otlpwire.Next(b)
-		if n < 0 {
+		num, typ, v, _, rest := otlpwire.Next(b)
+		if rest == nil {
 			return ev, false
 		}
-		b = b[n:]
+		b = rest
 		if typ != protowire.BytesType {
 			continue
 		}
@@ -183,11 +183,11 @@ func ParseEvent(resource, logRecord []byte, ts int64, origin Origin) (ev Event, 
 
 func parseResource(b []byte, ev *Event) bool {
 	for len(b) > 0 {
-		num, typ, v, _, n := otlpwire.Next(b)
-		if n < 0 {
+		num, typ, v, _, rest := otlpwire.Next(b)
+		if rest == nil {
 			return false
 		}
-		b = b[n:]
+		b = rest
 		if num != 1 || typ != protowire.BytesType {
 			continue
 		}

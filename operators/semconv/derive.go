@@ -365,11 +365,11 @@ func (d *Deriver) AddSpan(span, resource []byte) {
 	var events [][]byte // span events with attributes
 	b := span
 	for len(b) > 0 {
-		num, typ, raw, x, n := wire.Next(b)
-		if n < 0 {
+		num, typ, raw, x, rest := wire.Next(b)
+		if rest == nil {
 			break
 		}
-		b = b[n:]
+		b = rest
 		switch {
 		case num == 4 && typ == protowire.BytesType:
 			hasParent = len(raw) > 0 && !allZero(raw)
@@ -433,11 +433,11 @@ func (d *Deriver) resourceLayerCount(resource []byte) {
 	}
 	d.lastRes = append(d.lastRes[:0], resource...)
 	for b := resource; len(b) > 0; {
-		num, typ, raw, _, n := wire.Next(b)
-		if n < 0 {
+		num, typ, raw, _, rest := wire.Next(b)
+		if rest == nil {
 			return
 		}
-		b = b[n:]
+		b = rest
 		if num != ResourceAttrs || typ != protowire.BytesType {
 			continue
 		}
@@ -540,11 +540,11 @@ func (r *spanRec) event(b []byte) (attrs bool) {
 	var t uint64
 	var name []byte
 	for len(b) > 0 {
-		num, typ, raw, x, n := wire.Next(b)
-		if n < 0 {
+		num, typ, raw, x, rest := wire.Next(b)
+		if rest == nil {
 			break
 		}
-		b = b[n:]
+		b = rest
 		switch {
 		case num == 1 && typ == protowire.Fixed64Type:
 			t = x
@@ -585,11 +585,11 @@ func (d *Deriver) AddLog(log, resource []byte) {
 	vs.reset()
 	b := log
 	for len(b) > 0 {
-		num, typ, raw, x, n := wire.Next(b)
-		if n < 0 {
+		num, typ, raw, x, rest := wire.Next(b)
+		if rest == nil {
 			break
 		}
-		b = b[n:]
+		b = rest
 		switch {
 		case num == 1 && typ == protowire.Fixed64Type:
 			l.time = x

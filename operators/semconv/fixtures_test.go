@@ -30,11 +30,11 @@ func subMessages(t *testing.T, msg []byte, num protowire.Number) [][]byte {
 	t.Helper()
 	var out [][]byte
 	for len(msg) > 0 {
-		f, typ, raw, _, n := wire.Next(msg)
-		if n < 0 {
+		f, typ, raw, _, rest := wire.Next(msg)
+		if rest == nil {
 			t.Fatal("malformed fixture")
 		}
-		msg = msg[n:]
+		msg = rest
 		if f == num && typ == protowire.BytesType {
 			out = append(out, raw)
 		}

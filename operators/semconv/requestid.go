@@ -789,11 +789,11 @@ func (ids *RequestIDs) scanLog(rec []byte) (a idAttr, body Value) {
 	var bodyRaw []byte
 	hasBody := false
 	for len(rec) > 0 {
-		num, typ, raw, _, n := wire.Next(rec)
-		if n < 0 {
+		num, typ, raw, _, rest := wire.Next(rec)
+		if rest == nil {
 			break
 		}
-		rec = rec[n:]
+		rec = rest
 		if typ != protowire.BytesType {
 			continue
 		}
@@ -907,11 +907,11 @@ func (ids *RequestIDs) FromLog(logRecord []byte) (string, bool) {
 func LogBody(rec []byte) Value {
 	var body Value
 	for len(rec) > 0 {
-		num, typ, raw, _, n := wire.Next(rec)
-		if n < 0 {
+		num, typ, raw, _, rest := wire.Next(rec)
+		if rest == nil {
 			break
 		}
-		rec = rec[n:]
+		rec = rest
 		if num == 5 && typ == protowire.BytesType {
 			body = wire.AnyValue(raw)
 		}
@@ -927,11 +927,11 @@ func (ids *RequestIDs) FromSpan(span []byte) (string, bool) {
 	a := idAttr{prio: -1}
 	var name []byte
 	for len(span) > 0 {
-		num, typ, raw, _, n := wire.Next(span)
-		if n < 0 {
+		num, typ, raw, _, rest := wire.Next(span)
+		if rest == nil {
 			break
 		}
-		span = span[n:]
+		span = rest
 		if typ != protowire.BytesType {
 			continue
 		}

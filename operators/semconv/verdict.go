@@ -395,11 +395,11 @@ func decisionsBlock(v Value) bool {
 		return is(v.Bytes)
 	case ValueArray:
 		for b := v.Bytes; len(b) > 0; {
-			num, typ, raw, _, n := wire.Next(b)
-			if n < 0 {
+			num, typ, raw, _, rest := wire.Next(b)
+			if rest == nil {
 				return false
 			}
-			b = b[n:]
+			b = rest
 			if num == 1 && typ == protowire.BytesType {
 				if e := wire.AnyValue(raw); e.Type == ValueString && is(e.Bytes) {
 					return true
@@ -496,11 +496,11 @@ func (d *Deriver) spanVerdictEvent(ev []byte) {
 	s := &d.vscan
 	s.reset()
 	for b := ev; len(b) > 0; {
-		num, typ, raw, _, n := wire.Next(b)
-		if n < 0 {
+		num, typ, raw, _, rest := wire.Next(b)
+		if rest == nil {
 			break
 		}
-		b = b[n:]
+		b = rest
 		if num == SpanEventAttrs && typ == protowire.BytesType {
 			if k, v, _ := wire.KeyValue(raw); isVerdictKey(k) {
 				s.attr(k, wire.AnyValue(v))

@@ -55,12 +55,12 @@ type attrIter struct {
 // next returns the next attribute. key aliases the message.
 func (it *attrIter) next() (key []byte, val Value, ok bool) {
 	for len(it.msg) > 0 {
-		num, typ, v, _, n := wire.Next(it.msg)
-		if n < 0 {
+		num, typ, v, _, rest := wire.Next(it.msg)
+		if rest == nil {
 			it.msg = nil
 			break
 		}
-		it.msg = it.msg[n:]
+		it.msg = rest
 		if num == it.field && typ == protowire.BytesType {
 			key, raw, _ := wire.KeyValue(v)
 			return key, wire.AnyValue(raw), true

@@ -8,9 +8,10 @@ import (
 )
 
 // FuzzReaders checks the readers on arbitrary bytes against protowire and
-// against themselves: Next reads what protowire.ConsumeField reads, with
-// the same error codes; the fast paths of KeyValue and AnyValue agree with their general ones; Atoi
-// agrees with strconv.ParseInt. Nothing may panic.
+// against themselves: Next reads what protowire.ConsumeField reads and
+// fails where it fails, and a scan stops where a ConsumeField loop does;
+// the fast paths of KeyValue and AnyValue agree with their general ones;
+// Atoi agrees with strconv.ParseInt. Nothing may panic.
 func FuzzReaders(f *testing.F) {
 	f.Add(msg(1, bt, "k", 2, bt, msg(1, bt, "v")))
 	f.Add(msg(1, bt, "k", 2, bt, msg(3, vt, uint64(1)<<40)))
@@ -20,12 +21,13 @@ func FuzzReaders(f *testing.F) {
 	f.Add([]byte{0x0a, 0x80})
 	f.Add([]byte("-9223372036854775808"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		fnum, ftyp, fv, fx, n := Next(b)
-		num, typ, tn := protowire.ConsumeTag(b)
-		if _, _, want := protowire.ConsumeField(b); n != want {
-			t.Fatalf("Next length %d, protowire.ConsumeField %d", n, want)
+		fnum, ftyp, fv, fx, rest := Next(b)
+		_, _, n := protowire.ConsumeField(b)
+		if (rest == nil) != (n < 0) || n >= 0 && len(rest) != len(b)-n {
+			t.Fatalf("Next leaves %d bytes (nil: %v), protowire.ConsumeField reads %d", len(rest), rest == nil, n)
 		}
 		if n >= 0 {
+			num, typ, tn := protowire.ConsumeTag(b)
 			if fnum != num || ftyp != typ {
 				t.Fatalf("Next = %d/%d, protowire.ConsumeTag %d/%d", fnum, ftyp, num, typ)
 			}
@@ -45,6 +47,26 @@ func FuzzReaders(f *testing.F) {
 			if !bytes.Equal(fv, wv) || (fv == nil) != (wv == nil) || fx != wx {
 				t.Fatalf("Next value %x %d, want %x %d", fv, fx, wv, wx)
 			}
+		}
+
+		want := b
+		for len(want) > 0 {
+			_, _, m := protowire.ConsumeField(want)
+			if m < 0 {
+				break
+			}
+			want = want[m:]
+		}
+		got := b
+		for len(got) > 0 {
+			_, _, _, _, rest := Next(got)
+			if rest == nil {
+				break
+			}
+			got = rest
+		}
+		if len(got) != len(want) {
+			t.Fatalf("a scan stopped with %d bytes left, a ConsumeField loop with %d", len(got), len(want))
 		}
 
 		k1, v1, ok1 := KeyValue(b)

@@ -30,11 +30,11 @@ func KeyValue(b []byte) (key, val []byte, ok bool) {
 // scanKeyValue is KeyValue for any layout.
 func scanKeyValue(b []byte) (key, val []byte, ok bool) {
 	for len(b) > 0 {
-		num, typ, v, _, n := Next(b)
-		if n < 0 {
+		num, typ, v, _, rest := Next(b)
+		if rest == nil {
 			return key, val, false
 		}
-		b = b[n:]
+		b = rest
 		if typ != protowire.BytesType {
 			continue
 		}
@@ -128,11 +128,11 @@ func FirstAnyValue(b []byte, kinds Kinds) Value { return scanAnyValue(b, kinds, 
 // first if first is set.
 func scanAnyValue(b []byte, kinds Kinds, first bool) (v Value) {
 	for len(b) > 0 {
-		num, typ, raw, x, n := Next(b)
-		if n < 0 {
+		num, typ, raw, x, rest := Next(b)
+		if rest == nil {
 			break
 		}
-		b = b[n:]
+		b = rest
 		k := Kind(num)
 		if num < 1 || num > 7 || typ != memberType[k] || !kinds.Has(k) {
 			continue

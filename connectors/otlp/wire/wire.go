@@ -8,22 +8,23 @@ import (
 
 // Next reads the field at the start of b: its number, its wire type, its
 // value — v for a BytesType field (aliasing b), x for a VarintType,
-// Fixed64Type or Fixed32Type one — and its encoded length n, tag included.
-// n < 0 is a protowire error code (see protowire.ParseError): b does not
-// start with a well-formed field. A group is read whole, with neither v
-// nor x set. A scan reads fields until the first malformed one:
+// Fixed64Type or Fixed32Type one — and rest, the part of b after it. rest
+// is nil when b does not start with a well-formed field (empty or not: a
+// scan stops there), and not nil otherwise, even when empty. A group is
+// read whole, with neither v nor x set. A scan:
 //
 //	for len(b) > 0 {
-//		num, typ, v, x, n := wire.Next(b)
-//		if n < 0 {
+//		num, typ, v, x, rest := wire.Next(b)
+//		if rest == nil {
 //			break
 //		}
-//		b = b[n:]
+//		b = rest
 //		...
 //	}
 //
-// The results are scalars, not a struct, so that they stay in registers.
-func Next(b []byte) (num protowire.Number, typ protowire.Type, v []byte, x uint64, n int) {
+// The results are scalars, not a struct, so that they stay in registers;
+// rest rather than a length, so that the scan need not slice b again.
+func Next(b []byte) (num protowire.Number, typ protowire.Type, v []byte, x uint64, rest []byte) {
 	// The common layout: a one-byte tag, then a one-byte length, a one-byte
 	// varint or a fixed64.
 	if len(b) >= 2 && b[0] < 0x80 && b[0] >= 1<<3 {
@@ -31,21 +32,21 @@ func Next(b []byte) (num protowire.Number, typ protowire.Type, v []byte, x uint6
 		switch typ {
 		case protowire.BytesType:
 			if l := int(b[1]); l < 0x80 && 2+l <= len(b) {
-				return num, typ, b[2 : 2+l], 0, 2 + l
+				return num, typ, b[2 : 2+l], 0, b[2+l:]
 			}
 		case protowire.VarintType:
 			if b[1] < 0x80 {
-				return num, typ, nil, uint64(b[1]), 2
+				return num, typ, nil, uint64(b[1]), b[2:]
 			}
 		case protowire.Fixed64Type:
 			if len(b) >= 9 {
-				return num, typ, nil, binary.LittleEndian.Uint64(b[1:]), 9
+				return num, typ, nil, binary.LittleEndian.Uint64(b[1:]), b[9:]
 			}
 		}
 	}
-	num, typ, n = protowire.ConsumeTag(b)
+	num, typ, n := protowire.ConsumeTag(b)
 	if n < 0 {
-		return 0, 0, nil, 0, n
+		return 0, 0, nil, 0, nil
 	}
 	var m int
 	switch typ {
@@ -63,9 +64,9 @@ func Next(b []byte) (num protowire.Number, typ protowire.Type, v []byte, x uint6
 		m = protowire.ConsumeFieldValue(num, typ, b[n:])
 	}
 	if m < 0 {
-		return 0, 0, nil, 0, m
+		return 0, 0, nil, 0, nil
 	}
-	return num, typ, v, x, n + m
+	return num, typ, v, x, b[n+m:]
 }
 
 // InsertLen turns b[start:] into a length-prefixed value, shifting it right

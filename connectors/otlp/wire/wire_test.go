@@ -77,9 +77,9 @@ func TestNext(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			b := append(c.b, 0xff) // what follows is not read
-			num, typ, v, x, n := Next(b)
-			if n != len(c.b) {
-				t.Fatalf("n = %d, want %d", n, len(c.b))
+			num, typ, v, x, rest := Next(b)
+			if len(rest) != 1 || &rest[0] != &b[len(c.b)] {
+				t.Fatalf("rest = %x, want what follows the field", rest)
 			}
 			if num != c.want.num || typ != c.want.typ || !bytes.Equal(v, c.want.v) || (v == nil) != (c.want.v == nil) || x != c.want.x {
 				t.Fatalf("Next = %d %d %x %d, want %+v", num, typ, v, x, c.want)
@@ -88,7 +88,7 @@ func TestNext(t *testing.T) {
 	}
 }
 
-// TestNextMalformed: a malformed field is an error code, never a panic,
+// TestNextMalformed: a malformed field gives a nil rest, never a panic,
 // and ends a scan there.
 func TestNextMalformed(t *testing.T) {
 	for _, c := range []struct {
@@ -119,22 +119,21 @@ func TestNextMalformed(t *testing.T) {
 		{"reserved wire type 7", []byte{0x0f, 0x00}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			num, typ, v, x, n := Next(c.b)
-			if _, _, want := protowire.ConsumeField(c.b); n >= 0 || n != want {
-				t.Fatalf("Next = %d %d %x %d, %d; want protowire.ConsumeField's error %d", num, typ, v, x, n, want)
+			if _, _, n := protowire.ConsumeField(c.b); n >= 0 {
+				t.Fatalf("protowire.ConsumeField reads it: %d", n)
 			}
-			if num != 0 || typ != 0 || v != nil || x != 0 {
-				t.Errorf("Next = %d %d %x %d with an error", num, typ, v, x)
+			if num, typ, v, x, rest := Next(c.b); rest != nil || num != 0 || typ != 0 || v != nil || x != 0 {
+				t.Fatalf("Next = %d %d %x %d, rest %x", num, typ, v, x, rest)
 			}
 			// A scan stops there.
 			b := append(msg(1, bt, "k", 2, vt, uint64(300)), c.b...)
 			var nums []protowire.Number
 			for len(b) > 0 {
-				num, _, _, _, n := Next(b)
-				if n < 0 {
+				num, _, _, _, rest := Next(b)
+				if rest == nil {
 					break
 				}
-				b = b[n:]
+				b = rest
 				nums = append(nums, num)
 			}
 			if len(nums) != 2 || !bytes.Equal(b, c.b) {
@@ -142,8 +141,14 @@ func TestNextMalformed(t *testing.T) {
 			}
 		})
 	}
-	if _, _, _, _, n := Next(nil); n >= 0 {
-		t.Errorf("Next(nil) = %d", n)
+	for _, b := range [][]byte{nil, {}} {
+		if _, _, _, _, rest := Next(b); rest != nil {
+			t.Errorf("Next(%#v): rest %#v", b, rest)
+		}
+	}
+	// The last field leaves an empty rest, not nil.
+	if _, _, _, _, rest := Next(msg(1, vt, uint64(1))); rest == nil || len(rest) != 0 {
+		t.Errorf("rest %#v after the last field", rest)
 	}
 }
 
@@ -295,11 +300,11 @@ func TestNoAllocs(t *testing.T) {
 	num := []byte("-123456789")
 	if n := testing.AllocsPerRun(100, func() {
 		for b := kv; len(b) > 0; {
-			_, _, _, _, n := Next(b)
-			if n < 0 {
+			_, _, _, _, rest := Next(b)
+			if rest == nil {
 				break
 			}
-			b = b[n:]
+			b = rest
 		}
 		k, v, _ := KeyValue(kv)
 		_ = AnyValue(v)
