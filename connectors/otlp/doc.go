@@ -19,8 +19,8 @@
 // serialized message in Item.Payload, together with the serialized Resource
 // and InstrumentationScope it belongs to.
 //
-// The protobuf path is a hand-written scanner over the wire format
-// (google.golang.org/protobuf/encoding/protowire): fields may come in any
+// The protobuf path is a hand-written scanner over the wire format (the
+// fields read with package wire, below this one): fields may come in any
 // order (the Collector writes them in reverse order), unknown fields are
 // skipped, a repeated occurrence of a scalar field wins over earlier ones,
 // the last occurrence of resource and scope is used, repeated status

@@ -8,8 +8,8 @@
 //
 // Hot-path functions (AppendAttrs, Lookup, LookupValue, RequestIDs.FromLog,
 // RequestIDs.FromSpan, Deriver.AddSpan/AddLog) scan protobuf wire bytes
-// with protowire; they never proto.Unmarshal. Values that alias their input
-// (Value, LookupValue) say so.
+// with connectors/otlp/wire; they never proto.Unmarshal. Values that alias
+// their input (Value, LookupValue) say so.
 //
 // # Metrics
 //
