@@ -667,7 +667,7 @@ func (p *Processor) swapOut(t *engine.Task, g *gpu, b *block, r *request, ev *Ev
 	p.hits = p.hits[:0]
 	for i := range b.layers {
 		ls := &b.layers[i]
-		wrote := false
+		wrote := o.shared // a prefix hit holds the content it shares
 		for _, s := range ls.spans {
 			wrote = wrote || (s.writer == r.id && s.kind == spanOwn)
 		}
