@@ -89,14 +89,7 @@ func TestResourcesAttachValuesInForce(t *testing.T) {
 	if n := len(c.fused()); n != 0 {
 		t.Fatalf("%d traces emitted before the table had their window", n)
 	}
-	for k := 1; k <= 6; k++ {
-		at := base.Add(time.Duration(5+2*k) * time.Second)
-		c.feed(1, inMetrics, nil, scrapeMsg(scrape{at, 0.1, 7, 1000, 5}))
-		var other [16]byte
-		other[0], other[1] = 0x99, byte(k)
-		c.feed(0, inSpans, nil, spansMsg(requestSpan(other, "x", at, at)))
-		c.checkpoint(600 * time.Millisecond)
-	}
+	moveEventTimeOn(c)
 	ft := c.fused()[string(otlp.AppendTraceIDHex(nil, id))]
 	if ft == nil {
 		t.Fatal("trace not emitted")
@@ -169,6 +162,17 @@ func TestFlushedTraceRevisedWithItsWindow(t *testing.T) {
 	for s := range 5 {
 		c.feed(1, inMetrics, nil, scrapeMsg(scrape{base.Add(time.Duration(s) * time.Second), 0.1 * float64(s+1), int64(s), 1000, 5}))
 	}
+	moveEventTimeOn(c)
+	last := c.fused()[key]
+	if last.Revision == 0 || len(last.GetResourceContext().GetSeries()) == 0 {
+		t.Fatalf("last revision %d with %d series; want a later revision with the window", last.Revision, len(last.GetResourceContext().GetSeries()))
+	}
+}
+
+// moveEventTimeOn feeds six more scrapes (on task 1) and requests (on task
+// 0), two seconds of event time apart, with a checkpoint after each: the
+// watermark and the table's move past the first seconds.
+func moveEventTimeOn(c *cluster) {
 	for k := 1; k <= 6; k++ {
 		at := base.Add(time.Duration(5+2*k) * time.Second)
 		c.feed(1, inMetrics, nil, scrapeMsg(scrape{at, 0.1, 7, 1000, 5}))
@@ -176,9 +180,5 @@ func TestFlushedTraceRevisedWithItsWindow(t *testing.T) {
 		other[0], other[1] = 0x99, byte(k)
 		c.feed(0, inSpans, nil, spansMsg(requestSpan(other, "x", at, at)))
 		c.checkpoint(600 * time.Millisecond)
-	}
-	last := c.fused()[key]
-	if last.Revision == 0 || len(last.GetResourceContext().GetSeries()) == 0 {
-		t.Fatalf("last revision %d with %d series; want a later revision with the window", last.Revision, len(last.GetResourceContext().GetSeries()))
 	}
 }
