@@ -225,7 +225,11 @@ func (t *Task) takeEnds() {
 
 // publishCaughtUp publishes CaughtUp for the end checker and Engine.Tasks.
 func (t *Task) publishCaughtUp() {
-	t.pub.caughtUp.Store(t.CaughtUp())
+	c := t.CaughtUp()
+	t.pub.caughtUp.Store(c)
+	if c {
+		t.pub.wasCaughtUp.Store(true)
+	}
 	need := false
 	for _, topic := range t.e.srcTopics {
 		if _, ok := t.offsets[topic]; !ok {

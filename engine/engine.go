@@ -34,6 +34,14 @@ type Input struct {
 	// forwards is behind the markers it sent before. Empty: only records
 	// read from sources are written to it.
 	From []string
+	// Aside marks an internal input whose markers do not hold the
+	// watermark that fires the task's timers (WatermarkHandler,
+	// Task.Watermark): what the processor derives from its own output
+	// and sends to other tasks (partial aggregates of what they emitted)
+	// would otherwise hold back, by the hops of its From, the very output
+	// it is derived from. The processor reads the watermark that covers
+	// it with Task.WatermarkAll.
+	Aside bool
 }
 
 // Topology is what the engine runs: co-partitioned inputs and the processor
@@ -342,6 +350,9 @@ type Engine struct {
 	// internalFrom[k] lists the internal inputs (indexes into internal)
 	// whose records may be forwarded to internal topic k.
 	internalFrom [][]int
+	// aside[k]: internal input k is Input.Aside; anyAside: some is.
+	aside    []bool
+	anyAside bool
 	// hops is the number of marker hops on the longest path through the
 	// internal topics (1 without From, 0 without internal topics): the
 	// most follow-up checkpoints after a regular one.
@@ -452,6 +463,8 @@ func New(cfg Config, topo Topology) (*Engine, error) {
 			}
 			e.internal = append(e.internal, in.Topic)
 			e.internalFrom = append(e.internalFrom, from)
+			e.aside = append(e.aside, in.Aside)
+			e.anyAside = e.anyAside || in.Aside
 			h := 1 // hops of the markers on this topic: one more than any in From
 			for _, j := range from {
 				h = max(h, hops[j]+1)
@@ -460,8 +473,8 @@ func New(cfg Config, topo Topology) (*Engine, error) {
 			e.hops = max(e.hops, h)
 			e.srcIndex = append(e.srcIndex, -1)
 		} else {
-			if len(in.From) > 0 {
-				return nil, fmt.Errorf("engine: input %s: From is for internal inputs", in.Topic)
+			if len(in.From) > 0 || in.Aside {
+				return nil, fmt.Errorf("engine: input %s: From and Aside are for internal inputs", in.Topic)
 			}
 			e.srcIndex = append(e.srcIndex, e.sources)
 			e.srcTopics = append(e.srcTopics, in.Topic)
@@ -665,7 +678,14 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 			if err := e.checkpoint(true, 0); err != nil {
 				return err
 			}
-			next = e.cfg.Now().Add(e.cfg.CheckpointInterval)
+			// At a fixed rate: the checkpoint's own pause and its
+			// follow-ups do not stretch the interval (the watermark a
+			// regular checkpoint carries downstream ages by at most
+			// one interval), unless it ran past the next one.
+			next = next.Add(e.cfg.CheckpointInterval)
+			if now := e.cfg.Now(); next.Before(now) {
+				next = now.Add(e.cfg.CheckpointInterval)
+			}
 		}
 	}
 }
@@ -718,7 +738,7 @@ func (e *Engine) checkpoint(begin bool, step int) error {
 	}
 	replies := make(chan error, len(e.tasks))
 	for _, t := range e.tasks {
-		t.in <- taskMsg{kind: msgBarrier, reply: replies}
+		t.in <- taskMsg{kind: msgBarrier, reply: replies, followUp: step > 0}
 	}
 	var prepErr error
 	for range e.tasks {
@@ -1080,6 +1100,9 @@ type published struct {
 	// the end checker also asks for the log start offset.
 	caughtUp  atomic.Bool
 	needStart atomic.Bool
+	// wasCaughtUp: caughtUp was true at some moment since Engine.live
+	// last looked.
+	wasCaughtUp atomic.Bool
 	// ends is where the end checker leaves what the brokers said.
 	ends endReport
 }

@@ -82,19 +82,21 @@ func (e *Engine) markerPromise(r *kgo.Record, err error) {
 	}
 }
 
-// live reports whether every task of the instance is caught up with its
-// sources (Task.CaughtUp, as published). Called while the tasks are held in
-// a checkpoint.
+// live reports whether every task of the instance has been caught up with
+// its sources (Task.CaughtUp, as published) at some moment since the last
+// checkpoint, or is now: not reading a backlog. Under a steady stream a
+// task is behind by a fetch or two most of the time, and caught up only
+// between them; one that reads a backlog is not caught up until it has
+// read it. Called once per checkpoint, while the tasks are held in it.
 func (e *Engine) live() bool {
-	if len(e.tasks) == 0 {
-		return false
-	}
+	live := len(e.tasks) > 0
 	for _, t := range e.tasks {
-		if !t.pub.caughtUp.Load() {
-			return false
+		now := t.pub.caughtUp.Load()
+		if !t.pub.wasCaughtUp.Swap(now) && !now {
+			live = false
 		}
 	}
-	return true
+	return live
 }
 
 // armFollowUp decides, after a committed checkpoint that was the step-th
@@ -185,11 +187,33 @@ func (t *Task) checkFollow() {
 	}
 }
 
+// markerFor returns the marker the task sends on internal input k now:
+// the watermark of its sources and of the inputs in k's From, and whether
+// all of them are idle. Follow-up checkpoints exist to carry a regular
+// checkpoint's watermark through the hops of the internal topics, and the
+// output it releases at the last hop is committed by the last follow-up.
+// So their markers carry at most the sources' watermark of the regular
+// checkpoint: were the sources' watermark, which keeps moving while
+// follow-ups run, to go out with them, what it released at the last hop
+// would wait a whole interval for the next regular checkpoint.
+func (t *Task) markerFor(k int) (int64, bool) {
+	return t.capMarker(t.up[k].w.Current(t.now)), t.up[k].w.Idle(t.now)
+}
+
+// capMarker bounds a marker's watermark by regSrc (see markerFor). A
+// topology without sources has no source watermark to bound it by.
+func (t *Task) capMarker(wm int64) int64 {
+	if t.e.sources == 0 {
+		return wm
+	}
+	return min(wm, t.regSrc)
+}
+
 // markersMoved reports whether a marker the task would send now on some
 // internal topic differs from the one it sent last.
 func (t *Task) markersMoved() bool {
 	for k, s := range t.sent {
-		if wm, idle := t.up[k].w.Current(t.now), t.up[k].w.Idle(t.now); wm != s.wm || idle != s.idle {
+		if wm, idle := t.markerFor(k); wm != s.wm || idle != s.idle {
 			return true
 		}
 	}

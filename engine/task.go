@@ -31,8 +31,10 @@ type taskMsg struct {
 	bytes int64 // RecordBytes of recs, counted in Engine.queued
 	// end is the partition's end (last stable offset) in the fetch recs
 	// came from; 0 or less: unknown (the Harness).
-	end   int64
-	reply chan error
+	end int64
+	// followUp: the barrier of a follow-up checkpoint.
+	followUp bool
+	reply    chan error
 	// follow (msgCommit): what the task must read before the follow-up
 	// checkpoint, per internal input (followTarget.next); nil: none.
 	follow []int64
@@ -71,8 +73,11 @@ type Task struct {
 	// srcOnly and those of the internal topics with From.
 	fed []*windows.Watermarks
 	// all covers source inputs and every upstream task of every internal
-	// input: the watermark that fires timers.
+	// input but those of Aside inputs: the watermark that fires timers.
 	all *windows.Watermarks
+	// full covers every input, Aside ones too (Task.WatermarkAll); nil
+	// when the topology has none, and all is that watermark.
+	full *windows.Watermarks
 
 	// recMax[i] is the largest record timestamp (unix ns) read on source
 	// i, recAll the largest of every record the task read (sources and
@@ -105,6 +110,10 @@ type Task struct {
 	follow  *followTarget
 	emitted int64
 	sent    []sentMarker
+	// regSrc is the source watermark (srcOnly) when the task prepared the
+	// last regular checkpoint, MaxTime if its sources were idle then: what
+	// the markers of the follow-ups after it carry at most (markerFor).
+	regSrc int64
 }
 
 var wmKey = []byte("\x00\x01watermark")
@@ -192,6 +201,7 @@ func (e *Engine) openTaskNoRun(ctx context.Context, p int32) (*Task, error) {
 		done:      make(chan struct{}),
 		offsets:   map[string]int64{},
 		now:       now,
+		regSrc:    windows.MaxTime,
 	}
 	t.recMax = make([]int64, e.sources)
 	for i := range t.recMax {
@@ -203,6 +213,17 @@ func (e *Engine) openTaskNoRun(ctx context.Context, p int32) (*Task, error) {
 	t.all = e.newWatermarks(len(e.internal), now)
 	t.srcOnly = e.newWatermarks(0, now)
 	t.fed = []*windows.Watermarks{t.all, t.srcOnly}
+	if e.anyAside {
+		t.full = e.newWatermarks(len(e.internal), now)
+		t.fed = append(t.fed, t.full)
+		for k, aside := range e.aside {
+			if aside {
+				for up := range int(e.topo.Partitions) {
+					t.all.Exclude(e.sources + k*int(e.topo.Partitions) + up)
+				}
+			}
+		}
+	}
 	t.up = make([]upstream, len(e.internal))
 	for k := range t.up {
 		if len(e.internalFrom[k]) == 0 {
@@ -338,6 +359,9 @@ func (t *Task) loadCommitted() error {
 		}
 		t.all.RestoreMaxima(maxima)
 		t.srcOnly.RestoreMaxima(maxima)
+		if t.full != nil {
+			t.full.RestoreMaxima(maxima)
+		}
 		for _, u := range t.up {
 			if len(u.from) > 0 {
 				u.restore(maxima, t.e)
@@ -439,7 +463,7 @@ func (t *Task) handle(m taskMsg) bool {
 			t.checkFollow()
 		}
 	case msgBarrier:
-		m.reply <- t.prepare()
+		m.reply <- t.prepare(m.followUp)
 		// Nothing may be produced until the transaction has ended: wait
 		// for the outcome, the next message the engine sends.
 		return t.handle(<-t.in)
@@ -506,7 +530,11 @@ func (t *Task) processRecord(r *kgo.Record, input int) error {
 			}
 		}
 		t.noteMarker(k, up, r)
-		t.all.Report(t.e.sources+k*int(t.e.topo.Partitions)+int(up), wm, idle, t.now)
+		i := t.e.sources + k*int(t.e.topo.Partitions) + int(up)
+		t.all.Report(i, wm, idle, t.now)
+		if t.full != nil {
+			t.full.Report(i, wm, idle, t.now)
+		}
 		for _, u := range t.up {
 			if i, ok := u.index(t.e, k, up); ok {
 				u.w.Report(i, wm, idle, t.now)
@@ -536,7 +564,9 @@ func (t *Task) advance() error {
 	return nil
 }
 
-func (t *Task) prepare() error {
+// prepare readies the task's part of a checkpoint; followUp: a follow-up
+// checkpoint's (see markerFor).
+func (t *Task) prepare(followUp bool) error {
 	if t.failed {
 		return errors.New("task failed")
 	}
@@ -550,7 +580,7 @@ func (t *Task) prepare() error {
 	}
 	// The watermark and every input's maximum: a restarted task resumes
 	// exactly here, even if no new input arrives.
-	if err := t.State.Set(wmKey, encodeWatermarks(t.lastWM, t.recAll, t.all.Maxima())); err != nil {
+	if err := t.State.Set(wmKey, encodeWatermarks(t.lastWM, t.recAll, t.maxima())); err != nil {
 		return err
 	}
 	if t.State.changelog != "" {
@@ -560,8 +590,15 @@ func (t *Task) prepare() error {
 			return err
 		}
 	}
+	if !followUp {
+		t.regSrc = t.srcOnly.Current(t.now)
+		if t.srcOnly.Idle(t.now) {
+			// Idle sources hold no marker back: nothing to bound.
+			t.regSrc = windows.MaxTime
+		}
+	}
 	if len(t.e.topo.Globals) > 0 {
-		marker := encodeMarker(t.Partition, t.srcOnly.Current(t.now), t.srcOnly.Idle(t.now))
+		marker := encodeMarker(t.Partition, t.capMarker(t.srcOnly.Current(t.now)), t.srcOnly.Idle(t.now))
 		for _, g := range t.e.topo.Globals {
 			for q := int32(0); q < t.e.topo.Partitions; q++ {
 				t.e.produce(&kgo.Record{Topic: g.Topic, Partition: q, Headers: []kgo.RecordHeader{{Key: markerHeader, Value: marker}}})
@@ -570,7 +607,7 @@ func (t *Task) prepare() error {
 	}
 	t.sent = t.sent[:0]
 	for k, topic := range t.e.internal {
-		wm, idle := t.up[k].w.Current(t.now), t.up[k].w.Idle(t.now)
+		wm, idle := t.markerFor(k)
 		t.sent = append(t.sent, sentMarker{wm: wm, idle: idle})
 		marker := encodeMarker(t.Partition, wm, idle)
 		for q := int32(0); q < t.e.topo.Partitions; q++ {
@@ -718,8 +755,27 @@ func (t *Task) Touch(input int) {
 
 func (t *Task) sourceIndex(input int) int { return t.e.srcIndex[input] }
 
-// Watermark is the task's current watermark.
+// Watermark is the task's current watermark: the one that fires timers,
+// over every input but the Aside ones.
 func (t *Task) Watermark() int64 { return t.lastWM }
+
+// WatermarkAll is the watermark over every input, Aside ones included:
+// Watermark for a topology without them, and never ahead of it.
+func (t *Task) WatermarkAll() int64 {
+	if t.full == nil {
+		return t.lastWM
+	}
+	return min(t.full.Current(t.now), t.lastWM)
+}
+
+// maxima is what a checkpoint keeps of every input's maximum (Aside
+// inputs' included).
+func (t *Task) maxima() []int64 {
+	if t.full != nil {
+		return t.full.Maxima()
+	}
+	return t.all.Maxima()
+}
 
 // Now is the processing time of the record being processed.
 func (t *Task) Now() time.Time { return t.now }

@@ -61,3 +61,175 @@ func TestMarkersCoverWhatMayBeForwarded(t *testing.T) {
 		t.Errorf("markers a=%d b=%d, want the source watermark 49s on a and 10s (a's slowest upstream) on b", got["a"], got["b"])
 	}
 }
+
+// wmRecorder observes record timestamps as event times and remembers the
+// watermarks its timers were fired with.
+type wmRecorder struct{ fired []int64 }
+
+func (p *wmRecorder) Process(t *Task, r *kgo.Record, input int) error {
+	t.Observe(input, r.Timestamp.UnixNano())
+	return nil
+}
+
+func (p *wmRecorder) OnWatermark(t *Task, wm int64) error {
+	p.fired = append(p.fired, wm)
+	return nil
+}
+
+func marker(up int32, wm int64) *kgo.Record {
+	return &kgo.Record{Headers: []kgo.RecordHeader{{Key: markerHeader, Value: encodeMarker(up, wm, false)}}}
+}
+
+func markersOut(h *Harness) map[string]int64 {
+	got := map[string]int64{}
+	for _, r := range h.Out {
+		if len(r.Headers) == 1 && r.Headers[0].Key == markerHeader {
+			_, wm, _, _ := decodeMarker(r.Headers[0].Value)
+			got[r.Topic] = wm
+		}
+	}
+	return got
+}
+
+// TestAsideInputDoesNotHoldTimers: the markers of an Aside input hold the
+// watermark that covers every input (WatermarkAll), not the one timers
+// fire on; what the task sends on the Aside topic still covers its From.
+func TestAsideInputDoesNotHoldTimers(t *testing.T) {
+	rec := &wmRecorder{}
+	mk := func(*Task) (Processor, error) { return rec, nil }
+	if _, err := New(Config{}, Topology{Name: "x", Partitions: 1, NewProcessor: mk,
+		Inputs: []Input{{Topic: "src", Aside: true}}}); err == nil {
+		t.Fatal("Aside on a source input accepted")
+	}
+	store, err := state.Open(state.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	topo := Topology{Name: "x", Partitions: 2, NewProcessor: mk,
+		Inputs: []Input{{Topic: "src"}, {Topic: "a", Internal: true}, {Topic: "z", Internal: true, Aside: true, From: []string{"a"}}}}
+	h, err := NewHarness(Config{Store: store, OutOfOrderness: time.Second, Idleness: time.Minute}, topo, 0, time.Unix(1000, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if err := h.Process(0, &kgo.Record{Timestamp: time.Unix(50, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	for up := range int32(2) {
+		if err := h.Process(1, marker(up, 40e9)); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Process(2, marker(up, 10e9+int64(up)*5e9)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tk := h.Task()
+	if wm, all := tk.Watermark(), tk.WatermarkAll(); wm != 40e9 || all != 10e9 {
+		t.Errorf("Watermark %d, WatermarkAll %d; want 40s (source 49s, a's upstreams 40s) and 10s (z's slowest upstream)", wm, all)
+	}
+	if n := len(rec.fired); n == 0 || rec.fired[n-1] != 40e9 {
+		t.Errorf("timers fired at %v, want last at 40s", rec.fired)
+	}
+	if err := h.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if got := markersOut(h); got["a"] != 49e9 || got["z"] != 40e9 {
+		t.Errorf("markers a=%d z=%d, want 49s (sources) and 40s (a's upstreams: z's From)", got["a"], got["z"])
+	}
+	// Restarted from the checkpoint: the same watermarks.
+	if err := h.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Advance(); err != nil {
+		t.Fatal(err)
+	}
+	if wm, all := h.Task().Watermark(), h.Task().WatermarkAll(); wm != 40e9 || all != 10e9 {
+		t.Errorf("after a restart: Watermark %d, WatermarkAll %d; want 40s and 10s", wm, all)
+	}
+}
+
+// TestFollowUpMarkersCarryTheRegularWatermark: the markers of a follow-up
+// checkpoint carry the sources' watermark of the regular checkpoint before
+// it, however far the sources have moved since; the next regular
+// checkpoint carries theirs.
+func TestFollowUpMarkersCarryTheRegularWatermark(t *testing.T) {
+	store, err := state.Open(state.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	topo := Topology{Name: "x", Partitions: 1, NewProcessor: func(*Task) (Processor, error) { return observer{}, nil },
+		Inputs: []Input{{Topic: "src"}, {Topic: "a", Internal: true}, {Topic: "b", Internal: true, From: []string{"a"}}}}
+	h, err := NewHarness(Config{Store: store, OutOfOrderness: time.Second, Idleness: time.Minute}, topo, 0, time.Unix(1000, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	step := func(ts int64, followUp bool) map[string]int64 {
+		t.Helper()
+		h.Out = nil
+		if err := h.Process(0, &kgo.Record{Timestamp: time.Unix(ts, 0)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Process(1, marker(0, ts*1e9)); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.t.prepare(followUp); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.t.commit(); err != nil {
+			t.Fatal(err)
+		}
+		return markersOut(h)
+	}
+	if got := step(50, false); got["a"] != 49e9 || got["b"] != 49e9 {
+		t.Errorf("regular: a=%d b=%d, want 49s", got["a"], got["b"])
+	}
+	if got := step(60, true); got["a"] != 49e9 || got["b"] != 49e9 {
+		t.Errorf("follow-up: a=%d b=%d, want the regular checkpoint's 49s", got["a"], got["b"])
+	}
+	if got := step(70, false); got["a"] != 69e9 || got["b"] != 69e9 {
+		t.Errorf("next regular: a=%d b=%d, want 69s", got["a"], got["b"])
+	}
+}
+
+// TestFollowUpMarkersOfIdleSources: a task whose sources were idle at the
+// regular checkpoint has no source watermark to hold its follow-ups'
+// markers to; they carry what its upstream tasks' markers allow.
+func TestFollowUpMarkersOfIdleSources(t *testing.T) {
+	store, err := state.Open(state.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	topo := Topology{Name: "x", Partitions: 1, NewProcessor: func(*Task) (Processor, error) { return observer{}, nil },
+		Inputs: []Input{{Topic: "src"}, {Topic: "a", Internal: true}, {Topic: "b", Internal: true, From: []string{"a"}}}}
+	start := time.Unix(1000, 0)
+	h, err := NewHarness(Config{Store: store, OutOfOrderness: time.Second, Idleness: time.Minute}, topo, 0, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	h.SetNow(start.Add(2 * time.Minute)) // the source, never seen, is idle
+	step := func(wm int64, followUp bool) int64 {
+		t.Helper()
+		h.Out = nil
+		if err := h.Process(1, marker(0, wm)); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.t.prepare(followUp); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.t.commit(); err != nil {
+			t.Fatal(err)
+		}
+		return markersOut(h)["b"]
+	}
+	if got := step(30e9, false); got != 30e9 {
+		t.Errorf("regular: b=%d, want a's 30s", got)
+	}
+	if got := step(40e9, true); got != 40e9 {
+		t.Errorf("follow-up: b=%d, want a's 40s", got)
+	}
+}

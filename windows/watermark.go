@@ -49,6 +49,7 @@ type input struct {
 	caughtUp bool  // source confirmed caught up, no activity since
 	stale    bool  // its newest event was read long after it happened (SetStale)
 	behind   bool  // records are known to be waiting on it (SetBehind)
+	excluded bool  // never holds the watermark nor moves it (Exclude)
 	activity int64 // processing time of the last activity, ns
 }
 
@@ -99,6 +100,12 @@ func (w *Watermarks) CaughtUp(i int) bool { return w.inputs[i].caughtUp }
 // MarkUpstream declares input i an upstream task whose watermark is reported
 // through Report instead of being derived from event times.
 func (w *Watermarks) MarkUpstream(i int) { w.inputs[i].upstream = true }
+
+// Exclude makes input i count for nothing: it never holds the watermark
+// back and never carries it forward (the all-idle rule ignores it), what
+// is reported on it notwithstanding. For a tracker that shares its layout
+// with another but leaves some inputs out.
+func (w *Watermarks) Exclude(i int) { w.inputs[i].excluded = true }
 
 // Observe records an event at event time ts on source input i.
 func (w *Watermarks) Observe(i int, ts int64, now time.Time) {
@@ -159,7 +166,7 @@ func (w *Watermarks) Current(now time.Time) int64 {
 	active := false
 	for i := range w.inputs {
 		in := &w.inputs[i]
-		if !w.frozen && w.isIdle(in, n, backlog) {
+		if in.excluded || (!w.frozen && w.isIdle(in, n, backlog)) {
 			continue
 		}
 		active = true
@@ -279,6 +286,9 @@ func (w *Watermarks) backlog() bool {
 // isIdle reports whether in stops holding the watermark back at processing
 // time n; backlog is w.backlog().
 func (w *Watermarks) isIdle(in *input, n int64, backlog bool) bool {
+	if in.excluded {
+		return true
+	}
 	if in.upstream {
 		if in.idleFlag {
 			return true
@@ -303,7 +313,7 @@ func (w *Watermarks) maxWatermark() int64 {
 	m := MinTime
 	for i := range w.inputs {
 		in := &w.inputs[i]
-		if !in.seen || in.max == MinTime {
+		if !in.seen || in.max == MinTime || in.excluded {
 			continue
 		}
 		v := in.max

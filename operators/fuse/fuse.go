@@ -124,8 +124,11 @@ func (s *Stage) Topology() engine.Topology {
 		engine.Input{Topic: s.cfg.RepartitionTopic, Internal: true, From: []string{s.cfg.ResolveTopic, s.cfg.KVTopic}})
 	if s.cfg.Alerts != nil {
 		// Partial aggregates of what the task emits (traces fused from
-		// every other input) and reads (samples, incidents).
-		inputs = append(inputs, engine.Input{Topic: s.cfg.AlertsTopic, Internal: true,
+		// every other input) and reads (samples, incidents). Aside: the
+		// traces they are made of must not wait for them (a hop more
+		// than the traces' own inputs); the alerts stage evaluates at
+		// the watermark that covers them (Task.WatermarkAll).
+		inputs = append(inputs, engine.Input{Topic: s.cfg.AlertsTopic, Internal: true, Aside: true,
 			From: []string{s.cfg.ResolveTopic, s.cfg.KVTopic, s.cfg.RepartitionTopic}})
 	}
 	var globals []engine.Global
@@ -648,7 +651,7 @@ func (p *processor) OnWatermark(t *engine.Task, wm int64) error {
 		return err
 	}
 	if p.alerts != nil {
-		return p.alerts.OnWatermark(t, wm)
+		return p.alerts.OnWatermark(t, t.WatermarkAll())
 	}
 	return nil
 }
