@@ -164,7 +164,9 @@ type Config struct {
 	// internal topics have hops (Input.From): each runs as soon as every
 	// task has read past the markers the previous one committed, or after
 	// FollowUpWait, and only if meanwhile a task's watermark moved, it
-	// emitted, or a marker it would send changed. So output that the
+	// emitted, or a marker it would send changed (while no task has, and
+	// some task has not read its markers yet, it waits on, up to the next
+	// regular checkpoint). So output that the
 	// markers release is committed about a commit later instead of at the
 	// next regular checkpoint. Not while a task reads a backlog.
 	// Default min(CheckpointInterval/2, 500ms); negative: off. At most
@@ -662,7 +664,14 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 			e.stats.EarlyCheckpoints.Add(1)
 			next = now
 		}
-		if now.Before(next) && e.followUpDue(now) {
+		if now.Before(next) && e.followUpDue(now) && !e.followUseful.Load() && e.followWait.Load() > 0 {
+			// FollowUpWait is over, nothing released so far, and some
+			// task is still reading up to the markers (busy, not
+			// behind: the instance is live): what it releases is the
+			// follow-up's point, so wait on for it, up to the regular
+			// checkpoint.
+			e.follow.at = now.Add(e.cfg.FollowUpWait)
+		} else if now.Before(next) && e.followUpDue(now) {
 			// Commit what the markers of the last checkpoint released;
 			// the regular schedule stays.
 			step := e.follow.step + 1

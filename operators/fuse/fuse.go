@@ -195,6 +195,11 @@ type processor struct {
 	changed   []*trace
 	groups    map[[16]byte]int
 	writers   []chunkWriter
+	// kvOut holds, per task, the KV events of the record being processed
+	// that go to that task's detector (routeKV), sent as one record each
+	// at its end; kvTo lists the tasks with some.
+	kvOut []chunkWriter
+	kvTo  []int32
 	ids       [][16]byte
 	key       []byte
 	scratch   []byte
@@ -320,6 +325,7 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 	recTime, checkSkew := rec.Timestamp.UnixNano(), !rec.Timestamp.IsZero()
 	clear(p.groups)
 	p.ids = p.ids[:0]
+	p.dropKV()
 	clear(p.rgroups)
 	p.rids = p.rids[:0]
 	rids := p.cfg.RequestIDs
@@ -383,6 +389,9 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 		p.writers[g].appendItem(it, src.Signal, rec.Topic, rec.Partition, rec.Offset)
 	}
 	p.flushSamples(t)
+	if err := p.flushKV(t); err != nil {
+		return err
+	}
 	for g, rid := range p.rids {
 		if err := p.routeRequest(t, rid, tagLogs, p.rwriters[g].buf); err != nil {
 			return err

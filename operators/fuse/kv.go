@@ -68,13 +68,52 @@ func (p *processor) routeKV(t *engine.Task, it *otlp.Item, rec *kgo.Record) erro
 	}
 	host, _ := semconv.Lookup(it.Resource, semconv.ResourceAttrs, "host.name")
 	q := otlp.HashPartition([]byte(host), p.cfg.Partitions)
-	w := chunkWriter{}
-	w.appendItem(it, otlp.SignalLogs, rec.Topic, rec.Partition, rec.Offset)
 	if q == p.partition {
+		w := chunkWriter{}
+		w.appendItem(it, otlp.SignalLogs, rec.Topic, rec.Partition, rec.Offset)
 		return p.bufferKV(t, w.buf, it.Time)
 	}
-	t.Emit(&kgo.Record{Topic: p.cfg.KVTopic, Partition: q, Key: []byte(host), Value: w.buf})
+	if p.kvOut == nil {
+		p.kvOut = make([]chunkWriter, p.cfg.Partitions)
+	}
+	w := &p.kvOut[q]
+	if w.n == 0 {
+		p.kvTo = append(p.kvTo, q)
+	}
+	w.appendItem(it, otlp.SignalLogs, rec.Topic, rec.Partition, rec.Offset)
 	return nil
+}
+
+// flushKV sends the KV events routeKV collected for other tasks: one
+// record per task (more only if they pass the record limit), their
+// events in input order, a resource shared by consecutive events written
+// once. Per event, a record of its own cost more than the detector.
+func (p *processor) flushKV(t *engine.Task) error {
+	for _, q := range p.kvTo {
+		w := &p.kvOut[q]
+		if err := p.emitMembers(t, p.cfg.KVTopic, q, nil, nil, w.buf); err != nil {
+			return err
+		}
+		buf := w.buf[:0]
+		if cap(buf) > kvOutKeep {
+			buf = nil // a large record's: not kept for every later one
+		}
+		w.reset(buf)
+	}
+	p.kvTo = p.kvTo[:0]
+	return nil
+}
+
+// kvOutKeep: a buffer of flushKV larger than this is let go after use.
+const kvOutKeep = 256 << 10
+
+// dropKV forgets what routeKV collected and was not sent (the record
+// before failed part way).
+func (p *processor) dropKV() {
+	for _, q := range p.kvTo {
+		p.kvOut[q].reset(p.kvOut[q].buf[:0])
+	}
+	p.kvTo = p.kvTo[:0]
 }
 
 // kvSlimBytes: a KV log whose resource, scope and record take more is

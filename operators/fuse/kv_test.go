@@ -539,3 +539,56 @@ func TestKVBufferReadAheadAcrossRestart(t *testing.T) {
 	}
 	t.Logf("%d of %d events spilled", spilled, len(ops))
 }
+
+// TestKVEventsForwardedInOneRecordPerTask: the KV events of one input
+// record that belong to other tasks' detectors go out as one record per
+// task, in input order, and every one of them reaches its task's buffer.
+func TestKVEventsForwardedInOneRecordPerTask(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	pool := kvlog.Pool{Layers: 2, Blocks: 8, BlockBytes: 1024}
+	ms := func(n int64) int64 { return base.UnixNano() + n*int64(time.Millisecond) }
+	a := kvlog.Where{Host: hostOn(1, 3), GPUUUID: "GPU-a", Instance: "vllm-a"}
+	b := kvlog.Where{Host: hostOn(2, 3), GPUUUID: "GPU-b", Instance: "vllm-b"}
+	opsA, opsB := cleanLifecycles(pool, ms, 2), cleanLifecycles(pool, ms, 3)
+	for _, ops := range [][]kvlog.Op{opsA, opsB} {
+		for i := range ops {
+			ops[i].Layers = pool.Layers
+		}
+	}
+	// One logs message with both servers' resources (concatenated
+	// encodings of a message merge their repeated fields).
+	msg := append(kvlog.Marshal(a, opsA...), kvlog.Marshal(b, opsB...)...)
+	h0 := c.hs[0]
+	h0.feed(inLogs, nil, msg)
+	per := map[int32]int{}
+	for _, r := range h0.out("braid.kvgraph-repartition") {
+		per[r.Partition]++
+		n, times := 0, []int64(nil)
+		if err := readMembers(r.Value, func(m *member) error {
+			n++
+			times = append(times, m.time)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		want := map[int32][]kvlog.Op{1: opsA, 2: opsB}[r.Partition]
+		if n != len(want) {
+			t.Errorf("record to task %d holds %d events, want %d", r.Partition, n, len(want))
+		}
+		for i := range min(n, len(want)) {
+			if times[i] != want[i].Time {
+				t.Errorf("task %d: event %d at %d, want %d (input order)", r.Partition, i, times[i], want[i].Time)
+				break
+			}
+		}
+	}
+	if per[1] != 1 || per[2] != 1 || len(per) != 2 {
+		t.Errorf("records per task %v, want one to task 1 and one to task 2", per)
+	}
+	c.drain()
+	for q, want := range map[int]int{1: len(opsA), 2: len(opsB)} {
+		if got := c.hs[q].stage.Counters().KVBuffered.Load(); got != int64(want) {
+			t.Errorf("task %d buffered %d KV events, want %d", q, got, want)
+		}
+	}
+}
