@@ -9,6 +9,29 @@ import (
 	"github.com/braidlabs/braid/state"
 )
 
+// upstreamHarness opens task 0 of topo (out-of-orderness 1s, idleness 1m)
+// on a store of its own, both closed when the test ends.
+func upstreamHarness(t *testing.T, topo Topology, now time.Time) *Harness {
+	t.Helper()
+	store, err := state.Open(state.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	h, err := NewHarness(Config{Store: store, OutOfOrderness: time.Second, Idleness: time.Minute}, topo, 0, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return h
+}
+
+// abTopology: a source and internal inputs a and b (From a).
+func abTopology(partitions int32) Topology {
+	return Topology{Name: "x", Partitions: partitions, NewProcessor: func(*Task) (Processor, error) { return observer{}, nil },
+		Inputs: []Input{{Topic: "src"}, {Topic: "a", Internal: true}, {Topic: "b", Internal: true, From: []string{"a"}}}}
+}
+
 type observer struct{}
 
 // Process observes the record's timestamp as its event time.
@@ -25,19 +48,7 @@ func TestMarkersCoverWhatMayBeForwarded(t *testing.T) {
 		Inputs: []Input{{Topic: "src"}, {Topic: "b", Internal: true, From: []string{"a"}}, {Topic: "a", Internal: true}}}); err == nil {
 		t.Fatal("From naming a later input accepted")
 	}
-	store, err := state.Open(state.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	topo := Topology{Name: "x", Partitions: 2, NewProcessor: func(*Task) (Processor, error) { return observer{}, nil },
-		Inputs: []Input{{Topic: "src"}, {Topic: "a", Internal: true}, {Topic: "b", Internal: true, From: []string{"a"}}}}
-	now := time.Unix(1000, 0)
-	h, err := NewHarness(Config{Store: store, OutOfOrderness: time.Second, Idleness: time.Minute}, topo, 0, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h := upstreamHarness(t, abTopology(2), time.Unix(1000, 0))
 	if err := h.Process(0, &kgo.Record{Timestamp: time.Unix(0, 50e9)}); err != nil {
 		t.Fatal(err)
 	}
@@ -101,18 +112,8 @@ func TestAsideInputDoesNotHoldTimers(t *testing.T) {
 		Inputs: []Input{{Topic: "src", Aside: true}}}); err == nil {
 		t.Fatal("Aside on a source input accepted")
 	}
-	store, err := state.Open(state.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	topo := Topology{Name: "x", Partitions: 2, NewProcessor: mk,
-		Inputs: []Input{{Topic: "src"}, {Topic: "a", Internal: true}, {Topic: "z", Internal: true, Aside: true, From: []string{"a"}}}}
-	h, err := NewHarness(Config{Store: store, OutOfOrderness: time.Second, Idleness: time.Minute}, topo, 0, time.Unix(1000, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h := upstreamHarness(t, Topology{Name: "x", Partitions: 2, NewProcessor: mk,
+		Inputs: []Input{{Topic: "src"}, {Topic: "a", Internal: true}, {Topic: "z", Internal: true, Aside: true, From: []string{"a"}}}}, time.Unix(1000, 0))
 	if err := h.Process(0, &kgo.Record{Timestamp: time.Unix(50, 0)}); err != nil {
 		t.Fatal(err)
 	}
@@ -154,18 +155,7 @@ func TestAsideInputDoesNotHoldTimers(t *testing.T) {
 // it, however far the sources have moved since; the next regular
 // checkpoint carries theirs.
 func TestFollowUpMarkersCarryTheRegularWatermark(t *testing.T) {
-	store, err := state.Open(state.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	topo := Topology{Name: "x", Partitions: 1, NewProcessor: func(*Task) (Processor, error) { return observer{}, nil },
-		Inputs: []Input{{Topic: "src"}, {Topic: "a", Internal: true}, {Topic: "b", Internal: true, From: []string{"a"}}}}
-	h, err := NewHarness(Config{Store: store, OutOfOrderness: time.Second, Idleness: time.Minute}, topo, 0, time.Unix(1000, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h := upstreamHarness(t, abTopology(1), time.Unix(1000, 0))
 	step := func(ts int64, followUp bool) map[string]int64 {
 		t.Helper()
 		h.Out = nil
@@ -198,19 +188,8 @@ func TestFollowUpMarkersCarryTheRegularWatermark(t *testing.T) {
 // regular checkpoint has no source watermark to hold its follow-ups'
 // markers to; they carry what its upstream tasks' markers allow.
 func TestFollowUpMarkersOfIdleSources(t *testing.T) {
-	store, err := state.Open(state.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	topo := Topology{Name: "x", Partitions: 1, NewProcessor: func(*Task) (Processor, error) { return observer{}, nil },
-		Inputs: []Input{{Topic: "src"}, {Topic: "a", Internal: true}, {Topic: "b", Internal: true, From: []string{"a"}}}}
 	start := time.Unix(1000, 0)
-	h, err := NewHarness(Config{Store: store, OutOfOrderness: time.Second, Idleness: time.Minute}, topo, 0, start)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h := upstreamHarness(t, abTopology(1), start)
 	h.SetNow(start.Add(2 * time.Minute)) // the source, never seen, is idle
 	step := func(wm int64, followUp bool) int64 {
 		t.Helper()
