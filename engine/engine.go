@@ -664,14 +664,7 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 			e.stats.EarlyCheckpoints.Add(1)
 			next = now
 		}
-		if now.Before(next) && e.followUpDue(now) && !e.followUseful.Load() && e.followWait.Load() > 0 {
-			// FollowUpWait is over, nothing released so far, and some
-			// task is still reading up to the markers (busy, not
-			// behind: the instance is live): what it releases is the
-			// follow-up's point, so wait on for it, up to the regular
-			// checkpoint.
-			e.follow.at = now.Add(e.cfg.FollowUpWait)
-		} else if now.Before(next) && e.followUpDue(now) {
+		if now.Before(next) && e.followUpDue(now) {
 			// Commit what the markers of the last checkpoint released;
 			// the regular schedule stays.
 			step := e.follow.step + 1

@@ -133,9 +133,24 @@ func (e *Engine) armFollowUp(marks map[string]map[int32]int64, live bool, step i
 }
 
 // followUpDue reports whether the armed follow-up should run now: every
-// task has read its markers, or the wait is over.
+// task has read its markers, or the wait is over. A wait that is over
+// while nothing was released and some task has not read its markers yet
+// goes on for another FollowUpWait (the task is busy, not behind: the
+// instance is live, and what it releases is the follow-up's point), up
+// to the next regular checkpoint, which disarms it.
 func (e *Engine) followUpDue(now time.Time) bool {
-	return e.follow.armed && (e.followWait.Load() <= 0 || !now.Before(e.follow.at))
+	switch {
+	case !e.follow.armed:
+		return false
+	case e.followWait.Load() <= 0:
+		return true
+	case now.Before(e.follow.at):
+		return false
+	case !e.followUseful.Load():
+		e.follow.at = now.Add(e.cfg.FollowUpWait)
+		return false
+	}
+	return true
 }
 
 // followTarget is what a task must read before the follow-up checkpoint,

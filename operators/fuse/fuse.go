@@ -198,13 +198,13 @@ type processor struct {
 	// kvOut holds, per task, the KV events of the record being processed
 	// that go to that task's detector (routeKV), sent as one record each
 	// at its end; kvTo lists the tasks with some.
-	kvOut []chunkWriter
-	kvTo  []int32
-	ids       [][16]byte
-	key       []byte
-	scratch   []byte
-	emitter   emitter
-	deriver   semconv.Deriver
+	kvOut   []chunkWriter
+	kvTo    []int32
+	ids     [][16]byte
+	key     []byte
+	scratch []byte
+	emitter emitter
+	deriver semconv.Deriver
 
 	// resources stage: samples of the current message per identity
 	samples     map[semconv.Identity][]byte
