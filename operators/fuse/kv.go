@@ -71,7 +71,7 @@ func (p *processor) routeKV(t *engine.Task, it *otlp.Item, rec *kgo.Record) erro
 	if q == p.partition {
 		w := chunkWriter{}
 		w.appendItem(it, otlp.SignalLogs, rec.Topic, rec.Partition, rec.Offset)
-		return p.bufferKV(t, w.buf, it.Time)
+		return p.bufferKV(t, w.buf, it.Time, t.Now().UnixNano())
 	}
 	if p.kvOut == nil {
 		p.kvOut = make([]chunkWriter, p.cfg.Partitions)
@@ -121,13 +121,30 @@ func (p *processor) dropKV() {
 // KiB (the bounds of kvgraph.Check), far below any record limit.
 const kvSlimBytes = 4096
 
-// processKV buffers KV logs routed here for the kvgraph processor.
+// processKV buffers KV logs routed here for the kvgraph processor, each
+// read (for KVGraph.LiveHold) when the task that forwarded it read it.
 func (p *processor) processKV(t *engine.Task, rec *kgo.Record) error {
+	read := forwardedAt(t, rec)
 	return readMembers(rec.Value, func(m *member) error {
 		w := chunkWriter{}
 		w.appendMember(m)
-		return p.bufferKV(t, w.buf, m.time)
+		return p.bufferKV(t, w.buf, m.time, read)
 	})
+}
+
+// forwardedAt is when the task that forwarded rec read what it holds
+// (processing time, unix ns): rec's timestamp, which its producer set
+// while processing the input record the events came in (or the broker's
+// append time, moments later), never later than now. The live hold
+// counts from then: MarkerHorizon bounds what other tasks read before a
+// time, whichever task reads it, and a forwarded event waited a
+// checkpoint already. Now when rec has no timestamp.
+func forwardedAt(t *engine.Task, rec *kgo.Record) int64 {
+	now := t.Now().UnixNano()
+	if rec.Timestamp.IsZero() || rec.Timestamp.Unix() <= 0 {
+		return now
+	}
+	return min(now, rec.Timestamp.UnixNano())
 }
 
 // The kvgraph processor follows each block's life op by op, so it must see
@@ -144,7 +161,7 @@ func (p *processor) processKV(t *engine.Task, rec *kgo.Record) error {
 type kvEvent struct {
 	time    int64
 	seq     uint64
-	arrived int64  // processing time it was buffered (or restored), ns
+	arrived int64  // processing time it was read, here or by the task that forwarded it (or restored), ns
 	member  []byte // one member: the log record, its resource and origin; nil when spilled
 	stored  bool   // has a key in the keyspace
 	spilled bool   // its member is in the keyspace only (the share was full)
@@ -161,12 +178,12 @@ const prefixKV = byte('v')
 // detector early (kvgraph.Counters.EarlyReleased): in order among
 // themselves, but an event that arrives later with an earlier time is
 // handed over after them (as a late one is).
-func (p *processor) bufferKV(t *engine.Task, rec []byte, ts int64) error {
+func (p *processor) bufferKV(t *engine.Task, rec []byte, ts, read int64) error {
 	if ts <= t.Watermark() {
 		p.s.counters.KVLateEvents.Add(1)
 		return p.handKV(t, rec)
 	}
-	ev := &kvEvent{time: ts, seq: p.kvSeq, arrived: t.Now().UnixNano(), member: rec}
+	ev := &kvEvent{time: ts, seq: p.kvSeq, arrived: read, member: rec}
 	p.kvSeq++
 	p.kvBuf.push(ev)
 	p.kvNew = append(p.kvNew, ev)

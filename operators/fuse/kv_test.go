@@ -2,6 +2,7 @@ package fuse
 
 import (
 	"bytes"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -421,6 +422,59 @@ func TestKVLiveHold(t *testing.T) {
 			if tc.want {
 				if inc := c.incidents()[0]; inc.Root.GetRequestId() != "r1" {
 					t.Errorf("incident root %v, want r1", inc.Root)
+				}
+			}
+		})
+	}
+}
+
+// TestKVLiveHoldCountsFromTheForwardersRead: a KV event that another task
+// read and forwarded reaches its host's task a checkpoint later; its live
+// hold counts from when the forwarder read it (the forwarded record's
+// timestamp, which the producing client sets), so once the markers of that
+// checkpoint show every task has committed what it read up to LiveHold
+// after it, it goes to the detector on arrival — not LiveHold after. A
+// record without a timestamp is held from its arrival, as before.
+func TestKVLiveHoldCountsFromTheForwardersRead(t *testing.T) {
+	pool := kvlog.Pool{Layers: 2, Blocks: 8, BlockBytes: 1024}
+	ms := func(n int64) int64 { return base.UnixNano() + n*int64(time.Millisecond) }
+	where := kvlog.Where{Host: "node-a", GPUUUID: "GPU-0", GPUIndex: 0}
+	for _, stamped := range []bool{true, false} {
+		t.Run(fmt.Sprintf("stamped=%v", stamped), func(t *testing.T) {
+			c := newCluster(t, 2, nil)
+			owner := int(otlp.HashPartition([]byte(where.Host), 2))
+			other := 1 - owner
+			c.hs[owner].MarkCaughtUp()
+			// The other task reads the host's events and forwards them in
+			// its transaction: readable by the owner after its checkpoint.
+			c.hs[other].feed(inLogs, nil, kvlog.Marshal(where, residueOps(pool, ms)...))
+			forwarded := 0
+			for _, r := range c.hs[other].Out {
+				if r.Topic == "braid.kvgraph-repartition" {
+					forwarded++
+					if stamped {
+						r.Timestamp = c.hs[other].now
+					}
+				}
+			}
+			if forwarded == 0 {
+				t.Fatal("nothing forwarded: the test shows nothing")
+			}
+			c.checkpoint(2 * time.Second) // the record, then the markers, then the watermark's turn
+			h := c.hs[owner]
+			if wm := h.Watermark(); wm >= ms(0) {
+				t.Fatalf("watermark %d passed the events (%d): the test shows nothing", wm, ms(0))
+			}
+			got := len(c.incidents()) > 0
+			held := h.stage.Counters().KVBuffered.Load()
+			if got != stamped || (held == 0) != stamped {
+				t.Fatalf("on arrival: incident %v, %d events held; want incident %v", got, held, stamped)
+			}
+			if !stamped {
+				// Held from its arrival: LiveHold and the next markers later.
+				c.checkpoint(1200 * time.Millisecond)
+				if len(c.incidents()) == 0 {
+					t.Fatalf("no incident LiveHold after arrival; %d events held", h.stage.Counters().KVBuffered.Load())
 				}
 			}
 		})
