@@ -174,6 +174,9 @@ func run(o options) error {
 			if o.resultsDir != "" {
 				b, _ := json.MarshalIndent(res, "", "  ")
 				path := filepath.Join(o.resultsDir, fmt.Sprintf("latency-%s-%grps.json", mode, rate))
+				if err := os.MkdirAll(o.resultsDir, 0o755); err != nil {
+					return err
+				}
 				if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
 					return err
 				}
