@@ -39,6 +39,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -431,12 +432,16 @@ func runOne(o options, bin string, rate float64, mode string, ck time.Duration) 
 	}()
 
 	// The fleet, event time = wall time, a fault every faultEvery in the
-	// window.
+	// window, each moved by up to a quarter of faultEvery either way
+	// (seeded): at a fixed period the faults would all fall at one phase
+	// of braid's checkpoint schedule, and the figure would be that
+	// phase's, not the distribution's.
 	t0 := time.Now().Truncate(time.Millisecond)
 	winFrom, winTo := t0.Add(o.warmup), t0.Add(o.warmup+o.duration)
 	var faults []simulator.KVFault
+	jitter := mrand.New(mrand.NewPCG(uint64(o.seed), uint64(rate)))
 	for i := 0; ; i++ {
-		at := winFrom.Add(time.Duration(i)*o.faultEvery + o.faultEvery/2)
+		at := winFrom.Add(time.Duration(i)*o.faultEvery + o.faultEvery/4 + time.Duration(jitter.Int64N(int64(o.faultEvery/2))))
 		if !at.Before(winTo) {
 			break
 		}
