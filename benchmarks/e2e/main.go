@@ -51,7 +51,6 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -385,7 +384,7 @@ func run(o options) error {
 		RequestsPerBatch: simulator.DefaultRequestsPerBatch, Seed: o.seed, Rounds: o.rounds, CheckpointInterval: o.checkpoint.String(),
 		EventTime: o.eventTime, AtLeastOnce: o.alo, AlertsOff: o.alertsOff, Sampling: o.sampling, Settle: o.settle, MemoryBudget: o.budget}
 	if o.brokerPID == 0 {
-		o.brokerPID = brokerPID()
+		o.brokerPID = machine.BrokerPID()
 	}
 
 	ctx := context.Background()
@@ -787,43 +786,6 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// procCPU is user+system time of process pid from /proc, 0 if unknown.
-func procCPU(pid int) time.Duration {
-	if pid <= 0 {
-		return 0
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	const hz = 100 // USER_HZ on Linux
-	return time.Duration(ut+st) * time.Second / hz
-}
-
-func brokerPID() int {
-	dir := os.Getenv("BRAID_KAFKA_DIR")
-	if dir == "" {
-		dir = "/tmp/braid-kafka"
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "broker.pid"))
-	if err != nil {
-		return 0
-	}
-	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	return pid
-}
-
 // meter measures a phase: wall time, this process's and the broker's CPU.
 type meter struct {
 	start          time.Time
@@ -833,14 +795,14 @@ type meter struct {
 
 func startMeter(pid int) meter {
 	runtime.GC() // the previous phase's garbage is not this phase's work
-	return meter{start: time.Now(), cpu: cpuTime(), brokerCPU: procCPU(pid), pid: pid}
+	return meter{start: time.Now(), cpu: cpuTime(), brokerCPU: machine.ProcCPU(pid), pid: pid}
 }
 
 func (m meter) stop(wl Workload) Phase {
 	sec := time.Since(m.start).Seconds()
 	ph := Phase{Seconds: sec, CPUSec: (cpuTime() - m.cpu).Seconds()}
 	if m.pid > 0 {
-		ph.BrokerCPUSec = (procCPU(m.pid) - m.brokerCPU).Seconds()
+		ph.BrokerCPUSec = (machine.ProcCPU(m.pid) - m.brokerCPU).Seconds()
 	}
 	ph.MsgsPS = float64(wl.Messages) / sec
 	ph.MBPS = float64(wl.Bytes) / sec / 1e6

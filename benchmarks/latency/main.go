@@ -259,6 +259,11 @@ type Workload struct {
 	// under 1 s) and braid's input lag at the end of the window was within
 	// LagAllowance.
 	Sustained bool `json:"sustained"`
+	// BraidCPUPerSec and BrokerCPUPerSec: CPU-seconds the braid process
+	// and the local broker (machine.BrokerPID; 0 when not found) spent
+	// per second of the measurement window, from /proc.
+	BraidCPUPerSec  float64 `json:"braid_cpu_per_s"`
+	BrokerCPUPerSec float64 `json:"broker_cpu_per_s"`
 }
 
 type LagSample struct {
@@ -493,6 +498,7 @@ func runOne(o options, bin string, rate float64, mode string, ck time.Duration) 
 	}()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	cpu := &cpuMeter{braid: b.Pid(), broker: machine.BrokerPID()}
 	var truth simulator.Truth
 	var behinds []time.Duration
 	drainEnd := winTo.Add(o.drain)
@@ -512,6 +518,7 @@ loop:
 			break loop
 		}
 		prod.batch(gb.msgs, &res.Workload)
+		cpu.at(gb.at, winFrom, winTo)
 		behind := time.Since(gb.at)
 		res.Workload.ProducerMaxBehindMs = max(res.Workload.ProducerMaxBehindMs, float64(behind.Microseconds())/1e3)
 		if in(gb.at, winFrom, winTo) {
@@ -572,6 +579,7 @@ loop:
 	w.LagAllowance = int64(w.MessagesPerSec * (2*ckS + 5))
 	w.EndLag = endLag(res.Lag, winTo.Sub(t0).Seconds())
 	w.ProducerBehind = distribution(behinds)
+	w.BraidCPUPerSec, w.BrokerCPUPerSec = cpu.perSec()
 	w.Sustained = w.ProducerBehind.Count > 0 && w.ProducerBehind.P99Ms < 1000 && w.EndLag >= 0 && w.EndLag <= w.LagAllowance
 
 	fusedResult(res, tr, winFrom, winTo)
@@ -953,8 +961,8 @@ func incidentResult(res *Result, tr *tracker, truth simulator.Truth, logsTopic s
 
 func report(res *Result) {
 	w, b, f, in := res.Workload, res.Config, res.Fused, res.Incidents
-	fmt.Printf("== %s run, %g requests/s (%d hosts, %d partitions): %d messages, %.1f MB/s, producer behind p50 %.0f p99 %.0f max %.0f ms; braid lag at the end %d (allowance %d): sustained %v\n",
-		res.Run, w.RequestsPerSec, w.Hosts, w.Partitions, w.Messages, w.MBPerSec, w.ProducerBehind.P50Ms, w.ProducerBehind.P99Ms, w.ProducerMaxBehindMs, w.EndLag, w.LagAllowance, w.Sustained)
+	fmt.Printf("== %s run, %g requests/s (%d hosts, %d partitions): %d messages, %.1f MB/s, producer behind p50 %.0f p99 %.0f max %.0f ms; braid lag at the end %d (allowance %d): sustained %v; CPU-s per s in the window: braid %.3f, broker %.3f\n",
+		res.Run, w.RequestsPerSec, w.Hosts, w.Partitions, w.Messages, w.MBPerSec, w.ProducerBehind.P50Ms, w.ProducerBehind.P99Ms, w.ProducerMaxBehindMs, w.EndLag, w.LagAllowance, w.Sustained, w.BraidCPUPerSec, w.BrokerCPUPerSec)
 	fmt.Printf("config: idle_gap %gs, out_of_orderness %gs, checkpoint_interval %gs, idleness %gs → bound %gs (incidents %gs)\n",
 		b.IdleGapS, b.OutOfOrdernessS, b.CheckpointIntervalS, b.IdlenessS, b.FusedBoundS, b.IncidentBoundS)
 	fmt.Printf("fused: %d traces, %d measured, %d missed; complete p50 %.0f p90 %.0f p99 %.0f max %.0f ms; first record p50 %.0f p90 %.0f p99 %.0f max %.0f ms (%d first revisions incomplete)\n",
@@ -996,4 +1004,39 @@ func randSuffix() string {
 	b := make([]byte, 5)
 	rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// cpuMeter takes the CPU time of braid and the broker when production
+// enters the measurement window and when it leaves it.
+type cpuMeter struct {
+	braid, broker int
+	started       bool
+	done          bool
+	from          time.Time
+	braid0, brk0  time.Duration
+	secs          float64
+	braidS, brkS  float64
+}
+
+// at notes a batch produced for event time at (= wall time).
+func (c *cpuMeter) at(at, winFrom, winTo time.Time) {
+	switch {
+	case !c.started && !at.Before(winFrom):
+		c.started, c.from = true, time.Now()
+		c.braid0, c.brk0 = machine.ProcCPU(c.braid), machine.ProcCPU(c.broker)
+	case c.started && !c.done && !at.Before(winTo):
+		c.done = true
+		c.secs = time.Since(c.from).Seconds()
+		c.braidS = (machine.ProcCPU(c.braid) - c.braid0).Seconds()
+		c.brkS = (machine.ProcCPU(c.broker) - c.brk0).Seconds()
+	}
+}
+
+// perSec returns braid's and the broker's CPU-seconds per second of the
+// window (0 if it was not crossed).
+func (c *cpuMeter) perSec() (braid, broker float64) {
+	if !c.done || c.secs <= 0 {
+		return 0, 0
+	}
+	return c.braidS / c.secs, c.brkS / c.secs
 }

@@ -1,14 +1,17 @@
 // Package machine describes the machine a benchmark ran on, for its JSON
 // result: CPUs, memory, Go version and the load average (the machine may be
-// shared).
+// shared); and the CPU time processes on it spent.
 package machine
 
 import (
 	"bufio"
+	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Info is the machine part of a benchmark result.
@@ -57,4 +60,43 @@ func LoadAvg() string {
 		return ""
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// ProcCPU is the user+system time of process pid from /proc, 0 if unknown.
+func ProcCPU(pid int) time.Duration {
+	if pid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	const hz = 100 // USER_HZ on Linux
+	return time.Duration(ut+st) * time.Second / hz
+}
+
+// BrokerPID is the pid of the local broker deploy/local/kafka.sh started
+// ($BRAID_KAFKA_DIR/broker.pid, default /tmp/braid-kafka), 0 if none.
+func BrokerPID() int {
+	dir := os.Getenv("BRAID_KAFKA_DIR")
+	if dir == "" {
+		dir = "/tmp/braid-kafka"
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "broker.pid"))
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid
 }
