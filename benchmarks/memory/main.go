@@ -173,12 +173,16 @@ type Result struct {
 
 	// Backlog mode: InputReadSec until the input topics are committed to
 	// their end, ReadSec until the internal topics are too.
-	InputReadSec   float64 `json:"input_read_s,omitempty"`
-	ReadSec        float64 `json:"read_s,omitempty"`
-	ReadMBps       float64 `json:"read_mb_per_s,omitempty"`
-	PeakRSSBytes   int64   `json:"peak_rss_bytes"`         // VmHWM at the end
-	PeakOverBudget int64   `json:"peak_over_budget_bytes"` // PeakRSSBytes - BudgetBytes
-	WithinBudget   bool    `json:"within_budget_plus_constant"`
+	InputReadSec float64 `json:"input_read_s,omitempty"`
+	// Counters: braid's counters (endCounters, summed over tasks) once
+	// the backlog is read: fused records and of them revisions, late
+	// and dead-lettered members, KV events, incidents.
+	Counters       map[string]float64 `json:"counters,omitempty"`
+	ReadSec        float64            `json:"read_s,omitempty"`
+	ReadMBps       float64            `json:"read_mb_per_s,omitempty"`
+	PeakRSSBytes   int64              `json:"peak_rss_bytes"`         // VmHWM at the end
+	PeakOverBudget int64              `json:"peak_over_budget_bytes"` // PeakRSSBytes - BudgetBytes
+	WithinBudget   bool               `json:"within_budget_plus_constant"`
 
 	// Steady mode.
 	FirstWindowMeanRSS int64   `json:"first_window_mean_rss_bytes,omitempty"`
@@ -428,6 +432,14 @@ func runBacklog(ctx context.Context, o options, res *Result, cl *kgo.Client, sim
 	}
 	res.ReadSec = time.Since(readStart).Seconds()
 	res.ReadMBps = float64(w.Bytes) / 1e6 / res.ReadSec
+	res.Counters = scrape(o.admin, func(line string) string {
+		for _, name := range endCounters {
+			if strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{") {
+				return name
+			}
+		}
+		return ""
+	})
 	if st, err := procStatus(b.Pid()); err == nil {
 		res.PeakRSSBytes = max(res.PeakRSSBytes, st.hwm)
 	}
@@ -640,6 +652,10 @@ func report(o options, res *Result) {
 		res.Workload.Hosts, res.Workload.RequestsPerSec, res.Workload.Messages, float64(res.Workload.Bytes)/1e6, res.Workload.ProduceSec, res.Workload.ProduceMBps)
 	if res.Mode == "backlog" {
 		fmt.Printf("read in %.1fs (%.1f MB/s; input topics committed to their end after %.1fs)\n", res.ReadSec, res.ReadMBps, res.InputReadSec)
+		c := res.Counters
+		fmt.Printf("fused records %.0f, of which revisions %.0f; late members %.0f, dead-lettered %.0f; KV events %.0f, incidents %.0f\n",
+			c["braid_fused_records_total"], c["braid_fused_revisions_total"], c["braid_late_members_total"], c["braid_dlq_messages_total"],
+			c["braid_kv_events_total"], c["braid_pollution_incidents_total"])
 	} else {
 		fmt.Printf("steady: first %v mean RSS %.0f MiB, last %v mean RSS %.0f MiB: ×%.3f (flat within 10%%: %v)\n",
 			o.window, mib(res.FirstWindowMeanRSS), o.window, mib(res.LastWindowMeanRSS), res.LastOverFirst, res.Flat)
@@ -668,41 +684,56 @@ func freeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
+// scrape reads braid's /metrics and sums, per name that pick gives a line
+// ("" to skip it), the values of the lines picked (nil if the scrape
+// failed).
+func scrape(addr string, pick func(line string) string) map[string]float64 {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	vals := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		name := pick(line)
+		if name == "" {
+			continue
+		}
+		f := strings.Fields(line)
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+			vals[name] += v
+		}
+	}
+	return vals
+}
+
+// endCounters are the counters a backlog run reports (Result.Counters).
+var endCounters = []string{"braid_fused_records_total", "braid_fused_revisions_total", "braid_late_members_total",
+	"braid_dlq_messages_total", "braid_kv_events_total", "braid_pollution_incidents_total", "braid_members_total"}
+
 // sampleShares appends sample i of what braid's /metrics says holds its
 // memory to res.Shares: braid_memory_bytes by share (summed over tasks),
 // go_memstats_heap_inuse_bytes as "go_heap_inuse", go_memstats_sys_bytes
 // as "go_sys". A failed scrape leaves the sample out (-1).
 func sampleShares(addr string, res *Result, i int) {
-	vals := map[string]float64{}
-	c := http.Client{Timeout: 5 * time.Second}
-	if resp, err := c.Get("http://" + addr + "/metrics"); err == nil {
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			name, share := "", ""
-			switch {
-			case strings.HasPrefix(line, "braid_memory_bytes{"):
-				if j := strings.Index(line, `share="`); j >= 0 {
-					share = line[j+7:]
-					share = share[:strings.IndexByte(share, '"')]
-				}
-				name = share
-			case strings.HasPrefix(line, "go_memstats_heap_inuse_bytes "):
-				name = "go_heap_inuse"
-			case strings.HasPrefix(line, "go_memstats_sys_bytes "):
-				name = "go_sys"
+	vals := scrape(addr, func(line string) string {
+		switch {
+		case strings.HasPrefix(line, "braid_memory_bytes{"):
+			if j := strings.Index(line, `share="`); j >= 0 {
+				share := line[j+7:]
+				return share[:strings.IndexByte(share, '"')]
 			}
-			if name == "" {
-				continue
-			}
-			f := strings.Fields(line)
-			if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
-				vals[name] += v
-			}
+		case strings.HasPrefix(line, "go_memstats_heap_inuse_bytes "):
+			return "go_heap_inuse"
+		case strings.HasPrefix(line, "go_memstats_sys_bytes "):
+			return "go_sys"
 		}
-		resp.Body.Close()
-	}
+		return ""
+	})
 	if res.Shares == nil {
 		res.Shares = map[string][]int64{}
 	}
