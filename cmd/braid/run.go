@@ -59,7 +59,7 @@ func cmdRun(ctx context.Context, args []string, log *slog.Logger, stdout io.Writ
 	if os.Getenv("GOMEMLIMIT") == "" {
 		// The Go heap is most of what the budget bounds: let the
 		// collector work harder before the process grows past it.
-		debug.SetMemoryLimit(cfg.Budget().GoMemoryLimit())
+		debug.SetMemoryLimit(cfg.State.MemoryBudget)
 	}
 	j, err := job.Prepare(ctx, cfg, log)
 	if err != nil {

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"io"
 	"text/tabwriter"
-
-	"github.com/braidlabs/braid/state"
 )
 
 // Budget is state.memory_budget split into the shares of everything the job
@@ -54,18 +52,6 @@ type Budget struct {
 	// Sampling bounds the sampling stage's latency windows (the slow
 	// rule); when full the model updated longest ago is forgotten.
 	Sampling int64
-}
-
-// GoMemoryLimit is the Go runtime's soft memory limit that keeps the
-// process within Total: Total, less the Pebble shares when Pebble keeps
-// them outside the Go heap (state.PebbleOffHeap: built with cgo), where
-// the limit does not count them — else the Go heap would grow to Total
-// and the process past it by the block cache and the memtables.
-func (b Budget) GoMemoryLimit() int64 {
-	if state.PebbleOffHeap {
-		return b.Total - b.PebbleCache - b.PebbleMemTables
-	}
-	return b.Total
 }
 
 // budgetShares are the shares in percent of the total, in Budget's order.
