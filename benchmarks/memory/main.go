@@ -200,8 +200,8 @@ type Result struct {
 	// (backlog mode), over the measured run (steady mode).
 	SampleSec float64 `json:"sample_s"`
 	RSS       []int64 `json:"rss_bytes"`
-	// Steady mode: at the same instants, what braid's admin endpoint says
-	// holds the memory — braid_memory_bytes by share, the Go heap in use
+	// At the same instants, what braid's admin endpoint says holds the
+	// memory — braid_memory_bytes by share, the Go heap in use
 	// and the Go runtime's total (go_memstats_sys_bytes) — so growth can
 	// be traced to a share.
 	Shares map[string][]int64 `json:"shares,omitempty"`
@@ -395,6 +395,7 @@ func runBacklog(ctx context.Context, o options, res *Result, cl *kgo.Client, sim
 		case <-tick.C:
 		}
 		if st, err := procStatus(b.Pid()); err == nil {
+			sampleShares(o.admin, res, len(res.RSS))
 			res.RSS = append(res.RSS, st.rss)
 			res.PeakRSSBytes = max(res.PeakRSSBytes, st.hwm)
 		}
