@@ -1009,34 +1009,28 @@ func randSuffix() string {
 // cpuMeter takes the CPU time of braid and the broker when production
 // enters the measurement window and when it leaves it.
 type cpuMeter struct {
-	braid, broker int
-	started       bool
-	done          bool
-	from          time.Time
-	braid0, brk0  time.Duration
-	secs          float64
-	braidS, brkS  float64
+	braid, broker  int
+	from           time.Time // when the window was entered; zero before
+	braid0, brk0   time.Duration
+	done           bool
+	braidPS, brkPS float64 // CPU-seconds per second of the window, once done
 }
 
 // at notes a batch produced for event time at (= wall time).
 func (c *cpuMeter) at(at, winFrom, winTo time.Time) {
 	switch {
-	case !c.started && !at.Before(winFrom):
-		c.started, c.from = true, time.Now()
+	case c.from.IsZero() && !at.Before(winFrom):
+		c.from = time.Now()
 		c.braid0, c.brk0 = machine.ProcCPU(c.braid), machine.ProcCPU(c.broker)
-	case c.started && !c.done && !at.Before(winTo):
+	case !c.from.IsZero() && !c.done && !at.Before(winTo):
 		c.done = true
-		c.secs = time.Since(c.from).Seconds()
-		c.braidS = (machine.ProcCPU(c.braid) - c.braid0).Seconds()
-		c.brkS = (machine.ProcCPU(c.broker) - c.brk0).Seconds()
+		if secs := time.Since(c.from).Seconds(); secs > 0 {
+			c.braidPS = (machine.ProcCPU(c.braid) - c.braid0).Seconds() / secs
+			c.brkPS = (machine.ProcCPU(c.broker) - c.brk0).Seconds() / secs
+		}
 	}
 }
 
 // perSec returns braid's and the broker's CPU-seconds per second of the
 // window (0 if it was not crossed).
-func (c *cpuMeter) perSec() (braid, broker float64) {
-	if !c.done || c.secs <= 0 {
-		return 0, 0
-	}
-	return c.braidS / c.secs, c.brkS / c.secs
-}
+func (c *cpuMeter) perSec() (braid, broker float64) { return c.braidPS, c.brkPS }

@@ -173,16 +173,16 @@ type Result struct {
 
 	// Backlog mode: InputReadSec until the input topics are committed to
 	// their end, ReadSec until the internal topics are too.
-	InputReadSec float64 `json:"input_read_s,omitempty"`
+	InputReadSec   float64 `json:"input_read_s,omitempty"`
+	ReadSec        float64 `json:"read_s,omitempty"`
+	ReadMBps       float64 `json:"read_mb_per_s,omitempty"`
+	PeakRSSBytes   int64   `json:"peak_rss_bytes"`         // VmHWM at the end
+	PeakOverBudget int64   `json:"peak_over_budget_bytes"` // PeakRSSBytes - BudgetBytes
+	WithinBudget   bool    `json:"within_budget_plus_constant"`
 	// Counters: braid's counters (endCounters, summed over tasks) once
 	// the backlog is read: fused records and of them revisions, late
 	// and dead-lettered members, KV events, incidents.
-	Counters       map[string]float64 `json:"counters,omitempty"`
-	ReadSec        float64            `json:"read_s,omitempty"`
-	ReadMBps       float64            `json:"read_mb_per_s,omitempty"`
-	PeakRSSBytes   int64              `json:"peak_rss_bytes"`         // VmHWM at the end
-	PeakOverBudget int64              `json:"peak_over_budget_bytes"` // PeakRSSBytes - BudgetBytes
-	WithinBudget   bool               `json:"within_budget_plus_constant"`
+	Counters map[string]float64 `json:"counters,omitempty"`
 
 	// Steady mode.
 	FirstWindowMeanRSS int64   `json:"first_window_mean_rss_bytes,omitempty"`

@@ -16,6 +16,7 @@ import (
 	"github.com/braidlabs/braid/operators/braidpb"
 	"github.com/braidlabs/braid/operators/kvgraph"
 	"github.com/braidlabs/braid/operators/semconv"
+	"github.com/braidlabs/braid/windows"
 )
 
 // The kvgraph stage runs in the same task (see operators/kvgraph): ingest
@@ -124,7 +125,7 @@ const kvSlimBytes = 4096
 // processKV buffers KV logs routed here for the kvgraph processor, each
 // read (for KVGraph.LiveHold) when the task that forwarded it read it.
 func (p *processor) processKV(t *engine.Task, rec *kgo.Record) error {
-	read := forwardedAt(t, rec)
+	read := forwardedAt(t)
 	return readMembers(rec.Value, func(m *member) error {
 		w := chunkWriter{}
 		w.appendMember(m)
@@ -132,19 +133,20 @@ func (p *processor) processKV(t *engine.Task, rec *kgo.Record) error {
 	})
 }
 
-// forwardedAt is when the task that forwarded rec read what it holds
-// (processing time, unix ns): rec's timestamp, which its producer set
-// while processing the input record the events came in (or the broker's
-// append time, moments later), never later than now. The live hold
-// counts from then: MarkerHorizon bounds what other tasks read before a
-// time, whichever task reads it, and a forwarded event waited a
-// checkpoint already. Now when rec has no timestamp.
-func forwardedAt(t *engine.Task, rec *kgo.Record) int64 {
+// forwardedAt is when the task that forwarded the record being processed
+// read what it holds (processing time, unix ns): the record's timestamp
+// (engine.Task.RecordTime), which its producer set while processing the
+// input record the events came in (or the broker's append time, moments
+// later), never later than now. The live hold counts from then:
+// MarkerHorizon bounds what other tasks read before a time, whichever task
+// reads it, and a forwarded event waited a checkpoint already. Now when
+// the record has no timestamp.
+func forwardedAt(t *engine.Task) int64 {
 	now := t.Now().UnixNano()
-	if rec.Timestamp.IsZero() || rec.Timestamp.Unix() <= 0 {
-		return now
+	if ts := t.RecordTime(); ts != windows.MinTime {
+		return min(now, ts)
 	}
-	return min(now, rec.Timestamp.UnixNano())
+	return now
 }
 
 // The kvgraph processor follows each block's life op by op, so it must see
