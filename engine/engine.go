@@ -153,8 +153,12 @@ type Config struct {
 	FetchBufferBytes int64
 	// PendingStateBytes bounds the state writes of all tasks that wait
 	// for the next checkpoint (Pebble's indexed batches, which the tasks
-	// read through): when the tasks' pending writes pass it, the
-	// checkpoint is brought forward. Default 64 MiB.
+	// read through). The barrier reaches a task behind the records queued
+	// for it, so the engine counts those too, at the state bytes per input
+	// byte the last checkpoints saw: it stops polling while the pending
+	// writes and what the queued input will add reach the bound, and
+	// brings the checkpoint forward once the pending writes alone fill
+	// half of it (or all of it). Default 64 MiB.
 	PendingStateBytes int64
 	// FollowUpWait bounds how long a follow-up checkpoint waits for this
 	// instance's tasks to read the watermark markers that the checkpoint
@@ -335,7 +339,14 @@ type Engine struct {
 	// pending is the memory of every task's state writes since the last
 	// checkpoint (Task.setPending).
 	pending atomic.Int64
-	drained chan struct{}
+	// processed is the RecordBytes of the records the tasks processed
+	// since the last checkpoint; amp, in thousandths, the state bytes
+	// written per input byte processed, as the last checkpoints measured
+	// it (at least the last one's, decaying by a quarter per checkpoint;
+	// 0 until one is measured).
+	processed atomic.Int64
+	amp       atomic.Int64
+	drained   chan struct{}
 	// opening: tasks being opened off the Run goroutine (Run goroutine
 	// only); each sends its result to opened, then calls wake (the cancel
 	// of the poll in progress).
@@ -426,6 +437,10 @@ type Stats struct {
 	// EarlyCheckpoints counts checkpoints brought forward because the
 	// tasks' pending state writes passed Config.PendingStateBytes.
 	EarlyCheckpoints atomic.Int64
+	// PendingStatePeak is the largest total of pending state writes a
+	// checkpoint's barrier found (bytes, the high-water mark of what
+	// PendingStateBytes bounds).
+	PendingStatePeak atomic.Int64
 	// FollowUpCheckpoints counts follow-up checkpoints
 	// (Config.FollowUpWait), committed or not; Checkpoints and Aborts
 	// count them too.
@@ -579,13 +594,15 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 		e.waitQueued(ctx, due)
 		pollCtx, cancel := context.WithDeadline(ctx, due)
 		e.wake.Store(&cancel)
-		if len(e.opened) > 0 {
-			cancel() // a task finished opening meanwhile: install it now
+		if len(e.opened) > 0 || e.freshAssignment() {
+			// A task finished opening, or partitions were assigned,
+			// while no poll was there to end: act on it now.
+			cancel()
 		}
 		if e.follow.armed && e.followWait.Load() <= 0 {
 			cancel() // the tasks have read the markers: follow up now
 		}
-		if e.pending.Load() > e.cfg.PendingStateBytes {
+		if e.stateFull() {
 			cancel() // the tasks' pending writes are full: checkpoint now
 		}
 		fetches := sess.PollRecords(pollCtx, e.cfg.MaxPollRecords)
@@ -658,7 +675,7 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 			return nil
 		}
 		now := e.cfg.Now()
-		if now.Before(next) && e.pending.Load() > e.cfg.PendingStateBytes {
+		if now.Before(next) && e.stateFull() {
 			// The writes waiting for the checkpoint are what the tasks
 			// hold in memory besides their caches: commit them now.
 			e.stats.EarlyCheckpoints.Add(1)
@@ -692,16 +709,82 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 	}
 }
 
+// ampOne is an amplification of 1 in Engine.amp's thousandths.
+const ampOne = 1000
+
+// stateAhead is the tasks' pending state writes plus what the input queued
+// for them is expected to add before they reach a barrier.
+func (e *Engine) stateAhead() int64 {
+	p, a := e.pending.Load(), e.amp.Load()
+	if in := e.processed.Load(); in >= ampMinInput {
+		// This epoch so far, when it writes more per byte than the last
+		// ones did (the first epoch, a change of input).
+		if live := p * ampOne / in; a == 0 || live > a {
+			a = live
+		}
+	} else if a == 0 {
+		a = ampPrior // nothing measured yet: a cautious guess
+	}
+	return p + e.queued.Load()*a/ampOne
+}
+
+const (
+	// ampMinInput is the least input an amplification is measured over.
+	ampMinInput = 256 << 10
+	// ampPrior is the amplification assumed until one is measured: the
+	// first records queued before any is processed stay within an eighth
+	// of the bound's room.
+	ampPrior = 8 * ampOne
+)
+
+// stateShort reports whether the room left for state writes before the
+// checkpoint is taken by what is pending and queued: polling waits.
+func (e *Engine) stateShort() bool {
+	return e.stateAhead() >= e.cfg.PendingStateBytes
+}
+
+// stateFull reports whether the checkpoint should come now: the pending
+// writes fill the bound, or half of it with the queued input filling the
+// rest (polling has stopped, and a barrier sent now lands behind that
+// input without passing the bound).
+func (e *Engine) stateFull() bool {
+	p := e.pending.Load()
+	return p >= e.cfg.PendingStateBytes || (p >= e.cfg.PendingStateBytes/2 && e.stateShort())
+}
+
+// measureAmp updates the state bytes per input byte from the checkpoint
+// whose barrier every task has just passed. Run goroutine, tasks held.
+func (e *Engine) measureAmp() {
+	in, out := e.processed.Swap(0), e.pending.Load()
+	if out > e.stats.PendingStatePeak.Load() {
+		e.stats.PendingStatePeak.Store(out)
+	}
+	if in < ampMinInput {
+		return // too little input to say
+	}
+	a := e.amp.Load() * 3 / 4
+	if m := out * ampOne / in; m > a {
+		a = m
+	}
+	e.amp.Store(max(a, 1))
+}
+
 // waitQueued holds the poll loop while the tasks' queues hold more than
-// FetchBufferBytes, until they drain, the checkpoint is due or ctx ends.
+// FetchBufferBytes, or while the state writes pending and expected from
+// the queued input reach PendingStateBytes (stateShort), until they drain,
+// the pending writes call for a checkpoint (stateFull), the checkpoint is
+// due or ctx ends.
 func (e *Engine) waitQueued(ctx context.Context, next time.Time) {
-	if e.queued.Load() <= e.cfg.FetchBufferBytes {
+	held := func() bool {
+		return (e.queued.Load() > e.cfg.FetchBufferBytes || e.stateShort()) && !e.stateFull()
+	}
+	if !held() {
 		return
 	}
 	e.stats.Backpressure.Add(1)
 	timer := time.NewTimer(time.Until(next))
 	defer timer.Stop()
-	for e.queued.Load() > e.cfg.FetchBufferBytes {
+	for held() {
 		select {
 		case <-e.drained:
 		case <-timer.C:
@@ -749,6 +832,7 @@ func (e *Engine) checkpoint(begin bool, step int) error {
 		}
 	}
 	barrier := time.Since(start)
+	e.measureAmp()
 	// The transaction's end gets TransactionTimeout from here, not from
 	// the checkpoint's start: a task that was slow to reach the barrier
 	// does not use up the time the broker has to answer.
@@ -884,6 +968,14 @@ func (e *Engine) onAssigned(_ context.Context, cl *kgo.Client, m map[string][]in
 	if wake := e.wake.Load(); wake != nil {
 		(*wake)() // end the poll in progress: start opening the tasks now
 	}
+}
+
+// freshAssignment reports whether partitions were assigned since
+// applyAssignment last looked.
+func (e *Engine) freshAssignment() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.mu.fresh) > 0
 }
 
 func (e *Engine) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int32) {
@@ -1115,8 +1207,8 @@ type published struct {
 // goroutine.
 func (t *Task) setPending() {
 	n := t.ks.PendingBytes()
-	total := t.e.pending.Add(n - t.pub.pending.Swap(n))
-	if total > t.e.cfg.PendingStateBytes {
+	t.e.pending.Add(n - t.pub.pending.Swap(n))
+	if t.e.stateFull() {
 		if wake := t.e.wake.Load(); wake != nil {
 			(*wake)()
 		}

@@ -644,6 +644,7 @@ func (t *Task) rollback() error {
 // dequeued lowers the queued bytes by n and wakes a poll loop waiting for
 // room.
 func (e *Engine) dequeued(n int64) {
+	e.processed.Add(n)
 	e.queued.Add(-n)
 	select {
 	case e.drained <- struct{}{}:

@@ -156,6 +156,9 @@ var (
 		"Polls held back because the records fetched and not yet processed filled their share of the memory budget.")
 	descEarlyCheckpoints = desc("braid_early_checkpoints_total",
 		"Checkpoints brought forward because the state writes waiting for the checkpoint filled their share of the memory budget.")
+	descPendingPeak = desc("braid_pending_state_peak_bytes",
+		"The largest state writes waiting for a checkpoint that any barrier found since the start: what the share state writes before checkpoint bounds, "+
+			"plus at most what one poll added.")
 	descFollowUpCheckpoints = desc("braid_followup_checkpoints_total",
 		"Follow-up checkpoints: run, while live, as soon as the tasks had read the watermark markers the previous checkpoint committed, "+
 			"to commit what those markers released (counted in braid_checkpoints_total too).")
@@ -174,7 +177,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		descUnjoined, descTruncated, descOpenTraces, descTimers,
 		descDeclared, descResolved, descUnresolved, descOpenRequests, descResourcePoints, descResourceSamples, descResourceSeries,
 		descKVEvents, descPollutionEdges, descPolluted, descKVRestarts, descUnrelatedLines,
-		descMemory, descEvictions, descDropped, descFuture, descRepaired, descBackpressure, descEarlyCheckpoints, descFollowUpCheckpoints, descClamped,
+		descMemory, descEvictions, descDropped, descFuture, descRepaired, descBackpressure, descEarlyCheckpoints, descPendingPeak, descFollowUpCheckpoints, descClamped,
 	} {
 		ch <- d
 	}
@@ -205,6 +208,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descBackpressure, st.Backpressure.Load())
 	counter(descEarlyCheckpoints, st.EarlyCheckpoints.Load())
 	counter(descFollowUpCheckpoints, st.FollowUpCheckpoints.Load())
+	gauge(descPendingPeak, float64(st.PendingStatePeak.Load()))
 	counter(descClamped, st.ClampedEvents.Load())
 	if m, ok := c.cfg.Engine.(interface {
 		Memory() (fetched, pendingState int64)
