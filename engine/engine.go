@@ -153,12 +153,13 @@ type Config struct {
 	FetchBufferBytes int64
 	// PendingStateBytes bounds the state writes of all tasks that wait
 	// for the next checkpoint (Pebble's indexed batches, which the tasks
-	// read through). The barrier reaches a task behind the records queued
-	// for it, so the engine counts those too, at the state bytes per input
-	// byte the last checkpoints saw: it stops polling while the pending
-	// writes and what the queued input will add reach the bound, and
-	// brings the checkpoint forward once the pending writes alone fill
-	// half of it (or all of it). Default 64 MiB.
+	// read through, counted by capacity), and the committed ones Pebble
+	// holds until its flush. The barrier reaches a task behind the records
+	// queued for it, so the engine counts those too, at the state bytes per
+	// input byte the last checkpoints saw: it stops polling while the
+	// pending writes and what the queued input will add reach the bound,
+	// and brings the checkpoint forward once the pending writes fill half
+	// of it. Default 64 MiB.
 	PendingStateBytes int64
 	// FollowUpWait bounds how long a follow-up checkpoint waits for this
 	// instance's tasks to read the watermark markers that the checkpoint
@@ -346,6 +347,11 @@ type Engine struct {
 	// 0 until one is measured).
 	processed atomic.Int64
 	amp       atomic.Int64
+	// flushing is the memory of committed state batches that Pebble holds
+	// until their flush (state.Keyspace.LastFlush): it counts against
+	// PendingStateBytes, but a checkpoint cannot free it, so it holds
+	// polling without bringing a checkpoint forward.
+	flushing atomic.Int64
 	drained   chan struct{}
 	// opening: tasks being opened off the Run goroutine (Run goroutine
 	// only); each sends its result to opened, then calls wake (the cancel
@@ -725,7 +731,7 @@ func (e *Engine) stateAhead() int64 {
 	} else if a == 0 {
 		a = ampPrior // nothing measured yet: a cautious guess
 	}
-	return p + e.queued.Load()*a/ampOne
+	return p + e.flushing.Load() + e.queued.Load()*a/ampOne
 }
 
 const (
@@ -744,20 +750,20 @@ func (e *Engine) stateShort() bool {
 }
 
 // stateFull reports whether the checkpoint should come now: the pending
-// writes fill the bound, or half of it with the queued input filling the
-// rest (polling has stopped, and a barrier sent now lands behind that
-// input without passing the bound).
+// writes fill half the bound. The other half is room for what the input
+// queued meanwhile will add before the barrier (stateShort holds polling
+// so that it fits), for a batch buffer's growth by doubling, and for the
+// last checkpoint's batch while Pebble flushes it.
 func (e *Engine) stateFull() bool {
-	p := e.pending.Load()
-	return p >= e.cfg.PendingStateBytes || (p >= e.cfg.PendingStateBytes/2 && e.stateShort())
+	return e.pending.Load() >= e.cfg.PendingStateBytes/2
 }
 
 // measureAmp updates the state bytes per input byte from the checkpoint
 // whose barrier every task has just passed. Run goroutine, tasks held.
 func (e *Engine) measureAmp() {
 	in, out := e.processed.Swap(0), e.pending.Load()
-	if out > e.stats.PendingStatePeak.Load() {
-		e.stats.PendingStatePeak.Store(out)
+	if held := out + e.flushing.Load(); held > e.stats.PendingStatePeak.Load() {
+		e.stats.PendingStatePeak.Store(held)
 	}
 	if in < ampMinInput {
 		return // too little input to say
@@ -1373,8 +1379,8 @@ func (s atLeastOnce) Client() *kgo.Client { return s.cl }
 func (s atLeastOnce) Close()              { s.cl.Close() }
 
 // Memory returns the bytes of the records polled and not yet processed and
-// of the tasks' state writes waiting for the next checkpoint. Safe for
-// concurrent use.
+// of the tasks' state writes waiting for the next checkpoint or, committed,
+// for Pebble's flush. Safe for concurrent use.
 func (e *Engine) Memory() (fetched, pendingState int64) {
-	return e.queued.Load(), e.pending.Load()
+	return e.queued.Load(), e.pending.Load() + e.flushing.Load()
 }

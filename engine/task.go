@@ -626,6 +626,16 @@ func (t *Task) commit() error {
 	if err := t.ks.Checkpoint(offs); err != nil {
 		return err
 	}
+	if f := t.ks.LastFlush(); f.Done != nil {
+		// Pebble holds the batch in memory until it is on disk: it
+		// counts against the bound until then.
+		t.e.flushing.Add(f.Bytes)
+		go func() {
+			<-f.Done
+			t.e.flushing.Add(-f.Bytes)
+			t.e.signalDrained()
+		}()
+	}
 	t.pub.stateBytes.Store(int64(t.ks.Size()))
 	return nil
 }
@@ -646,6 +656,11 @@ func (t *Task) rollback() error {
 func (e *Engine) dequeued(n int64) {
 	e.processed.Add(n)
 	e.queued.Add(-n)
+	e.signalDrained()
+}
+
+// signalDrained wakes a poll loop waiting for room (waitQueued).
+func (e *Engine) signalDrained() {
 	select {
 	case e.drained <- struct{}{}:
 	default:

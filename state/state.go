@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble"
 )
@@ -169,10 +170,30 @@ func (s *Store) Keyspace(name string) (*Keyspace, error) {
 	if err != nil {
 		return nil, fmt.Errorf("state: open keyspace %s: %w", name, err)
 	}
-	k := &Keyspace{name: name, db: db, store: s, sync: !s.opts.NoSync}
+	k := &Keyspace{name: name, db: db, store: s, sync: !s.opts.NoSync,
+		largeBatch: s.memTableSize(len(s.mu.open)) / 2, closed: make(chan struct{})}
 	k.batch = db.NewIndexedBatch()
 	s.mu.open[name] = k
 	return k, nil
+}
+
+// OffHeapBytes is the memory Pebble holds outside the Go heap, where the Go
+// runtime's memory limit does not see it: built with cgo (PebbleOffHeap),
+// the block cache's contents and the memtables of every open keyspace; 0
+// otherwise. Safe for concurrent use.
+func (s *Store) OffHeapBytes() int64 {
+	if !PebbleOffHeap {
+		return 0
+	}
+	n := s.cache.Size()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range s.mu.open {
+		// Pebble counts the large batches it holds until their flush
+		// among the memtables; those are Go memory.
+		n += int64(k.db.Metrics().MemTable.Size) - k.flushHeld.Load()
+	}
+	return n
 }
 
 // MemTableSize is the memtable size a keyspace opened now would get.
@@ -205,6 +226,26 @@ type Keyspace struct {
 	store *Store
 	batch *pebble.Batch
 	sync  bool
+	// largeBatch is the size from which Pebble keeps a committed batch as
+	// a memtable of its own (in Go memory) until it is flushed, instead of
+	// copying it into the memtable; lastFlush is the last such batch.
+	largeBatch int64
+	lastFlush  Flush
+	// flushHeld is the Bytes of the flushes not yet done (read by
+	// Store.OffHeapBytes on another goroutine).
+	flushHeld atomic.Int64
+	// closed is closed by Close.
+	closed chan struct{}
+}
+
+// Flush is a committed batch that Pebble holds in memory until it has
+// written it to disk.
+type Flush struct {
+	// Bytes is the memory held: the batch's buffer and index.
+	Bytes int64
+	// Done is closed once the batch is on disk and its memory released,
+	// or once the keyspace is closed. Nil when there is nothing to wait for.
+	Done <-chan struct{}
 }
 
 // Reserved key prefix: user keys must not start with 0x00.
@@ -330,6 +371,8 @@ func (k *Keyspace) Checkpoint(offsets Offsets) error {
 	if k.sync {
 		opt = pebble.Sync
 	}
+	held := k.PendingBytes()
+	large := int64(k.batch.Len()) >= k.largeBatch
 	if err := k.batch.Commit(opt); err != nil {
 		return fmt.Errorf("state: checkpoint %s: %w", k.name, err)
 	}
@@ -337,8 +380,33 @@ func (k *Keyspace) Checkpoint(offsets Offsets) error {
 		return fmt.Errorf("state: checkpoint %s: %w", k.name, err)
 	}
 	k.batch = k.db.NewIndexedBatch()
+	k.lastFlush = Flush{}
+	if large {
+		// The batch is queued for a flush as it is; the flush of the
+		// memtable after it is done when it is.
+		flushed, err := k.db.AsyncFlush()
+		if err != nil {
+			return fmt.Errorf("state: checkpoint %s: flush: %w", k.name, err)
+		}
+		done := make(chan struct{})
+		k.flushHeld.Add(held)
+		go func(closed <-chan struct{}) {
+			defer close(done)
+			select {
+			case <-flushed:
+			case <-closed:
+			}
+			k.flushHeld.Add(-held)
+		}(k.closed)
+		k.lastFlush = Flush{Bytes: held, Done: done}
+	}
 	return nil
 }
+
+// LastFlush is the batch the last Checkpoint committed when Pebble keeps
+// it in memory until its flush (a batch of half a memtable or more); the
+// zero Flush otherwise.
+func (k *Keyspace) LastFlush() Flush { return k.lastFlush }
 
 // Rollback discards every write since the last checkpoint. On a closed
 // keyspace it does nothing.
@@ -392,6 +460,7 @@ func (k *Keyspace) Close() error {
 	k.store.mu.Unlock()
 	k.batch.Close()
 	k.batch = nil
+	close(k.closed)
 	if err := k.db.Close(); err != nil {
 		return fmt.Errorf("state: close keyspace %s: %w", k.name, err)
 	}

@@ -258,3 +258,53 @@ func BenchmarkCheckpoint(b *testing.B) {
 		})
 	}
 }
+
+// TestLargeCheckpointIsHeldUntilFlushed: a checkpoint's batch of half a
+// memtable or more is kept by Pebble in memory until it is flushed;
+// LastFlush says how much and closes Done once it is on disk (the data is
+// then in an sstable: the memtable is empty). A small batch goes into the
+// memtable and has nothing to wait for. PendingBytes counts a batch by
+// its buffer's capacity, never below its length.
+func TestLargeCheckpointIsHeldUntilFlushed(t *testing.T) {
+	s, err := Open(Options{Dir: t.TempDir(), MemTableBytes: 2 * MinMemTableBytes, MaxKeyspaces: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	k, err := s.Keyspace("kv-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Set([]byte("small"), []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Checkpoint(Offsets{"in": {0: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if f := k.LastFlush(); f.Done != nil || f.Bytes != 0 {
+		t.Fatalf("a one-key checkpoint is held for a flush: %+v", f)
+	}
+	value := bytes.Repeat([]byte("v"), 4<<10)
+	for i := range 512 { // 2 MiB: larger than the 1 MiB memtable
+		if err := k.Set(fmt.Appendf(nil, "key%04d", i), value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p := k.PendingBytes(); p < 2<<20 || p > 8<<20 {
+		t.Fatalf("PendingBytes %d for 2 MiB of writes", p)
+	}
+	if err := k.Checkpoint(Offsets{"in": {0: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	f := k.LastFlush()
+	if f.Done == nil || f.Bytes < 2<<20 {
+		t.Fatalf("a 2 MiB checkpoint with 1 MiB memtables: LastFlush %+v", f)
+	}
+	<-f.Done
+	if m := k.db.Metrics(); m.Levels[0].NumFiles == 0 && m.Levels[6].NumFiles == 0 {
+		t.Fatalf("Done closed with no sstable written: %s", m)
+	}
+	if v, ok, err := k.Get(nil, []byte("key0511")); err != nil || !ok || !bytes.Equal(v, value) {
+		t.Fatalf("after the flush key0511 = %d bytes, %v, %v", len(v), ok, err)
+	}
+}

@@ -56,7 +56,8 @@ func cmdRun(ctx context.Context, args []string, log *slog.Logger, stdout io.Writ
 	if *printBudget {
 		return cfg.Budget().WriteTable(stdout)
 	}
-	if os.Getenv("GOMEMLIMIT") == "" {
+	limit := os.Getenv("GOMEMLIMIT") == ""
+	if limit {
 		// The Go heap is most of what the budget bounds: let the
 		// collector work harder before the process grows past it.
 		debug.SetMemoryLimit(cfg.State.MemoryBudget)
@@ -64,6 +65,9 @@ func cmdRun(ctx context.Context, args []string, log *slog.Logger, stdout io.Writ
 	j, err := job.Prepare(ctx, cfg, log)
 	if err != nil {
 		return err
+	}
+	if limit {
+		j.LimitGoMemory(cfg.State.MemoryBudget)
 	}
 	return j.Run(ctx)
 }
