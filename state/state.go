@@ -160,18 +160,22 @@ func (s *Store) Keyspace(name string) (*Keyspace, error) {
 		return nil, fmt.Errorf("state: keyspace %s is already open", name)
 	}
 	log := s.opts.Logger.With("keyspace", name)
+	flushes := &flushTracker{}
+	listener := eventListener(log)
+	listener.FlushBegin = func(pebble.FlushInfo) { flushes.begin() }
+	listener.FlushEnd = func(info pebble.FlushInfo) { flushes.end(info.Err) }
 	db, err := pebble.Open(filepath.Join(s.opts.Dir, name), &pebble.Options{
 		Cache:                       s.cache,
 		MemTableSize:                uint64(s.memTableSize(len(s.mu.open))),
 		MemTableStopWritesThreshold: 2,
 		Logger:                      pebbleLogger{log},
-		EventListener:               eventListener(log),
+		EventListener:               listener,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("state: open keyspace %s: %w", name, err)
 	}
 	k := &Keyspace{name: name, db: db, store: s, sync: !s.opts.NoSync,
-		largeBatch: s.memTableSize(len(s.mu.open)) / 2, closed: make(chan struct{})}
+		largeBatch: s.memTableSize(len(s.mu.open)) / 2, flushes: flushes}
 	k.batch = db.NewIndexedBatch()
 	s.mu.open[name] = k
 	return k, nil
@@ -231,11 +235,76 @@ type Keyspace struct {
 	// copying it into the memtable; lastFlush is the last such batch.
 	largeBatch int64
 	lastFlush  Flush
+	flushes    *flushTracker
 	// flushHeld is the Bytes of the flushes not yet done (read by
 	// Store.OffHeapBytes on another goroutine).
 	flushHeld atomic.Int64
-	// closed is closed by Close.
-	closed chan struct{}
+}
+
+// flushTracker follows a keyspace's flushes (Pebble runs one at a time,
+// each taking every immutable memtable there is when it begins) so that a
+// committed batch's flush can be waited for without forcing one.
+type flushTracker struct {
+	mu           sync.Mutex
+	begun, ended int64
+	waiters      []flushWaiter
+	closed       bool
+}
+
+type flushWaiter struct {
+	after int64 // done once more than this many flushes have ended
+	done  chan struct{}
+}
+
+func (f *flushTracker) begin() {
+	f.mu.Lock()
+	f.begun++
+	f.mu.Unlock()
+}
+
+func (f *flushTracker) end(err error) {
+	if err != nil {
+		return // Pebble tries again
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ended++
+	f.release(false)
+}
+
+// next returns a channel closed once a flush that begins after this call
+// has ended (or the keyspace has closed): what is immutable now is on disk.
+func (f *flushTracker) next() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	w := flushWaiter{after: f.begun, done: make(chan struct{})}
+	if f.closed {
+		close(w.done)
+	} else {
+		f.waiters = append(f.waiters, w)
+	}
+	return w.done
+}
+
+// release closes the channels of the waiters that are done, or of all when
+// closing. f.mu held.
+func (f *flushTracker) release(closing bool) {
+	f.closed = f.closed || closing
+	kept := f.waiters[:0]
+	for _, w := range f.waiters {
+		if f.closed || f.ended > w.after {
+			close(w.done)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	f.waiters = kept
+}
+
+func (f *flushTracker) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.release(true)
 }
 
 // Flush is a committed batch that Pebble holds in memory until it has
@@ -382,22 +451,15 @@ func (k *Keyspace) Checkpoint(offsets Offsets) error {
 	k.batch = k.db.NewIndexedBatch()
 	k.lastFlush = Flush{}
 	if large {
-		// The batch is queued for a flush as it is; the flush of the
-		// memtable after it is done when it is.
-		flushed, err := k.db.AsyncFlush()
-		if err != nil {
-			return fmt.Errorf("state: checkpoint %s: flush: %w", k.name, err)
-		}
-		done := make(chan struct{})
+		// Pebble queued the batch, immutable, for a flush it has
+		// scheduled: the next flush to begin takes it.
+		flushed, done := k.flushes.next(), make(chan struct{})
 		k.flushHeld.Add(held)
-		go func(closed <-chan struct{}) {
-			defer close(done)
-			select {
-			case <-flushed:
-			case <-closed:
-			}
+		go func() {
+			<-flushed
 			k.flushHeld.Add(-held)
-		}(k.closed)
+			close(done)
+		}()
 		k.lastFlush = Flush{Bytes: held, Done: done}
 	}
 	return nil
@@ -460,7 +522,7 @@ func (k *Keyspace) Close() error {
 	k.store.mu.Unlock()
 	k.batch.Close()
 	k.batch = nil
-	close(k.closed)
+	k.flushes.close()
 	if err := k.db.Close(); err != nil {
 		return fmt.Errorf("state: close keyspace %s: %w", k.name, err)
 	}
