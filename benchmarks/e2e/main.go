@@ -29,15 +29,33 @@
 //     its own, so that the CPU time of sampling is braid-sampling's over
 //     braid's (Result.Sampling); braid and braid-sampling take turns going
 //     first. Each run reports the stage's counters (braid_sampling_*) as
-//     the job's /metrics registry has them.
+//     the job's /metrics registry has them;
+//   - otelcol-groupbytrace (-collector, on when the Collector of
+//     deploy/local/otelcol.sh is built): the OpenTelemetry Collector as a
+//     subprocess, the nearest thing to braid's span grouping that one can
+//     deploy off the shelf: its Kafka receiver reads the spans topic (only:
+//     it does not correlate logs and metrics) from the earliest offset with
+//     a fresh group, the groupbytrace processor holds each trace for
+//     braid's idle gap (wait_duration, in processing time) and its Kafka
+//     exporter writes each trace keyed by its trace id
+//     (partition_traces_by_id: one record per trace, two for a trace that
+//     came in two input records, see CollectorRun) to an output topic of
+//     the round, in the input's encoding; from its start until that topic
+//     holds every span and every trace id of the workload (read back and
+//     decoded by this process), its CPU time read from /proc. Its msgs/s
+//     and MB/s are of the spans topic, all it reads.
+//     Result.RatioCPUToCollector is braid's CPU-s per million spans (until
+//     every trace is fused and committed) over the Collector's.
 //
-// A braid run that fails or times out is recorded with its error and left
-// out of the median. The program prints a table and writes the result as
-// JSON to benchmarks/results/e2e-<encoding>-<keying>.json. `make bench-e2e`
-// runs it against a local broker; BRAID_KAFKA_BROKERS names the broker.
+// A run of braid or the Collector that fails or times out is recorded with
+// its error and left out of the median. The program prints a table and
+// writes the result as JSON to benchmarks/results/e2e-<encoding>-<keying>.json.
+// `make bench-e2e` runs it against a local broker; BRAID_KAFKA_BROKERS names
+// the broker.
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -47,6 +65,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
@@ -62,7 +81,9 @@ import (
 
 	"github.com/braidlabs/braid/benchmarks/internal/machine"
 	"github.com/braidlabs/braid/cmd/braid/job"
+	"github.com/braidlabs/braid/connectors/otlp"
 	"github.com/braidlabs/braid/connectors/simulator"
+	"github.com/braidlabs/braid/operators/fuse"
 	"github.com/braidlabs/braid/operators/sampling"
 )
 
@@ -90,6 +111,7 @@ type options struct {
 	profileSamp string
 	settle      int
 	budget      int64
+	collector   string // -collector: the otelcol binary, "" to look it up, "off"
 
 	completeTimeout time.Duration
 }
@@ -101,7 +123,7 @@ func main() {
 	flag.StringVar(&o.keying, "keying", "trace", "record keys: trace (partition_traces_by_id) | none (exporter default, null keys)")
 	p := flag.Int("partitions", 4, "partitions of every topic")
 	flag.Int64Var(&o.seed, "seed", 1, "simulator seed")
-	flag.IntVar(&o.rounds, "rounds", 2, "rounds; each runs raw, then braid, then braid at-least-once")
+	flag.IntVar(&o.rounds, "rounds", 2, "rounds; each runs raw, then the braid contenders, then the Collector (-collector)")
 	flag.DurationVar(&o.checkpoint, "checkpoint", 5*time.Second, "braid checkpoint interval")
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "limit of one phase")
 	flag.StringVar(&o.resultsDir, "results", filepath.Join("benchmarks", "results"), "directory of the JSON result; empty: do not write one")
@@ -118,6 +140,7 @@ func main() {
 	flag.BoolVar(&o.sampling, "sampling", true, "also run braid with the sampling stage on (sampling.enabled, default policy) in each round: the cost of sampling")
 	flag.StringVar(&o.profileSamp, "cpuprofile-sampling", "", "write a CPU profile of braid-sampling's run of the last round to this file")
 	flag.StringVar(&o.eventTime, "event-time", "short", "braid's event-time settings: short (out-of-orderness 1s, idle gap 1s, allowed lateness 30s, flush after 2s, idleness 30s) | default (the job's defaults)")
+	flag.StringVar(&o.collector, "collector", "", "the OpenTelemetry Collector (otelcol) binary of the otelcol-groupbytrace contender, which needs the kafka receiver, the groupbytrace processor and the kafka exporter (default: deploy/local/otelcol.sh's build if there is one; off: no Collector contender)")
 	flag.BoolVar(&o.verbose, "v", false, "log the job's info lines (progress every 10s)")
 	brokers := flag.String("brokers", os.Getenv("BRAID_KAFKA_BROKERS"), "bootstrap brokers, comma separated (default $BRAID_KAFKA_BROKERS)")
 	flag.Parse()
@@ -172,12 +195,16 @@ type Result struct {
 	// BraidSampling is braid (exactly-once) with the sampling stage on
 	// (-sampling).
 	BraidSampling []Phase `json:"braid_sampling,omitempty"`
-	Median        struct {
+	// Collector is the OpenTelemetry Collector with the groupbytrace
+	// processor (-collector).
+	Collector []Phase `json:"collector,omitempty"`
+	Median    struct {
 		Raw           Phase  `json:"raw"`
 		Braid         Phase  `json:"braid"`
 		BraidALO      *Phase `json:"braid_at_least_once,omitempty"`
 		BraidNoAlerts *Phase `json:"braid_alerts_off,omitempty"`
 		BraidSampling *Phase `json:"braid_sampling,omitempty"`
+		Collector     *Phase `json:"collector,omitempty"`
 	} `json:"median"`
 	// Alerts is the cost of the alerts stage with the default rules:
 	// braid against braid-noalerts.
@@ -193,7 +220,14 @@ type Result struct {
 	// trace fused and committed).
 	RatioAllFused    float64 `json:"ratio_all_fused,omitempty"`
 	RatioAllFusedALO float64 `json:"ratio_all_fused_at_least_once,omitempty"`
-	Profile          string  `json:"profile,omitempty"`
+	// RatioCPUToCollector is the median CPU-s per million spans of braid
+	// (exactly-once) until every trace is fused and committed (window 2,
+	// the Collector's window: every trace written) over the Collector's (0:
+	// no Collector run, or braid's window 2 not reached);
+	// RatioCPUToCollectorRead the same with braid's window 1.
+	RatioCPUToCollector     float64 `json:"ratio_cpu_to_collector,omitempty"`
+	RatioCPUToCollectorRead float64 `json:"ratio_cpu_to_collector_read,omitempty"`
+	Profile                 string  `json:"profile,omitempty"`
 }
 
 // AlertsCost compares braid's CPU time with the alerts stage on (the
@@ -292,12 +326,17 @@ type Settings struct {
 	Sampling           bool   `json:"sampling_contender"`
 	Settle             int    `json:"settle_checkpoints"`
 	MemoryBudget       int64  `json:"memory_budget,omitempty"`
+	// Collector is the otelcol binary of the Collector contender ("": no
+	// Collector contender), CollectorWait its groupbytrace wait_duration.
+	Collector     string `json:"collector,omitempty"`
+	CollectorWait string `json:"collector_wait_duration,omitempty"`
 }
 
 type Workload struct {
 	Messages       int     `json:"messages"`
 	Bytes          int64   `json:"bytes"`
 	SpanMessages   int     `json:"span_messages"`
+	SpanBytes      int64   `json:"span_bytes"` // keys and values of the span messages
 	LogMessages    int     `json:"log_messages"`
 	MetricMessages int     `json:"metric_messages"`
 	Spans          int     `json:"spans"`
@@ -319,8 +358,9 @@ type Phase struct {
 	MsgsPS  float64 `json:"msgs_per_s"`
 	MBPS    float64 `json:"mb_per_s"`
 	SpansPS float64 `json:"spans_per_s"`
-	// CPUSec is the CPU time (user+system) of this process in the phase,
-	// BrokerCPUSec the broker's (when its pid is known).
+	// CPUSec is the CPU time (user+system) of this process in the phase
+	// (of the Collector's process for the Collector), BrokerCPUSec the
+	// broker's (when its pid is known).
 	CPUSec       float64 `json:"cpu_s"`
 	BrokerCPUSec float64 `json:"broker_cpu_s,omitempty"`
 	// Error says why a run failed (it is left out of the median).
@@ -356,6 +396,9 @@ type Phase struct {
 	Sampling         *SamplingCounters `json:"sampling,omitempty"`
 	SamplingAllFused *SamplingCounters `json:"sampling_all_fused,omitempty"`
 
+	// Collector only: what it wrote and how the run went.
+	Otelcol *CollectorRun `json:"otelcol,omitempty"`
+
 	// braid, second window: from Run until every trace was emitted and a
 	// checkpoint committed after that (0: not within -complete-timeout).
 	AllFusedSec             float64 `json:"all_fused_s,omitempty"`
@@ -385,6 +428,15 @@ func run(o options) error {
 		EventTime: o.eventTime, AtLeastOnce: o.alo, AlertsOff: o.alertsOff, Sampling: o.sampling, Settle: o.settle, MemoryBudget: o.budget}
 	if o.brokerPID == 0 {
 		o.brokerPID = machine.BrokerPID()
+	}
+	collector, why, err := collectorBin(o.collector)
+	if err != nil {
+		return err
+	}
+	if collector == "" {
+		fmt.Printf("no otelcol-groupbytrace contender: %s\n", why)
+	} else {
+		res.Settings.Collector, res.Settings.CollectorWait = collector, idleGap(o).String()
 	}
 
 	ctx := context.Background()
@@ -490,6 +542,27 @@ func run(o options) error {
 				r, name, ph.Seconds, ph.MsgsPS, ph.MBPS, ph.CPUSec, brokerCPU(ph), ph.ReadSec, ph.Fused, ph.Revisions, ph.Checkpoints, ph.Aborts,
 				ph.AllFusedSec, ph.AllFusedMsgsPS, ph.AllFusedCPUSec, alertsLine(ph.Alerts)+samplingLine(ph.Sampling))
 		}
+		if collector != "" {
+			group := fmt.Sprintf("%s.otelcol-%d", run, r)
+			if err := newTopics(group + ".out"); err != nil {
+				return err
+			}
+			ph, err := collectorRun(ctx, o, collector, topics.Spans, group+".out", group, wl)
+			if err != nil && ph.Error == "" {
+				return fmt.Errorf("round %d %s: %w", r, collectorName, err)
+			}
+			ph.Round = r
+			res.Collector = append(res.Collector, ph)
+			if !o.keepTopics {
+				deleteTopics(adm, group+".")
+			}
+			if ph.Error != "" {
+				fmt.Printf("round %d %-14s FAILED after %.2fs, cpu %5.2fs%s: %s\n", r, collectorName, ph.Seconds, ph.CPUSec, brokerCPU(ph), ph.Error)
+			} else {
+				fmt.Printf("round %d %-14s %6.2fs %8.0f msgs/s %6.1f MB/s  cpu %5.2fs%s  (%s)\n",
+					r, collectorName, ph.Seconds, ph.MsgsPS, ph.MBPS, ph.CPUSec, brokerCPU(ph), ph.Otelcol)
+			}
+		}
 		if !o.keepTopics {
 			deleteTopics(adm, out)
 		}
@@ -512,6 +585,14 @@ func run(o options) error {
 		m := median(res.BraidSampling)
 		res.Median.BraidSampling = &m
 		res.Sampling = samplingCost(res.BraidSampling, res.Braid, m, res.Median.Braid)
+	}
+	if len(res.Collector) > 0 {
+		m := median(res.Collector)
+		res.Median.Collector = &m
+		if m.CPUSecPerMSpans > 0 {
+			res.RatioCPUToCollector = res.Median.Braid.AllFusedCPUSecPerMSpans / m.CPUSecPerMSpans
+			res.RatioCPUToCollectorRead = res.Median.Braid.CPUSecPerMSpans / m.CPUSecPerMSpans
+		}
 	}
 	if o.cpuprofile != "" {
 		res.Profile = o.cpuprofile
@@ -753,6 +834,9 @@ func generate(o options, topics simulator.Topics) ([]simulator.Message, Workload
 	}
 	for _, m := range msgs {
 		w.Bytes += int64(len(m.Key) + len(m.Value))
+		if m.Topic == topics.Spans {
+			w.SpanBytes += int64(len(m.Key) + len(m.Value))
+		}
 	}
 	return msgs, w, nil
 }
@@ -911,7 +995,7 @@ func braidJob(ctx context.Context, o options, in simulator.Topics, group string,
 		// the upstream inputs go idle just before the first markers and
 		// the repartitioned members of a backlog arrive late).
 		cfg.EventTime.OutOfOrderness = time.Second
-		cfg.EventTime.IdleGap = time.Second
+		cfg.EventTime.IdleGap = shortIdleGap
 		cfg.EventTime.AllowedLateness = 30 * time.Second
 		cfg.EventTime.FlushAfter = 2 * time.Second
 	}
@@ -1290,6 +1374,9 @@ func printTable(res *Result) {
 	if res.Median.BraidALO != nil {
 		row("braid (at-least-once)", *res.Median.BraidALO, res.BraidALO)
 	}
+	if res.Median.Collector != nil {
+		row(collectorName, *res.Median.Collector, res.Collector)
+	}
 	w.Flush()
 	fmt.Println("braid's second window, until every trace is fused and committed:")
 	fmt.Fprintln(w, "contender\tseconds\tmsgs/s\tCPU-s\tCPU-s/M spans\tbroker CPU-s\t")
@@ -1305,6 +1392,13 @@ func printTable(res *Result) {
 	}
 	if res.Median.BraidALO != nil {
 		row2("braid (at-least-once)", *res.Median.BraidALO)
+	}
+	if res.Median.Collector != nil {
+		// Its one window ends when every trace has been written: the
+		// counterpart of braid's second.
+		c := *res.Median.Collector
+		c.AllFusedSec, c.AllFusedMsgsPS, c.AllFusedCPUSec, c.AllFusedCPUSecPerMSpans, c.AllFusedBrokerCPUSec = c.Seconds, c.MsgsPS, c.CPUSec, c.CPUSecPerMSpans, c.BrokerCPUSec
+		row2(collectorName, c)
 	}
 	w.Flush()
 	fmt.Printf("braid's third window, until %d more checkpoints have committed:\n", res.Settings.Settle)
@@ -1326,6 +1420,12 @@ func printTable(res *Result) {
 	fmt.Printf("ratio braid/raw (msgs/s): %.2f×  (target ≥ 0.5×); every trace fused: %.2f×\n", res.Ratio, res.RatioAllFused)
 	if res.Median.BraidALO != nil {
 		fmt.Printf("ratio braid at-least-once/raw (msgs/s): %.2f×; every trace fused: %.2f×\n", res.RatioALO, res.RatioAllFusedALO)
+	}
+	if c := res.Median.Collector; c != nil && c.CPUSecPerMSpans == 0 {
+		fmt.Println("ratio braid/Collector (CPU-s per million spans): none, no Collector run succeeded")
+	} else if c != nil {
+		fmt.Printf("ratio braid/Collector (CPU-s per million spans), every trace fused and committed: %.2f× (%.2f over %.2f); all read and committed: %.2f×\n",
+			res.RatioCPUToCollector, res.Median.Braid.AllFusedCPUSecPerMSpans, c.CPUSecPerMSpans, res.RatioCPUToCollectorRead)
 	}
 	if a := res.Alerts; a != nil {
 		fmt.Printf("alerts on/off, CPU-s with the default rules, until %d checkpoints after every trace fused: %.3f×  (target ≤ 1.15×; per round %s)\n",
@@ -1357,4 +1457,489 @@ func ratios(v []float64) string {
 		s[i] = fmt.Sprintf("%.3f", x)
 	}
 	return strings.Join(s, ", ")
+}
+
+// The Collector contender: the OpenTelemetry Collector with the
+// groupbytrace processor, run as a subprocess.
+
+const (
+	collectorName = "otelcol-groupbytrace"
+	// shortIdleGap is braid's idle gap with -event-time short.
+	shortIdleGap = time.Second
+	// collectorStopTimeout is how long the Collector has to exit after
+	// SIGTERM before it gets SIGKILL.
+	collectorStopTimeout = 15 * time.Second
+	// collectorReadyLine is what the Collector logs once every component
+	// has started (its Kafka consumer joins the group after that).
+	collectorReadyLine = "Everything is ready"
+)
+
+// idleGap is braid's idle gap in this benchmark: shortIdleGap with
+// -event-time short, else the fuse stage's default (the job sets none).
+// The Collector's groupbytrace processor waits as long for each trace,
+// though in processing time where braid's gap is in event time.
+func idleGap(o options) time.Duration {
+	if o.eventTime == "short" {
+		return shortIdleGap
+	}
+	var fc fuse.Config
+	fc.EnsureDefaults()
+	return fc.IdleGap
+}
+
+// collectorBin resolves -collector: the Collector binary to run, or "" and
+// why there is none. A path given that is not an executable is an error; a
+// Collector that deploy/local/otelcol.sh has not built only leaves the
+// contender out.
+func collectorBin(flagVal string) (bin, why string, err error) {
+	switch flagVal {
+	case "off":
+		return "", "-collector=off", nil
+	case "":
+	default:
+		fi, err := os.Stat(flagVal)
+		if err != nil {
+			return "", "", fmt.Errorf("-collector: %w", err)
+		}
+		if fi.IsDir() || fi.Mode()&0o111 == 0 {
+			return "", "", fmt.Errorf("-collector %s: not an executable", flagVal)
+		}
+		return flagVal, "", nil
+	}
+	script, err := otelcolScript()
+	if err != nil {
+		return "", fmt.Sprintf("%v (give -collector PATH)", err), nil
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command("bash", script, "path")
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && ee.ExitCode() == 3 {
+			return "", "the Collector is not built (bash deploy/local/otelcol.sh build: minutes the first time; or -collector PATH)", nil
+		}
+		return "", fmt.Sprintf("bash %s path: %v: %s", script, err, strings.TrimSpace(stderr.String())), nil
+	}
+	bin = strings.TrimSpace(string(out))
+	if bin == "" {
+		return "", fmt.Sprintf("bash %s path printed nothing", script), nil
+	}
+	return bin, "", nil
+}
+
+// otelcolScript is deploy/local/otelcol.sh of the module whose root is at
+// or above the working directory.
+func otelcolScript() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			p := filepath.Join(dir, "deploy", "local", "otelcol.sh")
+			if _, err := os.Stat(p); err != nil {
+				return "", fmt.Errorf("no deploy/local/otelcol.sh in the module root %s", dir)
+			}
+			return p, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod at or above the working directory, so no deploy/local/otelcol.sh")
+		}
+		dir = parent
+	}
+}
+
+// otelcolSettings are what the Collector's config for one run depends on.
+type otelcolSettings struct {
+	Brokers  []string
+	Group    string        // consumer group of its Kafka receiver
+	In, Out  string        // the spans topic it reads, the topic it writes
+	Encoding string        // otlp_proto or otlp_json, read and written
+	Wait     time.Duration // groupbytrace wait_duration
+	// Traces is how many traces it may hold at once (groupbytrace
+	// num_traces) and how many requests its exporter may queue.
+	Traces int
+}
+
+// otelcolConfig is the Collector's config: Kafka receiver, groupbytrace,
+// Kafka exporter, no port opened.
+//
+// The exporter's queue holds every trace and blocks when full instead of
+// refusing: groupbytrace hands each released trace to the exporter alone,
+// from a goroutine of its own, and only logs what the exporter refuses
+// ("consume failed"), so with the default queue (1,000 requests, refusing
+// more) a backlog's traces, all released within a few wait durations, could
+// be lost. The exporter's other settings are its defaults (acks from the
+// leader, no compression, a 10 ms linger).
+func otelcolConfig(s otelcolSettings) string {
+	q := func(v string) string { return "'" + strings.ReplaceAll(v, "'", "''") + "'" }
+	brokers := make([]string, len(s.Brokers))
+	for i, b := range s.Brokers {
+		brokers[i] = q(b)
+	}
+	bl := strings.Join(brokers, ", ")
+	return fmt.Sprintf(`# Generated by benchmarks/e2e: the %s contender.
+receivers:
+  kafka:
+    brokers: [%s]
+    client_id: braid-bench-otelcol
+    group_id: %s
+    initial_offset: earliest
+    traces:
+      topics: [%s]
+      encoding: %s
+processors:
+  groupbytrace:
+    wait_duration: %s
+    num_traces: %d
+    num_workers: 1
+exporters:
+  kafka:
+    brokers: [%s]
+    client_id: braid-bench-otelcol
+    traces:
+      topic: %s
+      encoding: %s
+    partition_traces_by_id: true
+    sending_queue:
+      queue_size: %d
+      block_on_overflow: true
+service:
+  telemetry:
+    logs:
+      level: info
+    metrics:
+      level: none
+  pipelines:
+    traces:
+      receivers: [kafka]
+      processors: [groupbytrace]
+      exporters: [kafka]
+`, collectorName, bl, q(s.Group), q(s.In), s.Encoding, s.Wait, s.Traces, bl, q(s.Out), s.Encoding, s.Traces)
+}
+
+// CollectorRun is what the Collector wrote in a run (read back from its
+// output topic) and what its log said.
+type CollectorRun struct {
+	// ReadySec is from its start until its log said "Everything is ready"
+	// (inside the measured time, as its consumer's group join is).
+	ReadySec float64 `json:"ready_s,omitempty"`
+	Messages int64   `json:"messages"` // records it wrote
+	Traces   int     `json:"traces"`   // distinct trace ids in them
+	Spans    int64   `json:"spans"`
+	// SplitTraces are the traces whose spans came in more than one record.
+	// groupbytrace releases a trace as the resource spans it received, one
+	// per input record, and partition_traces_by_id splits what it exports
+	// by resource, scope and trace id (pkg/batchpersignal), so a trace that
+	// came in two records (the workload's split traces) leaves in two
+	// records with its key, written together. ReleasedAgain are those of
+	// them whose records were written more than half of wait_duration
+	// apart: released twice, a part having come after the first release.
+	SplitTraces   int   `json:"split_traces"`
+	ReleasedAgain int   `json:"released_again"`
+	Undecodable   int64 `json:"undecodable,omitempty"`
+	// WatcherCPUSec is this process's CPU time in the run, reading and
+	// decoding the output topic: not the Collector's, not in CPUSec.
+	WatcherCPUSec float64 `json:"watcher_cpu_s"`
+	// LogErrors and LogWarnings count the lines of level error and warn in
+	// its log until the end of the measurement (dropped data shows there);
+	// FirstError is the first error line.
+	LogErrors   int     `json:"log_errors"`
+	LogWarnings int     `json:"log_warnings"`
+	FirstError  string  `json:"first_error,omitempty"`
+	StopSec     float64 `json:"stop_s,omitempty"` // from SIGTERM until it exited
+	StopError   string  `json:"stop_error,omitempty"`
+}
+
+func (r *CollectorRun) String() string {
+	s := fmt.Sprintf("ready in %.2fs; wrote %d records, %d traces (%d in several records, %d of them released again), %d spans; %d errors, %d warnings in its log",
+		r.ReadySec, r.Messages, r.Traces, r.SplitTraces, r.ReleasedAgain, r.Spans, r.LogErrors, r.LogWarnings)
+	if r.Undecodable > 0 {
+		s += fmt.Sprintf("; %d undecodable records", r.Undecodable)
+	}
+	if r.FirstError != "" {
+		s += "; first error: " + r.FirstError
+	}
+	return s
+}
+
+// traceCount counts what the Collector wrote, decoding every record (its
+// key would do with partition_traces_by_id, but the spans are counted
+// too): spans, and the records each trace id came in.
+type traceCount struct {
+	dec      *otlp.Decoder
+	enc      otlp.Encoding
+	again    time.Duration // records of a trace further apart: released again
+	perTrace map[[16]byte]traceRecords
+	ids      [][16]byte // of the record being counted
+	messages int64
+	spans    int64
+	bad      int64 // records that do not decode
+}
+
+// traceRecords are the records a trace id came in: how many, and the
+// first and last of their timestamps (the producer's), in ms.
+type traceRecords struct {
+	n           int32
+	first, last int64
+}
+
+// newTraceCount counts records of encoding enc; records of one trace more
+// than again apart count as released again.
+func newTraceCount(enc otlp.Encoding, traces int, again time.Duration) *traceCount {
+	return &traceCount{dec: otlp.NewDecoder(), enc: enc, again: again, perTrace: make(map[[16]byte]traceRecords, traces)}
+}
+
+// add counts a record's value, written at ts.
+func (c *traceCount) add(value []byte, ts time.Time) {
+	c.messages++
+	items, err := c.dec.Decode(otlp.SignalSpans, c.enc, value)
+	if err != nil {
+		c.bad++
+		return
+	}
+	c.ids = c.ids[:0]
+	for i := range items {
+		c.spans++
+		if !slices.Contains(c.ids, items[i].TraceID) {
+			c.ids = append(c.ids, items[i].TraceID)
+		}
+	}
+	ms := ts.UnixMilli()
+	for _, id := range c.ids {
+		t, ok := c.perTrace[id]
+		if !ok {
+			t.first, t.last = ms, ms
+		}
+		t.n++
+		t.first, t.last = min(t.first, ms), max(t.last, ms)
+		c.perTrace[id] = t
+	}
+}
+
+// complete says whether every trace and every span of the workload has
+// been written.
+func (c *traceCount) complete(wl Workload) bool {
+	return len(c.perTrace) >= wl.Traces && c.spans >= int64(wl.Spans)
+}
+
+func (c *traceCount) fill(r *CollectorRun) {
+	r.Messages, r.Traces, r.Spans, r.Undecodable = c.messages, len(c.perTrace), c.spans, c.bad
+	r.SplitTraces, r.ReleasedAgain = 0, 0
+	for _, t := range c.perTrace {
+		if t.n > 1 {
+			r.SplitTraces++
+			if time.Duration(t.last-t.first)*time.Millisecond > c.again {
+				r.ReleasedAgain++
+			}
+		}
+	}
+}
+
+// asCollector makes ph, measured by a meter, the Collector's: its CPU time
+// instead of this process's, and the rates of the spans topic, which is
+// all it reads.
+func asCollector(ph *Phase, cpu time.Duration, wl Workload) {
+	ph.CPUSec = cpu.Seconds()
+	ph.CPUSecPerMSpans = ph.CPUSec / float64(wl.Spans) * 1e6
+	ph.CPUSecPerMMsgs = ph.CPUSec / float64(wl.SpanMessages) * 1e6
+	if ph.Seconds > 0 {
+		ph.MsgsPS = float64(wl.SpanMessages) / ph.Seconds
+		ph.MBPS = float64(wl.SpanBytes) / ph.Seconds / 1e6
+		ph.SpansPS = float64(wl.Spans) / ph.Seconds
+	}
+}
+
+// scanLog counts the error and warn lines of the Collector's log (zap's
+// console format: time, tab, level, tab, ...) in its first size bytes.
+func scanLog(path string, size int64, r *CollectorRun) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	if int64(len(b)) > size {
+		b = b[:size]
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		switch {
+		case strings.Contains(l, "\terror\t"):
+			r.LogErrors++
+			if r.FirstError == "" {
+				r.FirstError = l
+				if len(r.FirstError) > 400 {
+					r.FirstError = r.FirstError[:400] + "…"
+				}
+			}
+		case strings.Contains(l, "\twarn\t"):
+			r.LogWarnings++
+		}
+	}
+}
+
+// collectorRun runs the Collector, with a fresh group, on the spans topic
+// in until out holds every span and every trace id of the workload; then
+// stops it (SIGTERM, SIGKILL after collectorStopTimeout). A run that fails
+// returns its phase with Error set (recorded, not fatal); the config and
+// log of a failed run stay in a temporary directory that the error names.
+func collectorRun(ctx context.Context, o options, bin, in, out, group string, wl Workload) (Phase, error) {
+	enc := otlp.EncodingProto
+	if o.encoding == "json" {
+		enc = otlp.EncodingJSON
+	}
+	dir, err := os.MkdirTemp("", "braid-bench-otelcol-")
+	if err != nil {
+		ph := Phase{Error: fmt.Sprintf("a directory for the Collector's config: %v", err)}
+		return ph, errors.New(ph.Error)
+	}
+	keep := false
+	defer func() {
+		if !keep {
+			os.RemoveAll(dir)
+		}
+	}()
+	config, logPath := filepath.Join(dir, "otelcol.yaml"), filepath.Join(dir, "otelcol.log")
+	s := otelcolSettings{Brokers: o.brokers, Group: group, In: in, Out: out, Encoding: enc.String(), Wait: idleGap(o),
+		Traces: max(2*wl.Traces, 10000)}
+	count := newTraceCount(enc, wl.Traces, s.Wait/2)
+	run := &CollectorRun{}
+	failed := func(ph Phase, err error) (Phase, error) {
+		keep = true
+		count.fill(run)
+		ph.Otelcol = run
+		ph.MsgsPS, ph.MBPS, ph.SpansPS = 0, 0, 0
+		ph.Error = fmt.Sprintf("%v (%d of %d traces, %d of %d spans written; config and log in %s)",
+			err, run.Traces, wl.Traces, run.Spans, wl.Spans, dir)
+		return ph, errors.New(ph.Error)
+	}
+	if err := os.WriteFile(config, []byte(otelcolConfig(s)), 0o644); err != nil {
+		return failed(Phase{}, fmt.Errorf("write the Collector's config: %w", err))
+	}
+	if b, err := exec.CommandContext(ctx, bin, "validate", "--config=file:"+config).CombinedOutput(); err != nil {
+		return failed(Phase{}, fmt.Errorf("%s validate rejects the generated config: %v: %s", bin, err, lastLines(b, 5)))
+	}
+
+	// The watcher reads out from its start, with no group.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(o.brokers...), kgo.ConsumeTopics(out), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return failed(Phase{}, fmt.Errorf("a client to read %s: %w", out, err))
+	}
+	defer cl.Close()
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return failed(Phase{}, fmt.Errorf("the Collector's log: %w", err))
+	}
+	defer logf.Close()
+	cmd := exec.Command(bin, "--config=file:"+config)
+	cmd.Stdout, cmd.Stderr = logf, logf
+
+	m := startMeter(o.brokerPID)
+	if err := cmd.Start(); err != nil {
+		return failed(m.stop(wl), fmt.Errorf("start the Collector: %w", err))
+	}
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	exited := make(chan struct{})
+	go func() {
+		waitErr := cmd.Wait()
+		close(exited)
+		why := "exit status 0"
+		if waitErr != nil {
+			why = waitErr.Error()
+		}
+		cancel(fmt.Errorf("the Collector exited before it was done (%s)", why))
+	}()
+	// cpu is the Collector's CPU time so far: from /proc while it runs,
+	// from its rusage once it has exited.
+	cpu := func() time.Duration {
+		select {
+		case <-exited:
+			return cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+		default:
+			return machine.ProcCPU(cmd.Process.Pid)
+		}
+	}
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		t0 := time.Now()
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(collectorStopTimeout):
+			_ = cmd.Process.Kill()
+			<-exited
+			run.StopError = fmt.Sprintf("still running %v after SIGTERM: killed", collectorStopTimeout)
+		}
+		run.StopSec = time.Since(t0).Seconds()
+	}
+	defer stop()
+	ready := make(chan time.Duration, 1)
+	go func() {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-tick.C:
+			}
+			if b, err := os.ReadFile(logPath); err == nil && bytes.Contains(b, []byte(collectorReadyLine)) {
+				ready <- time.Since(m.start)
+				return
+			}
+		}
+	}()
+
+	tctx, tcancel := context.WithTimeoutCause(wctx, o.timeout, fmt.Errorf("not done within %v", o.timeout))
+	defer tcancel()
+	// measured ends the measurement: wall, the Collector's CPU, the
+	// watcher's, and how far its log had got.
+	measured := func() Phase {
+		c := cpu()
+		ph := m.stop(wl)
+		run.WatcherCPUSec = ph.CPUSec
+		asCollector(&ph, c, wl)
+		if fi, err := logf.Stat(); err == nil {
+			scanLog(logPath, fi.Size(), run)
+		}
+		select {
+		case d := <-ready:
+			run.ReadySec = d.Seconds()
+		default:
+		}
+		return ph
+	}
+	for !count.complete(wl) {
+		fs := cl.PollFetches(tctx)
+		if tctx.Err() != nil {
+			ph := measured()
+			stop()
+			return failed(ph, context.Cause(tctx))
+		}
+		if err := fs.Err0(); err != nil {
+			ph := measured()
+			stop()
+			return failed(ph, fmt.Errorf("read %s: %w", out, err))
+		}
+		fs.EachRecord(func(r *kgo.Record) { count.add(r.Value, r.Timestamp) })
+	}
+	ph := measured()
+	stop()
+	count.fill(run)
+	ph.Otelcol = run
+	return ph, nil
+}
+
+// lastLines is the last n lines of b, joined by " | ".
+func lastLines(b []byte, n int) string {
+	l := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, " | ")
 }

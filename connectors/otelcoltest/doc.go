@@ -8,7 +8,8 @@
 //
 // The Collector is deploy/local/otelcol.sh's: a distribution built with the
 // Collector builder from deploy/local/otelcol-builder.yaml (the contrib
-// kafkareceiver and fileexporter v0.165.1) on first use and cached under
+// kafkareceiver and fileexporter v0.165.1, with groupbytrace and the Kafka
+// exporter for the e2e benchmark) on first use and cached under
 // $BRAID_CACHE_DIR. The first build takes minutes (the module proxy, then
 // a large compile); later ones nothing.
 //

@@ -10,7 +10,9 @@
 #
 # The Collector is a distribution of our own, otelcol-braid, made with the
 # Collector builder (ocb) from deploy/local/otelcol-builder.yaml: the contrib
-# Kafka receiver, the file exporter and the debug exporter. ocb and the
+# Kafka receiver, the file exporter and the debug exporter for the tests; the
+# groupbytrace processor and the Kafka exporter for the e2e benchmark's
+# Collector contender (benchmarks/e2e -collector). ocb and the
 # modules come from the Go module proxy on the first build (about four
 # minutes on two cores with an empty Go build cache, ten seconds with a warm
 # one); the binary is cached under
