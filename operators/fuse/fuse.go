@@ -238,13 +238,14 @@ type processor struct {
 	sampMem []sampling.Member
 
 	// kvgraph stage
-	kv        *kvgraph.Processor
-	kvBuf     minHeap[*kvEvent] // KV events waiting for the watermark
-	kvNew     []*kvEvent        // buffered since the last checkpoint
-	kvSeq     uint64
-	kvBytes   int64             // memory of kvBuf (kvEventBytes) and kvAhead, bounded by KVGraph.MaxKVBufferBytes
-	kvAhead   map[uint64][]byte // by seq: members read from state ahead of their turn (readAhead)
-	kvBacklog bool
+	kv           *kvgraph.Processor
+	kvBuf        minHeap[*kvEvent] // KV events waiting for the watermark
+	kvNew        []*kvEvent        // buffered since the last checkpoint
+	kvSeq        uint64
+	kvBytes      int64             // memory of kvBuf (kvEventBytes) and kvAhead, bounded by KVGraph.MaxKVBufferBytes
+	kvAheadBytes int64             // of which kvAhead's values
+	kvAhead      map[uint64][]byte // by seq: members read from state ahead of their turn (readAhead)
+	kvBacklog    bool
 
 	// resolve stage
 	requests     map[string]*request
@@ -1058,7 +1059,7 @@ func (p *processor) Close() error {
 	p.reportedOpen, p.reportedWaiting, p.reportedClosed = 0, 0, 0
 	clear(p.traces)
 	clear(p.requests)
-	p.kvBuf, p.kvBytes, p.kvAhead, p.evicted = nil, 0, nil, 0
+	p.kvBuf, p.kvBytes, p.kvAhead, p.kvAheadBytes, p.evicted = nil, 0, nil, 0, 0
 	if p.alerts != nil {
 		p.alerts.Close()
 	}

@@ -198,10 +198,21 @@ func (p *processor) bufferKV(t *engine.Task, rec []byte, ts, read int64) error {
 	// event (every new place takes memory too: spilling only back to the
 	// limit walked the whole spilled tail for each event held, quadratic
 	// in a long hold).
+	//
+	// The new event goes first, at no cost: once the buffer is over the
+	// share it usually is enough, and the walk, which passes over every
+	// spilled event behind the last member in memory, comes once per
+	// eighth of the share's members. The walk stops when no member of a
+	// held event is left in memory (read-ahead copies are not theirs).
 	if limit := p.cfg.KVGraph.MaxKVBufferBytes; p.kvBytes > limit {
-		for i := len(p.kvBuf) - 1; i >= 0 && p.kvBytes > limit-limit/8 && p.kvBytes > kvPlaceBytes*int64(len(p.kvBuf)); i-- {
-			if err := p.spill(t, p.kvBuf[i]); err != nil {
-				return err
+		if err := p.spill(t, ev); err != nil {
+			return err
+		}
+		if p.kvBytes > limit {
+			for i := len(p.kvBuf) - 1; i >= 0 && p.kvBytes > limit-limit/8 && p.heldMemberBytes() > 0; i-- {
+				if err := p.spill(t, p.kvBuf[i]); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -236,6 +247,12 @@ func kvEventBytes(ev *kvEvent) int64 { return int64(len(ev.member)) + kvPlaceByt
 
 // kvPlaceBytes is what a held event takes without its member.
 const kvPlaceBytes = 64
+
+// heldMemberBytes is the memory of the held events' members (kvBytes less
+// their places and the read-ahead copies).
+func (p *processor) heldMemberBytes() int64 {
+	return p.kvBytes - p.kvAheadBytes - kvPlaceBytes*int64(len(p.kvBuf))
+}
 
 func (p *processor) kvCounters() *kvgraph.Counters { return p.kv.Counters() }
 
@@ -288,6 +305,7 @@ func (p *processor) popKV(t *engine.Task) error {
 	if v, ok := p.kvAhead[ev.seq]; ok {
 		delete(p.kvAhead, ev.seq)
 		p.addKVBytes(-int64(len(v)))
+		p.kvAheadBytes -= int64(len(v))
 		if m == nil {
 			m = v
 		}
@@ -338,8 +356,14 @@ func (p *processor) readAhead(t *engine.Task, ev *kvEvent) ([]byte, error) {
 		if len(k) != 17 || p.kvBytes+int64(len(v)) > p.cfg.KVGraph.MaxKVBufferBytes {
 			break
 		}
-		p.kvAhead[binary.BigEndian.Uint64(k[9:])] = append([]byte(nil), v...)
+		seq := binary.BigEndian.Uint64(k[9:])
+		if old, ok := p.kvAhead[seq]; ok { // read ahead before: replaced
+			p.addKVBytes(-int64(len(old)))
+			p.kvAheadBytes -= int64(len(old))
+		}
+		p.kvAhead[seq] = append([]byte(nil), v...)
 		p.addKVBytes(int64(len(v)))
+		p.kvAheadBytes += int64(len(v))
 	}
 	if err := it.Error(); err != nil {
 		return nil, fmt.Errorf("fuse: read spilled KV event: %w", err)
@@ -375,6 +399,7 @@ func (p *processor) restoreKV(t *engine.Task) error {
 	p.addKVBytes(-p.kvBytes)
 	p.kvBuf, p.kvNew, p.kvSeq = p.kvBuf[:0], p.kvNew[:0], 0
 	clear(p.kvAhead)
+	p.kvAheadBytes = 0
 	defer func() {
 		p.kvBuf.init()
 		p.s.counters.KVBuffered.Add(int64(len(p.kvBuf)))
