@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 
 	"github.com/cockroachdb/pebble"
 )
@@ -181,25 +180,6 @@ func (s *Store) Keyspace(name string) (*Keyspace, error) {
 	return k, nil
 }
 
-// OffHeapBytes is the memory Pebble holds outside the Go heap, where the Go
-// runtime's memory limit does not see it: built with cgo (PebbleOffHeap),
-// the block cache's contents and the memtables of every open keyspace; 0
-// otherwise. Safe for concurrent use.
-func (s *Store) OffHeapBytes() int64 {
-	if !PebbleOffHeap {
-		return 0
-	}
-	n := s.cache.Size()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, k := range s.mu.open {
-		// Pebble counts the large batches it holds until their flush
-		// among the memtables; those are Go memory.
-		n += int64(k.db.Metrics().MemTable.Size) - k.flushHeld.Load()
-	}
-	return n
-}
-
 // MemTableSize is the memtable size a keyspace opened now would get.
 func (s *Store) MemTableSize() int64 {
 	s.mu.Lock()
@@ -236,9 +216,6 @@ type Keyspace struct {
 	largeBatch int64
 	lastFlush  Flush
 	flushes    *flushTracker
-	// flushHeld is the Bytes of the flushes not yet done (read by
-	// Store.OffHeapBytes on another goroutine).
-	flushHeld atomic.Int64
 }
 
 // flushTracker follows a keyspace's flushes (Pebble runs one at a time,
@@ -453,14 +430,7 @@ func (k *Keyspace) Checkpoint(offsets Offsets) error {
 	if large {
 		// Pebble queued the batch, immutable, for a flush it has
 		// scheduled: the next flush to begin takes it.
-		flushed, done := k.flushes.next(), make(chan struct{})
-		k.flushHeld.Add(held)
-		go func() {
-			<-flushed
-			k.flushHeld.Add(-held)
-			close(done)
-		}()
-		k.lastFlush = Flush{Bytes: held, Done: done}
+		k.lastFlush = Flush{Bytes: held, Done: k.flushes.next()}
 	}
 	return nil
 }

@@ -56,8 +56,7 @@ func cmdRun(ctx context.Context, args []string, log *slog.Logger, stdout io.Writ
 	if *printBudget {
 		return cfg.Budget().WriteTable(stdout)
 	}
-	limit := os.Getenv("GOMEMLIMIT") == ""
-	if limit {
+	if os.Getenv("GOMEMLIMIT") == "" {
 		// The Go heap is most of what the budget bounds: let the
 		// collector work harder before the process grows past it.
 		debug.SetMemoryLimit(cfg.State.MemoryBudget)
@@ -65,9 +64,6 @@ func cmdRun(ctx context.Context, args []string, log *slog.Logger, stdout io.Writ
 	j, err := job.Prepare(ctx, cfg, log)
 	if err != nil {
 		return err
-	}
-	if limit {
-		j.LimitGoMemory(cfg.State.MemoryBudget)
 	}
 	return j.Run(ctx)
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -36,34 +35,6 @@ type Job struct {
 	log    *slog.Logger
 	obs    *observability
 	alerts *alertForwarder // nil: no Alertmanager configured
-	// goLimit is the process's memory bound that Run keeps the Go
-	// runtime's memory limit to (LimitGoMemory); 0: leave it alone.
-	goLimit int64
-}
-
-// LimitGoMemory makes Run keep the Go runtime's soft memory limit at total
-// less what Pebble holds outside the Go heap (state.Store.OffHeapBytes),
-// followed every second: the process then stays within total, with the Go
-// heap given whatever the block cache and memtables do not use yet. The
-// limit never goes below half of total, so that a heap that does not fit
-// makes the collector work harder instead of running without pause.
-func (j *Job) LimitGoMemory(total int64) { j.goLimit = total }
-
-// followGoLimit sets the Go memory limit from j.goLimit every second until
-// ctx ends.
-func (j *Job) followGoLimit(ctx context.Context) {
-	set := func() { debug.SetMemoryLimit(max(j.goLimit-j.store.OffHeapBytes(), j.goLimit/2)) }
-	set()
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			set()
-		}
-	}
 }
 
 // Prepare checks the input topics, creates the output and internal topics
@@ -236,13 +207,6 @@ func (j *Job) Run(ctx context.Context) error {
 			}
 		}
 	}()
-	limitDone := make(chan struct{})
-	go func() {
-		defer close(limitDone)
-		if j.goLimit > 0 {
-			j.followGoLimit(progress)
-		}
-	}()
 	fwdDone := make(chan struct{})
 	if j.alerts != nil {
 		go func() {
@@ -258,7 +222,6 @@ func (j *Job) Run(ctx context.Context) error {
 	stop()
 	<-done
 	<-fwdDone
-	<-limitDone // before the store closes
 	j.logCounters("braid job stopped", err)
 	return err
 }
