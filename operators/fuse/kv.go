@@ -218,7 +218,9 @@ func (p *processor) bufferKV(t *engine.Task, rec []byte, ts, read int64) error {
 	}
 	for p.kvBytes > p.cfg.KVGraph.MaxKVBufferBytes && len(p.kvBuf) > 0 {
 		p.kvCounters().EarlyReleased.Add(1)
-		if err := p.popKV(t); err != nil {
+		// The events read ahead for this one leave in this loop too:
+		// one scan of state for kvReadAhead of them, not one each.
+		if err := p.popKV(t, true); err != nil {
 			return err
 		}
 	}
@@ -289,15 +291,17 @@ func (p *processor) releaseKV(t *engine.Task, wm int64, budget int) error {
 			p.kvBacklog = true
 			return nil
 		}
-		if err := p.popKV(t); err != nil {
+		if err := p.popKV(t, false); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// popKV hands the earliest held event to the kvgraph processor.
-func (p *processor) popKV(t *engine.Task) error {
+// popKV hands the earliest held event to the kvgraph processor. over: the
+// buffer is over its share and the caller goes on popping while it is, so
+// a spilled event's read-ahead may take the share's room (see readAhead).
+func (p *processor) popKV(t *engine.Task, over bool) error {
 	ev := p.kvBuf.pop()
 	p.s.counters.KVBuffered.Add(-1)
 	p.addKVBytes(-kvEventBytes(ev))
@@ -311,7 +315,7 @@ func (p *processor) popKV(t *engine.Task) error {
 		}
 	} else if ev.spilled {
 		var err error
-		if m, err = p.readAhead(t, ev); err != nil {
+		if m, err = p.readAhead(t, ev, over); err != nil {
 			return err
 		}
 	}
@@ -334,7 +338,10 @@ const kvReadAhead = 64
 // readAhead reads ev's member from state, and the members of the next
 // stored events into kvAhead while the share has room for them (counted
 // in kvBytes; an event held in memory too drops its copy when it leaves).
-func (p *processor) readAhead(t *engine.Task, ev *kvEvent) ([]byte, error) {
+// over: the caller releases events until the buffer is back within its
+// share, the read-ahead ones first, so they are read whatever the room
+// (the share is passed by at most kvReadAhead members, for that loop).
+func (p *processor) readAhead(t *engine.Task, ev *kvEvent, over bool) ([]byte, error) {
 	key := kvKey(p.key[:0], ev)
 	it, err := t.State.Iter(key, []byte{prefixKV + 1})
 	if err != nil {
@@ -353,7 +360,7 @@ func (p *processor) readAhead(t *engine.Task, ev *kvEvent) ([]byte, error) {
 	}
 	for n := 1; n < kvReadAhead && it.Next(); n++ {
 		k, v := it.Key(), it.Value()
-		if len(k) != 17 || p.kvBytes+int64(len(v)) > p.cfg.KVGraph.MaxKVBufferBytes {
+		if len(k) != 17 || !over && p.kvBytes+int64(len(v)) > p.cfg.KVGraph.MaxKVBufferBytes {
 			break
 		}
 		seq := binary.BigEndian.Uint64(k[9:])
