@@ -352,7 +352,7 @@ type Engine struct {
 	// PendingStateBytes, but a checkpoint cannot free it, so it holds
 	// polling without bringing a checkpoint forward.
 	flushing atomic.Int64
-	drained   chan struct{}
+	drained  chan struct{}
 	// opening: tasks being opened off the Run goroutine (Run goroutine
 	// only); each sends its result to opened, then calls wake (the cancel
 	// of the poll in progress).
@@ -758,9 +758,11 @@ func (e *Engine) stateFull() bool {
 	return e.pending.Load() >= e.cfg.PendingStateBytes/2
 }
 
-// measureAmp updates the state bytes per input byte from the checkpoint
-// whose barrier every task has just passed. Run goroutine, tasks held.
-func (e *Engine) measureAmp() {
+// atBarrier notes the pending state writes that the checkpoint whose
+// barrier every task has just passed found (Stats.PendingStatePeak), and
+// updates the state bytes per input byte from its epoch. Run goroutine,
+// tasks held.
+func (e *Engine) atBarrier() {
 	in, out := e.processed.Swap(0), e.pending.Load()
 	if held := out + e.flushing.Load(); held > e.stats.PendingStatePeak.Load() {
 		e.stats.PendingStatePeak.Store(held)
@@ -838,7 +840,7 @@ func (e *Engine) checkpoint(begin bool, step int) error {
 		}
 	}
 	barrier := time.Since(start)
-	e.measureAmp()
+	e.atBarrier()
 	// The transaction's end gets TransactionTimeout from here, not from
 	// the checkpoint's start: a task that was slow to reach the barrier
 	// does not use up the time the broker has to answer.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"sync"
@@ -249,12 +250,19 @@ func (f *flushTracker) end(err error) {
 	f.release(false)
 }
 
-// next returns a channel closed once a flush that begins after this call
-// has ended (or the keyspace has closed): what is immutable now is on disk.
-func (f *flushTracker) next() <-chan struct{} {
+// begunCount returns how many flushes have begun.
+func (f *flushTracker) begunCount() int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	w := flushWaiter{after: f.begun, done: make(chan struct{})}
+	return f.begun
+}
+
+// next returns a channel closed once a flush that began after the first
+// after ones has ended (or the keyspace has closed).
+func (f *flushTracker) next(after int64) <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	w := flushWaiter{after: after, done: make(chan struct{})}
 	if f.closed {
 		close(w.done)
 	} else {
@@ -366,11 +374,7 @@ func nextPow2(n int64) int64 {
 	if n <= 0 {
 		return 0
 	}
-	p := int64(1)
-	for p < n {
-		p <<= 1
-	}
-	return p
+	return 1 << bits.Len64(uint64(n-1))
 }
 
 // Delete deletes key in the pending batch.
@@ -419,6 +423,9 @@ func (k *Keyspace) Checkpoint(offsets Offsets) error {
 	}
 	held := k.PendingBytes()
 	large := int64(k.batch.Len()) >= k.largeBatch
+	// Before the commit: the flush Pebble schedules for a large batch
+	// may begin before Commit returns.
+	begun := k.flushes.begunCount()
 	if err := k.batch.Commit(opt); err != nil {
 		return fmt.Errorf("state: checkpoint %s: %w", k.name, err)
 	}
@@ -429,8 +436,11 @@ func (k *Keyspace) Checkpoint(offsets Offsets) error {
 	k.lastFlush = Flush{}
 	if large {
 		// Pebble queued the batch, immutable, for a flush it has
-		// scheduled: the next flush to begin takes it.
-		k.lastFlush = Flush{Bytes: held, Done: k.flushes.next()}
+		// scheduled: the first flush to begin after the commit did
+		// takes it. (One that began during the commit, before the batch
+		// was queued, ends the wait early: the count is low for a
+		// while, never stuck.)
+		k.lastFlush = Flush{Bytes: held, Done: k.flushes.next(begun)}
 	}
 	return nil
 }

@@ -263,6 +263,12 @@ func (p *processor) addKVBytes(n int64) {
 	p.kvCounters().KVBufferBytes.Add(n)
 }
 
+// addAheadBytes counts n bytes of read-ahead members, part of kvBytes.
+func (p *processor) addAheadBytes(n int64) {
+	p.addKVBytes(n)
+	p.kvAheadBytes += n
+}
+
 func (p *processor) handKV(t *engine.Task, rec []byte) error {
 	return readMembers(rec, func(m *member) error {
 		_, payload, origin := memberParts(m.body)
@@ -308,8 +314,7 @@ func (p *processor) popKV(t *engine.Task, over bool) error {
 	m := ev.member
 	if v, ok := p.kvAhead[ev.seq]; ok {
 		delete(p.kvAhead, ev.seq)
-		p.addKVBytes(-int64(len(v)))
-		p.kvAheadBytes -= int64(len(v))
+		p.addAheadBytes(-int64(len(v)))
 		if m == nil {
 			m = v
 		}
@@ -365,12 +370,10 @@ func (p *processor) readAhead(t *engine.Task, ev *kvEvent, over bool) ([]byte, e
 		}
 		seq := binary.BigEndian.Uint64(k[9:])
 		if old, ok := p.kvAhead[seq]; ok { // read ahead before: replaced
-			p.addKVBytes(-int64(len(old)))
-			p.kvAheadBytes -= int64(len(old))
+			p.addAheadBytes(-int64(len(old)))
 		}
 		p.kvAhead[seq] = append([]byte(nil), v...)
-		p.addKVBytes(int64(len(v)))
-		p.kvAheadBytes += int64(len(v))
+		p.addAheadBytes(int64(len(v)))
 	}
 	if err := it.Error(); err != nil {
 		return nil, fmt.Errorf("fuse: read spilled KV event: %w", err)
