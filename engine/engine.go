@@ -831,7 +831,7 @@ func (e *Engine) checkpoint(begin bool, step int) error {
 	}
 	replies := make(chan error, len(e.tasks))
 	for _, t := range e.tasks {
-		t.in <- taskMsg{kind: msgBarrier, reply: replies, followUp: step > 0}
+		t.in <- taskMsg{kind: msgBarrier, reply: replies}
 	}
 	var prepErr error
 	for range e.tasks {

@@ -204,24 +204,15 @@ func (t *Task) checkFollow() {
 
 // markerFor returns the marker the task sends on internal input k now:
 // the watermark of its sources and of the inputs in k's From, and whether
-// all of them are idle. Follow-up checkpoints exist to carry a regular
-// checkpoint's watermark through the hops of the internal topics, and the
-// output it releases at the last hop is committed by the last follow-up.
-// So their markers carry at most the sources' watermark of the regular
-// checkpoint: were the sources' watermark, which keeps moving while
-// follow-ups run, to go out with them, what it released at the last hop
-// would wait a whole interval for the next regular checkpoint.
+// all of them are idle. A follow-up's markers carry the sources' watermark
+// of their own moment, as a regular checkpoint's do: what they release at
+// the last hop waits for the next regular checkpoint, but it would
+// otherwise be released only by that checkpoint's markers and committed
+// by its follow-ups, later still. So a trace whose watermark came just
+// after a regular checkpoint waits an interval less the follow-ups' head
+// start, not an interval plus their chain.
 func (t *Task) markerFor(k int) (int64, bool) {
-	return t.capMarker(t.up[k].w.Current(t.now)), t.up[k].w.Idle(t.now)
-}
-
-// capMarker bounds a marker's watermark by regSrc (see markerFor). A
-// topology without sources has no source watermark to bound it by.
-func (t *Task) capMarker(wm int64) int64 {
-	if t.e.sources == 0 {
-		return wm
-	}
-	return min(wm, t.regSrc)
+	return t.up[k].w.Current(t.now), t.up[k].w.Idle(t.now)
 }
 
 // markersMoved reports whether a marker the task would send now on some

@@ -111,7 +111,7 @@ func (h *Harness) Finish() error {
 
 // Checkpoint prepares and commits a checkpoint.
 func (h *Harness) Checkpoint() error {
-	if err := h.t.prepare(false); err != nil {
+	if err := h.t.prepare(); err != nil {
 		return err
 	}
 	if err := h.err(); err != nil {
@@ -124,7 +124,7 @@ func (h *Harness) Checkpoint() error {
 // Abort prepares a checkpoint and then aborts it, as after a failed
 // transaction: state returns to the last commit.
 func (h *Harness) Abort() error {
-	if err := h.t.prepare(false); err != nil {
+	if err := h.t.prepare(); err != nil {
 		return err
 	}
 	h.e.produceErr.Store(nil) // what the transaction produced is gone with it

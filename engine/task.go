@@ -32,8 +32,6 @@ type taskMsg struct {
 	// end is the partition's end (last stable offset) in the fetch recs
 	// came from; 0 or less: unknown (the Harness).
 	end int64
-	// followUp: the barrier of a follow-up checkpoint.
-	followUp bool
 	reply    chan error
 	// follow (msgCommit): what the task must read before the follow-up
 	// checkpoint, per internal input (followTarget.next); nil: none.
@@ -110,10 +108,6 @@ type Task struct {
 	follow  *followTarget
 	emitted int64
 	sent    []sentMarker
-	// regSrc is the source watermark (srcOnly) when the task prepared the
-	// last regular checkpoint, MaxTime if its sources were idle then: what
-	// the markers of the follow-ups after it carry at most (markerFor).
-	regSrc int64
 }
 
 var wmKey = []byte("\x00\x01watermark")
@@ -201,7 +195,6 @@ func (e *Engine) openTaskNoRun(ctx context.Context, p int32) (*Task, error) {
 		done:      make(chan struct{}),
 		offsets:   map[string]int64{},
 		now:       now,
-		regSrc:    windows.MaxTime,
 	}
 	t.recMax = make([]int64, e.sources)
 	for i := range t.recMax {
@@ -463,7 +456,7 @@ func (t *Task) handle(m taskMsg) bool {
 			t.checkFollow()
 		}
 	case msgBarrier:
-		m.reply <- t.prepare(m.followUp)
+		m.reply <- t.prepare()
 		// Nothing may be produced until the transaction has ended: wait
 		// for the outcome, the next message the engine sends.
 		return t.handle(<-t.in)
@@ -564,9 +557,8 @@ func (t *Task) advance() error {
 	return nil
 }
 
-// prepare readies the task's part of a checkpoint; followUp: a follow-up
-// checkpoint's (see markerFor).
-func (t *Task) prepare(followUp bool) error {
+// prepare readies the task's part of a checkpoint.
+func (t *Task) prepare() error {
 	if t.failed {
 		return errors.New("task failed")
 	}
@@ -590,15 +582,8 @@ func (t *Task) prepare(followUp bool) error {
 			return err
 		}
 	}
-	if !followUp {
-		t.regSrc = t.srcOnly.Current(t.now)
-		if t.srcOnly.Idle(t.now) {
-			// Idle sources hold no marker back: nothing to bound.
-			t.regSrc = windows.MaxTime
-		}
-	}
 	if len(t.e.topo.Globals) > 0 {
-		marker := encodeMarker(t.Partition, t.capMarker(t.srcOnly.Current(t.now)), t.srcOnly.Idle(t.now))
+		marker := encodeMarker(t.Partition, t.srcOnly.Current(t.now), t.srcOnly.Idle(t.now))
 		for _, g := range t.e.topo.Globals {
 			for q := int32(0); q < t.e.topo.Partitions; q++ {
 				t.e.produce(&kgo.Record{Topic: g.Topic, Partition: q, Headers: []kgo.RecordHeader{{Key: markerHeader, Value: marker}}})

@@ -150,22 +150,22 @@ func TestAsideInputDoesNotHoldTimers(t *testing.T) {
 	}
 }
 
-// TestFollowUpMarkersCarryTheRegularWatermark: the markers of a follow-up
-// checkpoint carry the sources' watermark of the regular checkpoint before
-// it, however far the sources have moved since; the next regular
-// checkpoint carries theirs.
-func TestFollowUpMarkersCarryTheRegularWatermark(t *testing.T) {
+// TestFollowUpMarkersCarryTheSourcesWatermark: every checkpoint's
+// markers, a follow-up's as a regular one's, carry the sources' watermark
+// of its own moment (bounded by the upstream markers read), however far the
+// sources have moved since the last regular checkpoint.
+func TestFollowUpMarkersCarryTheSourcesWatermark(t *testing.T) {
 	h := upstreamHarness(t, abTopology(1), time.Unix(1000, 0))
-	step := func(ts int64, followUp bool) map[string]int64 {
+	step := func(ts, upstream int64) map[string]int64 {
 		t.Helper()
 		h.Out = nil
 		if err := h.Process(0, &kgo.Record{Timestamp: time.Unix(ts, 0)}); err != nil {
 			t.Fatal(err)
 		}
-		if err := h.Process(1, marker(0, ts*1e9)); err != nil {
+		if err := h.Process(1, marker(0, upstream*1e9)); err != nil {
 			t.Fatal(err)
 		}
-		if err := h.t.prepare(followUp); err != nil {
+		if err := h.t.prepare(); err != nil {
 			t.Fatal(err)
 		}
 		if err := h.t.commit(); err != nil {
@@ -173,14 +173,16 @@ func TestFollowUpMarkersCarryTheRegularWatermark(t *testing.T) {
 		}
 		return markersOut(h)
 	}
-	if got := step(50, false); got["a"] != 49e9 || got["b"] != 49e9 {
+	if got := step(50, 50); got["a"] != 49e9 || got["b"] != 49e9 {
 		t.Errorf("regular: a=%d b=%d, want 49s", got["a"], got["b"])
 	}
-	if got := step(60, true); got["a"] != 49e9 || got["b"] != 49e9 {
-		t.Errorf("follow-up: a=%d b=%d, want the regular checkpoint's 49s", got["a"], got["b"])
+	// A follow-up: the sources moved on, the upstream marker read is
+	// still the regular checkpoint's.
+	if got := step(60, 50); got["a"] != 59e9 || got["b"] != 50e9 {
+		t.Errorf("follow-up: a=%d b=%d, want the sources' 59s on a and b held by a's marker at 50s", got["a"], got["b"])
 	}
-	if got := step(70, false); got["a"] != 69e9 || got["b"] != 69e9 {
-		t.Errorf("next regular: a=%d b=%d, want 69s", got["a"], got["b"])
+	if got := step(70, 70); got["a"] != 69e9 || got["b"] != 69e9 {
+		t.Errorf("next: a=%d b=%d, want 69s", got["a"], got["b"])
 	}
 }
 
@@ -191,13 +193,13 @@ func TestFollowUpMarkersOfIdleSources(t *testing.T) {
 	start := time.Unix(1000, 0)
 	h := upstreamHarness(t, abTopology(1), start)
 	h.SetNow(start.Add(2 * time.Minute)) // the source, never seen, is idle
-	step := func(wm int64, followUp bool) int64 {
+	step := func(wm int64) int64 {
 		t.Helper()
 		h.Out = nil
 		if err := h.Process(1, marker(0, wm)); err != nil {
 			t.Fatal(err)
 		}
-		if err := h.t.prepare(followUp); err != nil {
+		if err := h.t.prepare(); err != nil {
 			t.Fatal(err)
 		}
 		if err := h.t.commit(); err != nil {
@@ -205,10 +207,10 @@ func TestFollowUpMarkersOfIdleSources(t *testing.T) {
 		}
 		return markersOut(h)["b"]
 	}
-	if got := step(30e9, false); got != 30e9 {
+	if got := step(30e9); got != 30e9 {
 		t.Errorf("regular: b=%d, want a's 30s", got)
 	}
-	if got := step(40e9, true); got != 40e9 {
+	if got := step(40e9); got != 40e9 {
 		t.Errorf("follow-up: b=%d, want a's 40s", got)
 	}
 }
