@@ -387,6 +387,12 @@ type Engine struct {
 	follow       followUp
 	followWait   atomic.Int64
 	followUseful atomic.Bool
+	// wantAt is the earliest checkpoint a task asked for
+	// (Task.RequestCheckpoint; unix ns, 0: none); lastRegular is when the
+	// last regular or requested checkpoint began (unix ns): requests at or
+	// before it are met.
+	wantAt      atomic.Int64
+	lastRegular atomic.Int64
 
 	// sink replaces the transactional producer in a Harness.
 	sink func(*kgo.Record)
@@ -451,6 +457,10 @@ type Stats struct {
 	// (Config.FollowUpWait), committed or not; Checkpoints and Aborts
 	// count them too.
 	FollowUpCheckpoints atomic.Int64
+	// RequestedCheckpoints counts checkpoints that came before the
+	// regular schedule because a task asked for one
+	// (Task.RequestCheckpoint), committed or not.
+	RequestedCheckpoints atomic.Int64
 }
 
 // New validates cfg and topo.
@@ -596,7 +606,7 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 	}
 	next := e.cfg.Now().Add(e.cfg.CheckpointInterval)
 	for {
-		due := e.follow.due(next)
+		due := e.wanted(e.follow.due(next))
 		e.waitQueued(ctx, due)
 		pollCtx, cancel := context.WithDeadline(ctx, due)
 		e.wake.Store(&cancel)
@@ -697,6 +707,15 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 				if err := e.checkpoint(true, step); err != nil {
 					return err
 				}
+			}
+		}
+		if now = e.cfg.Now(); now.Before(next) && e.wanted(next).Compare(now) <= 0 {
+			// A task asked for a checkpoint by now (live KV events
+			// waiting on every task's commit): one like a regular
+			// checkpoint, with its follow-ups; the schedule stays.
+			e.stats.RequestedCheckpoints.Add(1)
+			if err := e.checkpoint(true, 0); err != nil {
+				return err
 			}
 		}
 		if !now.Before(next) {
@@ -828,6 +847,9 @@ func (e *Engine) checkpoint(begin bool, step int) error {
 	start := time.Now()
 	if err := e.applyAssignment(); err != nil {
 		return err
+	}
+	if step == 0 {
+		e.metRequests(e.cfg.Now().UnixNano())
 	}
 	replies := make(chan error, len(e.tasks))
 	for _, t := range e.tasks {

@@ -225,3 +225,53 @@ func (t *Task) markersMoved() bool {
 	}
 	return false
 }
+
+// RequestCheckpoint asks for a checkpoint whose barrier comes at or after
+// at (processing time, unix ns), before the regular schedule would bring
+// one: a task that holds live output until every task has committed what
+// it read up to some moment (engine.Task.MarkerHorizon) asks for the
+// checkpoint whose markers show it. The engine runs one like a regular
+// checkpoint, follow-ups included, as soon as at has passed; the regular
+// schedule stays. A request at or before the start of the last regular or
+// requested checkpoint is met already (its markers are on their way) and
+// ignored, so a task may ask again on every watermark while it waits. In a
+// Harness it only records the request (Harness.Requested).
+func (t *Task) RequestCheckpoint(at int64) {
+	e := t.e
+	if at <= e.lastRegular.Load() {
+		return
+	}
+	for {
+		w := e.wantAt.Load()
+		if w != 0 && w <= at {
+			return
+		}
+		if e.wantAt.CompareAndSwap(w, at) {
+			break
+		}
+	}
+	if wake := e.wake.Load(); wake != nil {
+		(*wake)() // the poll in progress may end later than at
+	}
+}
+
+// wanted returns the time of the requested checkpoint (RequestCheckpoint)
+// if one comes before due, else due.
+func (e *Engine) wanted(due time.Time) time.Time {
+	if w := e.wantAt.Load(); w != 0 && w < due.UnixNano() {
+		return time.Unix(0, w)
+	}
+	return due
+}
+
+// metRequests notes that a regular or requested checkpoint begins at now
+// (unix ns): the requests up to now are met.
+func (e *Engine) metRequests(now int64) {
+	e.lastRegular.Store(now)
+	for {
+		w := e.wantAt.Load()
+		if w == 0 || w > now || e.wantAt.CompareAndSwap(w, 0) {
+			return
+		}
+	}
+}

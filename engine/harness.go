@@ -109,8 +109,14 @@ func (h *Harness) Finish() error {
 	return h.Advance()
 }
 
-// Checkpoint prepares and commits a checkpoint.
+// Requested is the checkpoint the task asked for (Task.RequestCheckpoint)
+// and no Checkpoint has met yet: unix ns, 0 for none.
+func (h *Harness) Requested() int64 { return h.e.wantAt.Load() }
+
+// Checkpoint prepares and commits a checkpoint (a regular one: it meets the
+// requests up to now).
 func (h *Harness) Checkpoint() error {
+	h.e.metRequests(h.now.UnixNano())
 	if err := h.t.prepare(); err != nil {
 		return err
 	}

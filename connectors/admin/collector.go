@@ -162,6 +162,9 @@ var (
 	descFollowUpCheckpoints = desc("braid_followup_checkpoints_total",
 		"Follow-up checkpoints: run, while live, as soon as the tasks had read the watermark markers the previous checkpoint committed, "+
 			"to commit what those markers released (counted in braid_checkpoints_total too).")
+	descRequestedCheckpoints = desc("braid_requested_checkpoints_total",
+		"Checkpoints run before the regular schedule because a task asked for one: live KV-block events waiting for every task's commit "+
+			"(counted in braid_checkpoints_total too).")
 	descClamped = desc("braid_clamped_event_times_total",
 		"Event times the engine lowered to the record timestamp plus event_time.max_clock_skew before they reached a watermark.")
 	descTimers = desc("braid_timers_pending",
@@ -177,7 +180,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		descUnjoined, descTruncated, descOpenTraces, descTimers,
 		descDeclared, descResolved, descUnresolved, descOpenRequests, descResourcePoints, descResourceSamples, descResourceSeries,
 		descKVEvents, descPollutionEdges, descPolluted, descKVRestarts, descUnrelatedLines,
-		descMemory, descEvictions, descDropped, descFuture, descRepaired, descBackpressure, descEarlyCheckpoints, descPendingPeak, descFollowUpCheckpoints, descClamped,
+		descMemory, descEvictions, descDropped, descFuture, descRepaired, descBackpressure, descEarlyCheckpoints, descPendingPeak, descFollowUpCheckpoints, descRequestedCheckpoints, descClamped,
 	} {
 		ch <- d
 	}
@@ -208,6 +211,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descBackpressure, st.Backpressure.Load())
 	counter(descEarlyCheckpoints, st.EarlyCheckpoints.Load())
 	counter(descFollowUpCheckpoints, st.FollowUpCheckpoints.Load())
+	counter(descRequestedCheckpoints, st.RequestedCheckpoints.Load())
 	gauge(descPendingPeak, float64(st.PendingStatePeak.Load()))
 	counter(descClamped, st.ClampedEvents.Load())
 	if m, ok := c.cfg.Engine.(interface {

@@ -279,7 +279,8 @@ func (p *processor) handKV(t *engine.Task, rec []byte) error {
 
 // releaseKV hands the buffered events up to wm to the kvgraph processor, in
 // event-time order, at most budget of them; live, also the earliest events
-// held for KVGraph.LiveHold.
+// held for KVGraph.LiveHold, and it asks for the checkpoint whose markers
+// release the earliest one left (engine.Task.RequestCheckpoint).
 func (p *processor) releaseKV(t *engine.Task, wm int64, budget int) error {
 	p.kvBacklog = false
 	heldSince := int64(math.MinInt64) // events buffered at or before it may go early
@@ -300,6 +301,12 @@ func (p *processor) releaseKV(t *engine.Task, wm int64, budget int) error {
 		if err := p.popKV(t, false); err != nil {
 			return err
 		}
+	}
+	if heldSince != math.MinInt64 && len(p.kvBuf) > 0 {
+		// The earliest event left waits for the markers of a
+		// checkpoint taken LiveHold after it was read: ask for that
+		// one rather than wait for the regular schedule.
+		t.RequestCheckpoint(p.kvBuf[0].arrived + int64(p.cfg.KVGraph.LiveHold))
 	}
 	return nil
 }

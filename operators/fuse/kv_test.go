@@ -646,3 +646,64 @@ func TestKVEventsForwardedInOneRecordPerTask(t *testing.T) {
 		}
 	}
 }
+
+// TestKVLiveHoldRequestsACheckpoint: live, a held KV event asks for the
+// checkpoint whose markers release it — LiveHold after it was read — so
+// detection does not wait for the regular schedule; behind its inputs the
+// task asks for none (the watermark releases events there).
+func TestKVLiveHoldRequestsACheckpoint(t *testing.T) {
+	pool := kvlog.Pool{Layers: 2, Blocks: 8, BlockBytes: 1024}
+	ms := func(n int64) int64 { return base.UnixNano() + n*int64(time.Millisecond) }
+	where := kvlog.Where{Host: "node-a", GPUUUID: "GPU-0", GPUIndex: 0}
+	for _, live := range []bool{true, false} {
+		t.Run(fmt.Sprintf("live=%v", live), func(t *testing.T) {
+			c := newCluster(t, 1, nil)
+			h := c.hs[0]
+			hold := h.stage.Config().KVGraph.LiveHold
+			c.checkpoint(time.Second) // every task has sent markers: the horizon exists
+			if r := h.Requested(); r != 0 {
+				t.Fatalf("requested a checkpoint at %d before any KV event", r)
+			}
+			c.feed(0, inLogs, nil, kvlog.Marshal(where, residueOps(pool, ms)...))
+			read := h.now.UnixNano()
+			if live {
+				// The fetch reached the partition's end (the engine
+				// judges that before the watermark's turn).
+				h.MarkCaughtUp()
+			}
+			if err := h.Advance(); err != nil {
+				t.Fatal(err)
+			}
+			if n := h.stage.Counters().KVBuffered.Load(); n == 0 {
+				t.Fatal("no KV event held: the test shows nothing")
+			}
+			if !live {
+				if r := h.Requested(); r != 0 {
+					t.Fatalf("behind its inputs, requested a checkpoint at %d", r)
+				}
+				return
+			}
+			if r, want := h.Requested(), read+int64(hold); r != want {
+				t.Fatalf("requested a checkpoint at %d, want LiveHold after the read, %d", r, want)
+			}
+			// LiveHold passes without a checkpoint: the events wait, the
+			// request stands.
+			h.now = h.now.Add(hold)
+			h.SetNow(h.now)
+			if err := h.Advance(); err != nil {
+				t.Fatal(err)
+			}
+			if len(c.incidents()) != 0 || h.Requested() == 0 {
+				t.Fatalf("before the requested checkpoint: %d incidents, request %d; want none and the request", len(c.incidents()), h.Requested())
+			}
+			// The requested checkpoint: its markers release the events.
+			c.checkpoint(0)
+			if len(c.incidents()) == 0 {
+				t.Fatalf("no incident after the requested checkpoint; %d events held", h.stage.Counters().KVBuffered.Load())
+			}
+			if r := h.Requested(); r != 0 {
+				t.Fatalf("request %d left after the checkpoint met it and nothing is held", r)
+			}
+		})
+	}
+}
