@@ -31,8 +31,8 @@ type taskMsg struct {
 	bytes int64 // RecordBytes of recs, counted in Engine.queued
 	// end is the partition's end (last stable offset) in the fetch recs
 	// came from; 0 or less: unknown (the Harness).
-	end int64
-	reply    chan error
+	end   int64
+	reply chan error
 	// follow (msgCommit): what the task must read before the follow-up
 	// checkpoint, per internal input (followTarget.next); nil: none.
 	follow []int64
