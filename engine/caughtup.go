@@ -228,7 +228,7 @@ func (t *Task) publishCaughtUp() {
 	c := t.CaughtUp()
 	t.pub.caughtUp.Store(c)
 	if c {
-		t.pub.wasCaughtUp.Store(true)
+		t.pub.caughtUpAt.Store(t.e.cfg.Now().UnixNano())
 	}
 	need := false
 	for _, topic := range t.e.srcTopics {

@@ -177,6 +177,11 @@ type Config struct {
 	// Default min(CheckpointInterval/2, 500ms); negative: off. At most
 	// CheckpointInterval/2.
 	FollowUpWait time.Duration
+	// RequestSpacing is the least time from a regular or requested
+	// checkpoint to a requested one (Task.RequestCheckpoint): a steady
+	// stream of requests brings about one checkpoint, with its
+	// follow-ups, per RequestSpacing. Default 1s.
+	RequestSpacing time.Duration
 }
 
 // Defaults of Config's buffer bounds.
@@ -253,6 +258,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.PendingStateBytes == 0 {
 		c.PendingStateBytes = DefaultPendingStateBytes
+	}
+	if c.RequestSpacing <= 0 {
+		c.RequestSpacing = time.Second
 	}
 	if c.FollowUpWait == 0 {
 		c.FollowUpWait = min(c.CheckpointInterval/2, DefaultFollowUpWait)
@@ -388,11 +396,14 @@ type Engine struct {
 	followWait   atomic.Int64
 	followUseful atomic.Bool
 	// wantAt is the earliest checkpoint a task asked for
-	// (Task.RequestCheckpoint; unix ns, 0: none); lastRegular is when the
-	// last regular or requested checkpoint began (unix ns): requests at or
-	// before it are met.
-	wantAt      atomic.Int64
-	lastRegular atomic.Int64
+	// (Task.RequestCheckpoint; unix ns, 0: none); lastStart is when the
+	// last checkpoint began (unix ns): requests at or before it are met.
+	// lastFresh is when the last regular or requested checkpoint began
+	// (Run goroutine only): the next requested one comes RequestSpacing
+	// later at the earliest.
+	wantAt    atomic.Int64
+	lastStart atomic.Int64
+	lastFresh time.Time
 
 	// sink replaces the transactional producer in a Harness.
 	sink func(*kgo.Record)
@@ -606,7 +617,12 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 	}
 	next := e.cfg.Now().Add(e.cfg.CheckpointInterval)
 	for {
-		due := e.wanted(e.follow.due(next))
+		due := e.follow.due(next)
+		if !e.follow.armed {
+			// An armed follow-up meets a request (followUpDue): the
+			// poll must not end before it is due.
+			due = e.wanted(due)
+		}
 		e.waitQueued(ctx, due)
 		pollCtx, cancel := context.WithDeadline(ctx, due)
 		e.wake.Store(&cancel)
@@ -702,17 +718,18 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 			// the regular schedule stays.
 			step := e.follow.step + 1
 			e.follow = followUp{}
-			if e.followUseful.Load() {
+			if e.followUseful.Load() || e.requestDue(now) {
 				e.stats.FollowUpCheckpoints.Add(1)
 				if err := e.checkpoint(true, step); err != nil {
 					return err
 				}
 			}
 		}
-		if now = e.cfg.Now(); now.Before(next) && e.wanted(next).Compare(now) <= 0 {
+		if now = e.cfg.Now(); now.Before(next) && !e.follow.armed && e.requestDue(now) {
 			// A task asked for a checkpoint by now (live KV events
-			// waiting on every task's commit): one like a regular
-			// checkpoint, with its follow-ups; the schedule stays.
+			// waiting on every task's commit) and no follow-up is on
+			// its way to meet it: one like a regular checkpoint, with
+			// its follow-ups; the schedule stays.
 			e.stats.RequestedCheckpoints.Add(1)
 			if err := e.checkpoint(true, 0); err != nil {
 				return err
@@ -848,8 +865,10 @@ func (e *Engine) checkpoint(begin bool, step int) error {
 	if err := e.applyAssignment(); err != nil {
 		return err
 	}
+	now := e.cfg.Now()
+	e.metRequests(now.UnixNano())
 	if step == 0 {
-		e.metRequests(e.cfg.Now().UnixNano())
+		e.lastFresh = now
 	}
 	replies := make(chan error, len(e.tasks))
 	for _, t := range e.tasks {
@@ -1224,9 +1243,9 @@ type published struct {
 	// the end checker also asks for the log start offset.
 	caughtUp  atomic.Bool
 	needStart atomic.Bool
-	// wasCaughtUp: caughtUp was true at some moment since Engine.live
-	// last looked.
-	wasCaughtUp atomic.Bool
+	// caughtUpAt: the task's processing time (unix ns) when it last
+	// published caughtUp true (Engine.live).
+	caughtUpAt atomic.Int64
 	// ends is where the end checker leaves what the brokers said.
 	ends endReport
 }

@@ -82,17 +82,20 @@ func (e *Engine) markerPromise(r *kgo.Record, err error) {
 	}
 }
 
-// live reports whether every task of the instance has been caught up with
-// its sources (Task.CaughtUp, as published) at some moment since the last
-// checkpoint, or is now: not reading a backlog. Under a steady stream a
-// task is behind by a fetch or two most of the time, and caught up only
-// between them; one that reads a backlog is not caught up until it has
-// read it. Called once per checkpoint, while the tasks are held in it.
+// live reports whether every task of the instance is caught up with its
+// sources (Task.CaughtUp, as published) or was at some moment in the last
+// CheckpointInterval: not reading a backlog. Under a steady stream a task
+// is behind by a fetch or two most of the time, and caught up only between
+// them; one that reads a backlog is not caught up until it has read it. A
+// window of its own, not the time since the last checkpoint: follow-ups
+// and requested checkpoints come often, and a busy task is seldom caught
+// up in a fraction of a second. Called once per checkpoint, while the
+// tasks are held in it.
 func (e *Engine) live() bool {
+	since := e.cfg.Now().Add(-e.cfg.CheckpointInterval).UnixNano()
 	live := len(e.tasks) > 0
 	for _, t := range e.tasks {
-		now := t.pub.caughtUp.Load()
-		if !t.pub.wasCaughtUp.Swap(now) && !now {
+		if !t.pub.caughtUp.Load() && t.pub.caughtUpAt.Load() < since {
 			live = false
 		}
 	}
@@ -137,7 +140,8 @@ func (e *Engine) armFollowUp(marks map[string]map[int32]int64, live bool, step i
 // while nothing was released and some task has not read its markers yet
 // goes on for another FollowUpWait (the task is busy, not behind: the
 // instance is live, and what it releases is the follow-up's point), up
-// to the next regular checkpoint, which disarms it.
+// to the next regular checkpoint, which disarms it — unless a requested
+// checkpoint is due, which the follow-up then is.
 func (e *Engine) followUpDue(now time.Time) bool {
 	switch {
 	case !e.follow.armed:
@@ -146,7 +150,7 @@ func (e *Engine) followUpDue(now time.Time) bool {
 		return true
 	case now.Before(e.follow.at):
 		return false
-	case !e.followUseful.Load():
+	case !e.followUseful.Load() && !e.requestDue(now):
 		e.follow.at = now.Add(e.cfg.FollowUpWait)
 		return false
 	}
@@ -230,15 +234,17 @@ func (t *Task) markersMoved() bool {
 // at (processing time, unix ns), before the regular schedule would bring
 // one: a task that holds live output until every task has committed what
 // it read up to some moment (engine.Task.MarkerHorizon) asks for the
-// checkpoint whose markers show it. The engine runs one like a regular
-// checkpoint, follow-ups included, as soon as at has passed; the regular
-// schedule stays. A request at or before the start of the last regular or
-// requested checkpoint is met already (its markers are on their way) and
-// ignored, so a task may ask again on every watermark while it waits. In a
-// Harness it only records the request (Harness.Requested).
+// checkpoint whose markers show it. Any checkpoint that begins at or after
+// at meets the request (its markers carry a later time): a follow-up on
+// its way, else one run for it like a regular checkpoint, with its
+// follow-ups, as soon as at has passed and Config.RequestSpacing since the
+// last regular or requested one. The regular schedule stays. A request at or before the
+// start of the last checkpoint is met already (its markers are on their
+// way) and ignored, so a task may ask again on every watermark while it
+// waits. In a Harness it only records the request (Harness.Requested).
 func (t *Task) RequestCheckpoint(at int64) {
 	e := t.e
-	if at <= e.lastRegular.Load() {
+	if at <= e.lastStart.Load() {
 		return
 	}
 	for {
@@ -255,19 +261,40 @@ func (t *Task) RequestCheckpoint(at int64) {
 	}
 }
 
-// wanted returns the time of the requested checkpoint (RequestCheckpoint)
-// if one comes before due, else due.
+// requestAt returns when the requested checkpoint (RequestCheckpoint)
+// comes: the time asked for, or RequestSpacing after the last regular or
+// requested checkpoint if later; ok is false when none was asked for.
+func (e *Engine) requestAt() (at time.Time, ok bool) {
+	w := e.wantAt.Load()
+	if w == 0 {
+		return time.Time{}, false
+	}
+	at = time.Unix(0, w)
+	if sp := e.lastFresh.Add(e.cfg.RequestSpacing); sp.After(at) {
+		at = sp
+	}
+	return at, true
+}
+
+// wanted returns the requested checkpoint's time if it comes before due,
+// else due.
 func (e *Engine) wanted(due time.Time) time.Time {
-	if w := e.wantAt.Load(); w != 0 && w < due.UnixNano() {
-		return time.Unix(0, w)
+	if at, ok := e.requestAt(); ok && at.Before(due) {
+		return at
 	}
 	return due
 }
 
-// metRequests notes that a regular or requested checkpoint begins at now
-// (unix ns): the requests up to now are met.
+// requestDue reports whether a requested checkpoint's time has come.
+func (e *Engine) requestDue(now time.Time) bool {
+	at, ok := e.requestAt()
+	return ok && !at.After(now)
+}
+
+// metRequests notes that a checkpoint begins at now (unix ns): the
+// requests up to now are met.
 func (e *Engine) metRequests(now int64) {
-	e.lastRegular.Store(now)
+	e.lastStart.Store(now)
 	for {
 		w := e.wantAt.Load()
 		if w == 0 || w > now || e.wantAt.CompareAndSwap(w, 0) {

@@ -113,8 +113,8 @@ func (h *Harness) Finish() error {
 // and no Checkpoint has met yet: unix ns, 0 for none.
 func (h *Harness) Requested() int64 { return h.e.wantAt.Load() }
 
-// Checkpoint prepares and commits a checkpoint (a regular one: it meets the
-// requests up to now).
+// Checkpoint prepares and commits a checkpoint (it meets the requests up
+// to now).
 func (h *Harness) Checkpoint() error {
 	h.e.metRequests(h.now.UnixNano())
 	if err := h.t.prepare(); err != nil {

@@ -43,7 +43,9 @@ func (q *requester) Process(t *Task, r *kgo.Record, input int) error {
 // TestRequestedCheckpoint: a task's request brings a checkpoint long
 // before the regular one (a minute away), not before the time asked; it
 // commits what was read, as a regular checkpoint does; requests met
-// already (at or before a checkpoint's start) bring none.
+// already (at or before a checkpoint's start) bring none; a new request
+// comes RequestSpacing after the last requested checkpoint at the
+// earliest.
 func TestRequestedCheckpoint(t *testing.T) {
 	f := newFakeEnv(t, 1)
 	cfg := f.config(t, t.TempDir(), "req-0")
@@ -104,6 +106,11 @@ func TestRequestedCheckpoint(t *testing.T) {
 	if n := e.Stats().RequestedCheckpoints.Load(); n != 2 {
 		t.Errorf("%d requested checkpoints, want 2 (the met requests bring none)", n)
 	}
+	mu.Lock()
+	if len(starts) >= 2 && starts[1].Sub(starts[0]) < e.cfg.RequestSpacing {
+		t.Errorf("requested checkpoints began %v apart, want at least RequestSpacing %v", starts[1].Sub(starts[0]), e.cfg.RequestSpacing)
+	}
+	mu.Unlock()
 	if n := e.Stats().Checkpoints.Load(); n > 2+2*int64(e.hops) {
 		t.Errorf("%d checkpoints, want at most the 2 requested and their follow-ups", n)
 	}

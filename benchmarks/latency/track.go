@@ -143,6 +143,7 @@ type fusedHead struct {
 	revision            uint32
 	part, parts         uint32
 	spans, logs, points int
+	polluted            bool // flags hold FLAG_POLLUTED
 }
 
 // Field numbers of FusedTrace (operators/braidpb/braid/v1/braid.proto).
@@ -154,6 +155,9 @@ const (
 	fPoints   = 8
 	fPart     = 15
 	fParts    = 16
+	fFlags    = 10
+
+	flagPolluted = 7 // braidpb.Flag_FLAG_POLLUTED
 )
 
 // readFused reads the head of a FusedTrace without decoding its members.
@@ -181,6 +185,27 @@ func readFused(b []byte) (fusedHead, bool) {
 			case fPoints:
 				h.points++
 			}
+			b = b[l:]
+		case n == fFlags && typ == protowire.BytesType: // packed
+			v, l := protowire.ConsumeBytes(b)
+			if l < 0 {
+				return h, false
+			}
+			for len(v) > 0 {
+				f, k := protowire.ConsumeVarint(v)
+				if k < 0 {
+					return h, false
+				}
+				h.polluted = h.polluted || f == flagPolluted
+				v = v[k:]
+			}
+			b = b[l:]
+		case n == fFlags && typ == protowire.VarintType:
+			f, l := protowire.ConsumeVarint(b)
+			if l < 0 {
+				return h, false
+			}
+			h.polluted = h.polluted || f == flagPolluted
 			b = b[l:]
 		case typ == protowire.VarintType && (n == fRevision || n == fPart || n == fParts):
 			v, l := protowire.ConsumeVarint(b)
@@ -217,6 +242,10 @@ type trace struct {
 
 	revs      map[uint32]*revision
 	firstRead time.Time // first FusedTrace record of any revision
+	// top: the highest revision read (what a consumer keeps); flagged:
+	// it carries FLAG_POLLUTED.
+	top     uint32
+	flagged bool
 }
 
 // done reports whether a revision holding every member written so far was
@@ -330,6 +359,12 @@ func (t *tracker) readFused(now time.Time, v []byte) {
 	}
 	if tr.firstRead.IsZero() {
 		tr.firstRead = now
+	}
+	if len(tr.revs) == 0 || h.revision > tr.top {
+		tr.top, tr.flagged = h.revision, false
+	}
+	if h.revision == tr.top && h.polluted {
+		tr.flagged = true
 	}
 	r := tr.revs[h.revision]
 	if r == nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/hex"
+	"slices"
 	"testing"
 	"time"
 
@@ -83,6 +84,18 @@ func TestReadFused(t *testing.T) {
 	}
 	if _, ok := readFused(b[:len(b)-1]); ok {
 		t.Fatal("a truncated record reads")
+	}
+	// Flags, packed as proto3 writes them: FLAG_POLLUTED among others.
+	for _, flags := range [][]braidpb.Flag{{braidpb.Flag_FLAG_POLLUTED}, {braidpb.Flag_FLAG_NO_ROOT_SPAN, braidpb.Flag_FLAG_POLLUTED}, {braidpb.Flag_FLAG_NO_ROOT_SPAN}} {
+		ft.Flags = flags
+		b, err := proto.Marshal(ft)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, ok := readFused(b)
+		if want := slices.Contains(flags, braidpb.Flag_FLAG_POLLUTED); !ok || h.polluted != want {
+			t.Errorf("flags %v: polluted %v (ok %v), want %v", flags, h.polluted, ok, want)
+		}
 	}
 }
 
