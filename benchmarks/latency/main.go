@@ -300,12 +300,15 @@ type Incidents struct {
 	IncidentsRead  int        `json:"incidents_read"` // distinct ids
 	Latency        Latency    `json:"latency"`
 	Faults         []FaultLat `json:"faults"`
-	// Victims: the requests of those faults the simulator's truth says
-	// were polluted and whose traces have spans this run wrote (a
-	// cancelled request's retry has none); Flagged: those whose highest
-	// FusedTrace revision read carries FLAG_POLLUTED.
+	// Victims: the requests the simulator's truth says were polluted in
+	// the window and whose traces were first written in it, with spans
+	// (a cancelled request's retry has none), as the fused figures
+	// count them (the drain waits for those); Flagged: those whose
+	// highest FusedTrace revision read carries FLAG_POLLUTED.
 	Victims int `json:"victims"`
 	Flagged int `json:"victims_flagged"`
+	// Unflagged: the victims without the flag (at most 10).
+	Unflagged []string `json:"unflagged,omitempty"`
 }
 
 // FaultLat is one realised fault and its incident.
@@ -968,12 +971,15 @@ func incidentResult(res *Result, tr *tracker, truth simulator.Truth, logsTopic s
 	r.Latency = distribution(lat)
 	for _, v := range truth.KV.Polluted {
 		t := tr.traces[v.TraceID]
-		if !in(v.Time, from, to) || t == nil || t.want.spans == 0 {
+		if !in(v.Time, from, to) || t == nil || t.want.spans == 0 || !in(t.first, from, to) {
 			continue
 		}
 		r.Victims++
 		if t.flagged {
 			r.Flagged++
+		} else if len(r.Unflagged) < 10 {
+			r.Unflagged = append(r.Unflagged, fmt.Sprintf("%s (trace %s, %s via %s, fault %d, %.1fs into the window; %d revisions read)",
+				v.RequestID, v.TraceID, v.Trigger, v.Via, v.Fault, v.Time.Sub(from).Seconds(), len(t.revs)))
 		}
 	}
 }
@@ -989,6 +995,9 @@ func report(res *Result) {
 		f.First.P50Ms, f.First.P90Ms, f.First.P99Ms, f.First.MaxMs, f.FirstIncomplete)
 	fmt.Printf("incidents: %d faults scheduled, %d realised in the window, %d measured, %d missed, %d incidents read; p50 %.0f p99 %.0f max %.0f ms; FLAG_POLLUTED on %d of %d victims' traces\n",
 		in.FaultsScheduled, in.FaultsRealised, in.Measured, in.Missed, in.IncidentsRead, in.Latency.P50Ms, in.Latency.P99Ms, in.Latency.MaxMs, in.Flagged, in.Victims)
+	for _, u := range in.Unflagged {
+		fmt.Printf("  victim without FLAG_POLLUTED: %s\n", u)
+	}
 	for _, fl := range in.Faults {
 		if fl.Missed != "" {
 			fmt.Printf("  %s on %s: missed (%s)\n", fl.Trigger, fl.GPU, fl.Missed)
