@@ -713,7 +713,7 @@ func scrape(addr string, pick func(line string) string) map[string]float64 {
 }
 
 // endCounters are the counters a backlog run reports (Result.Counters).
-var endCounters = []string{"braid_fused_records_total", "braid_fused_revisions_total", "braid_late_members_total",
+var endCounters = []string{"braid_fused_records_total", "braid_fused_revisions_total", "braid_incident_tags_total", "braid_late_members_total",
 	"braid_dlq_messages_total", "braid_kv_events_total", "braid_pollution_incidents_total", "braid_members_total"}
 
 // sampleShares appends sample i of what braid's /metrics says holds its

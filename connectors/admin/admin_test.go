@@ -161,7 +161,7 @@ func parseText(t *testing.T, body string) map[string]string {
 func TestMetrics(t *testing.T) {
 	f := newFixture(t)
 	f.counters = Counters{
-		Messages: 100, Members: 900, Local: 40, Repartitioned: 9, Fused: 7, Revisions: 2, Late: 5, DLQ: 1,
+		Messages: 100, Members: 900, Local: 40, Repartitioned: 9, Fused: 7, Revisions: 2, IncidentTags: 6, TagsLate: 1, Late: 5, DLQ: 1,
 		UnjoinedLogs: 3, UnjoinedPoints: 4, Truncated: 6, OpenTraces: 11,
 	}
 	f.eng.stats.RecordsIn.Store(123)
@@ -188,6 +188,8 @@ func TestMetrics(t *testing.T) {
 		`braid_repartitioned_groups_total`:                             "9",
 		`braid_fused_records_total`:                                    "7",
 		`braid_fused_revisions_total`:                                  "2",
+		`braid_incident_tags_total`:                                    "6",
+		`braid_incident_tags_late_total`:                               "1",
 		`braid_late_members_total`:                                     "5",
 		`braid_dlq_messages_total`:                                     "1",
 		`braid_unjoined_members_total{signal="logs"}`:                  "3",

@@ -99,6 +99,10 @@ var (
 		"Fused records emitted, every revision.")
 	descRevisions = desc("braid_fused_revisions_total",
 		"Fused records emitted again with revision > 0 because late members arrived.")
+	descTags = desc("braid_incident_tags_total",
+		"Incident tags sent to the traces of the requests an incident names as polluted; a tag that reaches its trace after it was emitted revises it.")
+	descTagsLate = desc("braid_incident_tags_late_total",
+		"Incident tags that reached their trace after it was purged (past allowed_lateness after its end): dropped, counted here.")
 	descLate = desc("braid_late_members_total",
 		"Members sent to the late topic: further behind the watermark than allowed_lateness, for a trace already emitted and purged "+
 			"(within closed_retention), without a declared request id, or too far in the future.")
@@ -176,7 +180,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descConsumerLag, descLagRefreshed, descWatermarkLag, descWatermark, descCheckpoints, descTasks,
 		descStateBytes, descRecordsIn, descRecordsOut,
-		descMessages, descMembers, descLocal, descRepartitioned, descFused, descRevisions, descLate, descDLQ,
+		descMessages, descMembers, descLocal, descRepartitioned, descFused, descRevisions, descTags, descTagsLate, descLate, descDLQ,
 		descUnjoined, descTruncated, descOpenTraces, descTimers,
 		descDeclared, descResolved, descUnresolved, descOpenRequests, descResourcePoints, descResourceSamples, descResourceSeries,
 		descKVEvents, descPollutionEdges, descPolluted, descKVRestarts, descUnrelatedLines,
@@ -253,6 +257,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descRepartitioned, k.Repartitioned)
 		counter(descFused, k.Fused)
 		counter(descRevisions, k.Revisions)
+		counter(descTags, k.IncidentTags)
+		counter(descTagsLate, k.TagsLate)
 		counter(descLate, k.Late)
 		counter(descDLQ, k.DLQ)
 		counter(descUnjoined, k.UnjoinedLogs, "logs")

@@ -25,6 +25,8 @@ type Counters struct {
 	Repartitioned  int64 // trace groups sent to the repartition topic
 	Fused          int64 // fused records emitted, every revision
 	Revisions      int64 // of which revision > 0
+	IncidentTags   int64 // incident tags sent to polluted requests' traces
+	TagsLate       int64 // of which arrived after their trace was purged (dropped)
 	Late           int64 // members sent to the late topic
 	DLQ            int64 // messages sent to the dead-letter topic
 	UnjoinedLogs   int64 // log records without a trace id
