@@ -618,7 +618,7 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 	next := e.cfg.Now().Add(e.cfg.CheckpointInterval)
 	for {
 		due := e.follow.due(next)
-		if !e.follow.armed {
+		if !e.follow.armed && e.live() {
 			// An armed follow-up meets a request (followUpDue): the
 			// poll must not end before it is due.
 			due = e.wanted(due)
@@ -725,11 +725,14 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 				}
 			}
 		}
-		if now = e.cfg.Now(); now.Before(next) && !e.follow.armed && e.requestDue(now) {
+		if now = e.cfg.Now(); now.Before(next) && !e.follow.armed && e.requestDue(now) && e.live() {
 			// A task asked for a checkpoint by now (live KV events
 			// waiting on every task's commit) and no follow-up is on
 			// its way to meet it: one like a regular checkpoint, with
-			// its follow-ups; the schedule stays.
+			// its follow-ups; the schedule stays. Not while some task
+			// reads a backlog: a task that has caught up with its own
+			// sources would otherwise bring a checkpoint a second to
+			// the whole instance until the others have.
 			e.stats.RequestedCheckpoints.Add(1)
 			if err := e.checkpoint(true, 0); err != nil {
 				return err

@@ -90,7 +90,8 @@ func (e *Engine) markerPromise(r *kgo.Record, err error) {
 // window of its own, not the time since the last checkpoint: follow-ups
 // and requested checkpoints come often, and a busy task is seldom caught
 // up in a fraction of a second. Called once per checkpoint, while the
-// tasks are held in it.
+// tasks are held in it, and by the poll loop before a requested
+// checkpoint (Run goroutine only).
 func (e *Engine) live() bool {
 	since := e.cfg.Now().Add(-e.cfg.CheckpointInterval).UnixNano()
 	live := len(e.tasks) > 0
@@ -238,7 +239,9 @@ func (t *Task) markersMoved() bool {
 // at meets the request (its markers carry a later time): a follow-up on
 // its way, else one run for it like a regular checkpoint, with its
 // follow-ups, as soon as at has passed and Config.RequestSpacing since the
-// last regular or requested one. The regular schedule stays. A request at or before the
+// last regular or requested one, and only while every task of the instance
+// is live (caught up with its sources within the last interval). The
+// regular schedule stays. A request at or before the
 // start of the last checkpoint is met already (its markers are on their
 // way) and ignored, so a task may ask again on every watermark while it
 // waits. In a Harness it only records the request (Harness.Requested).
