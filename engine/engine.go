@@ -618,10 +618,10 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 	next := e.cfg.Now().Add(e.cfg.CheckpointInterval)
 	for {
 		due := e.follow.due(next)
-		if !e.follow.armed && e.live() {
-			// An armed follow-up meets a request (followUpDue): the
-			// poll must not end before it is due.
-			due = e.wanted(due)
+		if at := e.wanted(due); at.Before(due) && !e.follow.armed && e.live() {
+			// A request comes first. An armed follow-up meets it
+			// (followUpDue): the poll must not end before that is due.
+			due = at
 		}
 		e.waitQueued(ctx, due)
 		pollCtx, cancel := context.WithDeadline(ctx, due)

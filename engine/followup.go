@@ -241,10 +241,10 @@ func (t *Task) markersMoved() bool {
 // follow-ups, as soon as at has passed and Config.RequestSpacing since the
 // last regular or requested one, and only while every task of the instance
 // is live (caught up with its sources within the last interval). The
-// regular schedule stays. A request at or before the
-// start of the last checkpoint is met already (its markers are on their
-// way) and ignored, so a task may ask again on every watermark while it
-// waits. In a Harness it only records the request (Harness.Requested).
+// regular schedule stays. A request at or before the start of the last
+// checkpoint is met already (its markers are on their way) and ignored,
+// so a task may ask again on every watermark while it waits. In a Harness
+// it only records the request (Harness.Requested).
 func (t *Task) RequestCheckpoint(at int64) {
 	e := t.e
 	if at <= e.lastStart.Load() {
