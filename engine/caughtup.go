@@ -187,6 +187,30 @@ func (t *Task) CaughtUp() bool {
 	return true
 }
 
+// Live reports whether the instance is live as far as it can tell: this
+// task is caught up (CaughtUp) and every other task of the instance has
+// been caught up now or within the last checkpoint interval. False while
+// any of them reads a backlog, and for as long as CaughtUp is. A task that
+// receives nothing while Live is false is stalled (the poll loop held by
+// backpressure or a checkpoint, a slow sibling), not idle: operators take
+// processing-time shortcuts, such as flushing what input stopped feeding,
+// only when Live. Other instances' tasks are not seen; their repartitioned
+// records keep the task's own input flowing while they read.
+func (t *Task) Live() bool {
+	if !t.CaughtUp() {
+		return false
+	}
+	since := t.e.cfg.Now().Add(-t.e.cfg.CheckpointInterval).UnixNano()
+	t.e.mu.Lock()
+	defer t.e.mu.Unlock()
+	for _, pub := range t.e.mu.tasks {
+		if pub != &t.pub && !pub.caughtUp.Load() && pub.caughtUpAt.Load() < since {
+			return false
+		}
+	}
+	return true
+}
+
 // setCaught sets source i caught up or not, in every tracker. Task
 // goroutine.
 func (t *Task) setCaught(i int, c bool) {

@@ -115,3 +115,44 @@ func TestCaughtUpIdlenessOff(t *testing.T) {
 		t.Fatalf("watermark %d with caught-up idleness off, want the sparse input's 4s", got)
 	}
 }
+
+// TestLiveNeedsEveryTask: an instance is live while its task is caught up
+// now and every other task of the instance has been caught up within the
+// last checkpoint interval; one task reading a backlog for longer makes it
+// not live.
+func TestLiveNeedsEveryTask(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	h := twoSources(t, Config{CheckpointInterval: 5 * time.Second})
+	if h.Task().Live() {
+		t.Fatal("live before any report of the task's ends")
+	}
+	h.MarkCaughtUp()
+	if !h.Task().Live() {
+		t.Fatal("not live: the only task is caught up")
+	}
+	sibling := &published{}
+	h.e.mu.Lock()
+	h.e.mu.tasks[1] = sibling
+	h.e.mu.Unlock()
+	if h.Task().Live() {
+		t.Fatal("live while a sibling task was never caught up")
+	}
+	sibling.caughtUpAt.Store(t0.Add(-4 * time.Second).UnixNano())
+	if !h.Task().Live() {
+		t.Fatal("not live: the sibling was caught up 4s ago, within the 5s interval")
+	}
+	sibling.caughtUpAt.Store(t0.Add(-6 * time.Second).UnixNano())
+	if h.Task().Live() {
+		t.Fatal("live while the sibling has been behind for 6s")
+	}
+	sibling.caughtUp.Store(true)
+	if !h.Task().Live() {
+		t.Fatal("not live: the sibling is caught up now")
+	}
+	if err := h.Process(0, stamped(10)); err != nil {
+		t.Fatal(err)
+	}
+	if h.Task().Live() {
+		t.Fatal("live although the task itself has a record since its last report")
+	}
+}

@@ -434,6 +434,13 @@ func runBacklog(ctx context.Context, o options, res *Result, cl *kgo.Client, sim
 	res.ReadSec = time.Since(readStart).Seconds()
 	res.ReadMBps = float64(w.Bytes) / 1e6 / res.ReadSec
 	res.Counters = scrape(o.admin, func(line string) string {
+		if rest, ok := strings.CutPrefix(line, "braid_evictions_total{"); ok {
+			// by share: what the budget made braid give up early
+			if j := strings.Index(rest, `share="`); j >= 0 {
+				share := rest[j+7:]
+				return "braid_evictions_total:" + share[:strings.IndexByte(share, '"')]
+			}
+		}
 		for _, name := range endCounters {
 			if strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{") {
 				return name
@@ -714,7 +721,8 @@ func scrape(addr string, pick func(line string) string) map[string]float64 {
 
 // endCounters are the counters a backlog run reports (Result.Counters).
 var endCounters = []string{"braid_fused_records_total", "braid_fused_revisions_total", "braid_incident_tags_total", "braid_late_members_total",
-	"braid_dlq_messages_total", "braid_kv_events_total", "braid_pollution_incidents_total", "braid_members_total"}
+	"braid_dlq_messages_total", "braid_kv_events_total", "braid_pollution_incidents_total", "braid_members_total",
+	"braid_idle_flushed_traces_total", "braid_early_checkpoints_total", "braid_followup_checkpoints_total", "braid_requested_checkpoints_total"}
 
 // sampleShares appends sample i of what braid's /metrics says holds its
 // memory to res.Shares: braid_memory_bytes by share (summed over tasks),

@@ -103,6 +103,8 @@ var (
 		"Incident tags sent to the traces of the requests an incident names as polluted; a tag that reaches its trace after it was emitted revises it.")
 	descTagsLate = desc("braid_incident_tags_late_total",
 		"Incident tags that reached their trace after it was purged (past allowed_lateness after its end): dropped, counted here.")
+	descIdleFlushed = desc("braid_idle_flushed_traces_total",
+		"Traces emitted by the processing-time flush (flush_after without input) before event time closed them; more members or the close in event time revise them.")
 	descLate = desc("braid_late_members_total",
 		"Members sent to the late topic: further behind the watermark than allowed_lateness, for a trace already emitted and purged "+
 			"(within closed_retention), without a declared request id, or too far in the future.")
@@ -180,7 +182,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descConsumerLag, descLagRefreshed, descWatermarkLag, descWatermark, descCheckpoints, descTasks,
 		descStateBytes, descRecordsIn, descRecordsOut,
-		descMessages, descMembers, descLocal, descRepartitioned, descFused, descRevisions, descTags, descTagsLate, descLate, descDLQ,
+		descMessages, descMembers, descLocal, descRepartitioned, descFused, descRevisions, descTags, descTagsLate, descIdleFlushed, descLate, descDLQ,
 		descUnjoined, descTruncated, descOpenTraces, descTimers,
 		descDeclared, descResolved, descUnresolved, descOpenRequests, descResourcePoints, descResourceSamples, descResourceSeries,
 		descKVEvents, descPollutionEdges, descPolluted, descKVRestarts, descUnrelatedLines,
@@ -259,6 +261,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descRevisions, k.Revisions)
 		counter(descTags, k.IncidentTags)
 		counter(descTagsLate, k.TagsLate)
+		counter(descIdleFlushed, k.IdleFlushed)
 		counter(descLate, k.Late)
 		counter(descDLQ, k.DLQ)
 		counter(descUnjoined, k.UnjoinedLogs, "logs")

@@ -27,6 +27,7 @@ type Counters struct {
 	Revisions      int64 // of which revision > 0
 	IncidentTags   int64 // incident tags sent to polluted requests' traces
 	TagsLate       int64 // of which arrived after their trace was purged (dropped)
+	IdleFlushed    int64 // traces emitted by the processing-time flush before event time closed them
 	Late           int64 // members sent to the late topic
 	DLQ            int64 // messages sent to the dead-letter topic
 	UnjoinedLogs   int64 // log records without a trace id

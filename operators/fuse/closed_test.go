@@ -86,6 +86,7 @@ func TestRestoreFlushesOpenTracesWithoutInput(t *testing.T) {
 				t.Fatal(err)
 			}
 			restarted := h.now
+			h.MarkCaughtUp() // traffic stopped: the task read its partitions to their end
 			if silent > 0 {
 				h.SetNow(restarted.Add(silent))
 				if err := h.Advance(); err != nil {
@@ -413,5 +414,40 @@ func TestClosedTracesManyBucketsSurviveRestart(t *testing.T) {
 	}
 	if n := values(); n != 0 {
 		t.Fatalf("%d closed-traces values after every tombstone expired", n)
+	}
+}
+
+// TestIdleFlushWaitsWhileBehind: a task that receives nothing for
+// flush_after while it is behind its input (not caught up: a backlog, the
+// poll loop held by the memory budget) is stalled, not idle — its traces
+// stay open for event time to close them once; caught up, it flushes them.
+func TestIdleFlushWaitsWhileBehind(t *testing.T) {
+	const flush = 5 * time.Second
+	h := newHarness(t, 1, func(c *Config) { c.FlushAfter = flush })
+	ts := genTraces(rand.New(rand.NewPCG(83, 84)), 12, base)
+	for _, m := range messages(ts) {
+		h.feed(m.input, m.key, m.value)
+	}
+	for _, d := range []time.Duration{flush, 10 * flush, 100 * flush} {
+		h.SetNow(h.now.Add(d))
+		if err := h.Advance(); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(h.out("braid.fused")); n != 0 {
+			t.Fatalf("%d traces emitted %v after the last input while the task is behind", n, d)
+		}
+	}
+	if n := h.stage.Counters().IdleFlushed.Load(); n != 0 {
+		t.Fatalf("IdleFlushed %d while behind", n)
+	}
+	h.MarkCaughtUp()
+	if err := h.Advance(); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.fused(); len(got) != len(ts) {
+		t.Fatalf("%d of %d traces flushed once caught up", len(got), len(ts))
+	}
+	if n := h.stage.Counters().IdleFlushed.Load(); n != int64(len(ts)) {
+		t.Fatalf("IdleFlushed %d, want %d", n, len(ts))
 	}
 }

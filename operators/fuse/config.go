@@ -94,8 +94,10 @@ type Config struct {
 	// FlushAfter: once the task has received nothing for this long in
 	// processing time (traffic stopped), the traces that received nothing
 	// for this long are emitted even if the watermark has not passed them.
-	// Later members still revise them. Default 10s; negative disables (replay, where only event
-	// time may decide output).
+	// Only while the instance is live (engine.Task.Live): a job stalled
+	// behind a backlog is not idle. Later members still revise them.
+	// Default 10s; negative disables (replay, where only event time may
+	// decide output).
 	FlushAfter time.Duration
 	// ClosedRetention: how long, in event time, a task remembers a trace
 	// after purging it (its id and next revision, a tombstone): a member

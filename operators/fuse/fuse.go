@@ -47,6 +47,7 @@ type Counters struct {
 	ResourcePoint    atomic.Int64 // metric points without an exemplar written to the resources table
 	Truncated        atomic.Int64 // members cut by a per-trace cap
 	Evicted          atomic.Int64 // open traces emitted early and dropped from memory because MaxOpenTraceBytes was reached (a later member revises them)
+	IdleFlushed      atomic.Int64 // dirty traces emitted by the processing-time flush (FlushAfter) before event time closed them
 	Spills           atomic.Int64 // times pending members were written to state before a checkpoint because MaxOpenTraceBytes was reached
 	OpenTraces       atomic.Int64 // traces in state
 	OpenTraceBytes   atomic.Int64 // gauge: memory of open traces (MaxOpenTraceBytes share), bytes
@@ -667,15 +668,18 @@ func (p *processor) OnWatermark(t *engine.Task, wm int64) error {
 }
 
 // flushIdle emits the dirty traces that received nothing for FlushAfter,
-// once the task itself has received nothing for that long.
+// once the task itself has received nothing for that long and the
+// instance is live (engine.Task.Live).
 func (p *processor) flushIdle(t *engine.Task, wm int64) error {
 	if p.cfg.FlushAfter <= 0 {
 		return nil
 	}
 	deadline := t.Now().UnixNano() - int64(p.cfg.FlushAfter)
-	if p.lastInput > deadline {
+	if p.lastInput > deadline || !t.Live() {
 		// Input is still flowing (perhaps a backlog far behind in event
-		// time): the watermark will close the traces.
+		// time), or it stopped only because the job is behind (a task
+		// reading a backlog, the poll loop held by backpressure): the
+		// watermark will close the traces, once, with every member.
 		return nil
 	}
 	for p.touchHead < len(p.touched) && p.touched[p.touchHead].at <= deadline {
@@ -689,6 +693,7 @@ func (p *processor) flushIdle(t *engine.Task, wm int64) error {
 		if err := p.emit(t, tr, wm); err != nil {
 			return err
 		}
+		p.s.counters.IdleFlushed.Add(1)
 		// Emitted before the resources table has the trace's window (its
 		// samples may still come): still changed, so that the close in
 		// event time, which waits for the table, emits it again with its

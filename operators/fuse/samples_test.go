@@ -148,7 +148,10 @@ func TestFlushedTraceRevisedWithItsWindow(t *testing.T) {
 	id[0] = 0x42
 	key := string(otlp.AppendTraceIDHex(nil, id))
 	c.feed(0, inSpans, nil, placedSpan(id, base.Add(1500*time.Millisecond), base.Add(3500*time.Millisecond)))
-	for range 4 { // traffic stops: flush_after passes
+	for _, h := range c.hs { // traffic stops: read to the end
+		h.MarkCaughtUp()
+	}
+	for range 4 { // flush_after passes
 		c.checkpoint(time.Second)
 	}
 	first := c.fused()[key]

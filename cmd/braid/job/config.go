@@ -151,7 +151,8 @@ type Config struct {
 		AllowedLateness time.Duration `yaml:"allowed_lateness"`
 		// FlushAfter: a trace that received nothing for this long in
 		// processing time is emitted even before the watermark passes it
-		// (traffic stopped). Default 10s.
+		// (traffic stopped), unless the job is behind its input (a backlog
+		// stalls, it is not idle). Default 10s.
 		FlushAfter time.Duration `yaml:"flush_after"`
 		// ClosedRetention: how long (event time) a task remembers a trace
 		// it emitted and purged; a member for it meanwhile goes to the late

@@ -318,7 +318,7 @@ func (o *observability) attach(cfg *Config, eng *engine.Engine, stage *fuse.Stag
 		k := admin.Counters{
 			Messages: c.Messages.Load(), Members: c.Members.Load(), Local: c.Local.Load(), Repartitioned: c.Repartitioned.Load(),
 			Fused: c.Fused.Load(), Revisions: c.Revisions.Load(), Late: c.Late.Load(), DLQ: c.DLQ.Load(),
-			IncidentTags: c.IncidentTags.Load(), TagsLate: c.IncidentTagsLate.Load(),
+			IncidentTags: c.IncidentTags.Load(), TagsLate: c.IncidentTagsLate.Load(), IdleFlushed: c.IdleFlushed.Load(),
 			UnjoinedLogs: c.UnjoinedLogs.Load(), UnjoinedPoints: c.UnjoinedPoint.Load(), Truncated: c.Truncated.Load(),
 			OpenTraces: c.OpenTraces.Load(),
 			Declared:   c.Declared.Load(), Resolved: c.Resolved.Load(), Unresolved: c.Unresolved.Load(), OpenRequests: c.OpenRequests.Load(),
