@@ -156,7 +156,7 @@ func run(o options) error {
 			return err
 		}
 		defer os.RemoveAll(dir)
-		if bin, err = braidproc.Build(dir); err != nil {
+		if bin, err = braidproc.Build(dir, false); err != nil {
 			return err
 		}
 	}

@@ -31,6 +31,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -50,6 +51,8 @@ import (
 type options struct {
 	brokers []string
 	admin   string // braid's admin.addr: a free loopback port
+	heapDir string // -heap-profiles
+	cgo     bool   // -cgo
 
 	warmupBacklog, warmup time.Duration
 	bytes                 int64
@@ -90,6 +93,8 @@ func main() {
 	flag.BoolVar(&o.keepTopics, "keep-topics", false, "do not delete the topics at the end")
 	flag.BoolVar(&o.verbose, "v", false, "pass braid's log through")
 	flag.StringVar(&o.note, "note", "", "free text stored in the result")
+	flag.BoolVar(&o.cgo, "cgo", false, "build braid with cgo (Pebble's block cache and memtables in C memory, outside Go's memory limit); default: without, as make build does")
+	flag.StringVar(&o.heapDir, "heap-profiles", "", "backlog mode: directory to write braid's live-heap profile into every 30 s of reading (heap-NNNs.pb.gz, after a GC)")
 	flag.BoolVar(&o.steady, "steady", false, "steady mode: produce at -rate in real time for -duration while braid runs")
 	flag.DurationVar(&o.duration, "duration", time.Hour, "steady mode: how long to produce")
 	flag.Float64Var(&o.rate, "rate", 100, "steady mode: requests a second")
@@ -164,6 +169,7 @@ type Result struct {
 	Time      time.Time `json:"time"`
 	Note      string    `json:"note,omitempty"`
 	Command   string    `json:"command"`
+	Cgo       bool      `json:"cgo"` // braid built with cgo (-cgo)
 	Machine   Machine   `json:"machine"`
 
 	BudgetBytes   int64 `json:"memory_budget_bytes"`
@@ -227,7 +233,7 @@ type Machine = machine.Info
 
 func run(o options) error {
 	res := Result{Benchmark: "memory", Mode: "backlog", Time: time.Now().UTC(), Note: o.note, Machine: machine.Read(),
-		Command: "go run ./benchmarks/memory " + strings.Join(os.Args[1:], " "), BudgetBytes: o.budget, ConstantBytes: o.constant}
+		Command: "go run ./benchmarks/memory " + strings.Join(os.Args[1:], " "), BudgetBytes: o.budget, ConstantBytes: o.constant, Cgo: o.cgo}
 	if o.steady {
 		res.Mode = "steady"
 	}
@@ -259,7 +265,7 @@ func run(o options) error {
 			return err
 		}
 		defer os.RemoveAll(dir)
-		if bin, err = braidproc.Build(dir); err != nil {
+		if bin, err = braidproc.Build(dir, o.cgo); err != nil {
 			return err
 		}
 	}
@@ -386,7 +392,7 @@ func runBacklog(ctx context.Context, o options, res *Result, cl *kgo.Client, sim
 	tick := time.NewTicker(o.sample)
 	defer tick.Stop()
 	deadline := time.Now().Add(o.timeout)
-	lastCheck := time.Time{}
+	lastCheck, lastHeap := time.Time{}, time.Now()
 	for {
 		select {
 		case err := <-b.Done:
@@ -398,6 +404,10 @@ func runBacklog(ctx context.Context, o options, res *Result, cl *kgo.Client, sim
 			sampleShares(o.admin, res, len(res.RSS))
 			res.RSS = append(res.RSS, st.rss)
 			res.PeakRSSBytes = max(res.PeakRSSBytes, st.hwm)
+		}
+		if o.heapDir != "" && time.Since(lastHeap) >= 30*time.Second {
+			lastHeap = time.Now()
+			saveHeap(o.admin, filepath.Join(o.heapDir, fmt.Sprintf("heap-%03.0fs.pb.gz", time.Since(readStart).Seconds())))
 		}
 		if time.Since(lastCheck) < 2*time.Second {
 			continue
@@ -760,5 +770,23 @@ func sampleShares(addr string, res *Result, i int) {
 			v = -1
 		}
 		res.Shares[k] = append(res.Shares[k], int64(v))
+	}
+}
+
+// saveHeap writes braid's heap profile (in-use objects after a forced GC)
+// to path; a failure is reported and otherwise ignored.
+func saveHeap(addr, path string) {
+	c := http.Client{Timeout: 30 * time.Second}
+	resp, err := c.Get("http://" + addr + "/debug/pprof/heap?gc=1")
+	if err == nil {
+		defer resp.Body.Close()
+		var f *os.File
+		if f, err = os.Create(path); err == nil {
+			_, err = io.Copy(f, resp.Body)
+			err = errors.Join(err, f.Close())
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "heap profile: %v\n", err)
 	}
 }

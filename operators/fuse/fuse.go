@@ -72,6 +72,7 @@ type Counters struct {
 	IncidentTagsLate atomic.Int64 // of which arrived after their trace was purged
 	KVBuffered       atomic.Int64 // KV events held until the watermark passes them
 	KVSpilled        atomic.Int64 // of which held in state only, their members over KVGraph.MaxKVBufferBytes
+	KVPointReads     atomic.Int64 // spilled KV events read back alone: they came after later ones had been released (readAhead)
 	KVLateEvents     atomic.Int64 // KV events that arrived behind the watermark (handed over at once)
 }
 
@@ -246,6 +247,7 @@ type processor struct {
 	kvBytes      int64             // memory of kvBuf (kvEventBytes) and kvAhead, bounded by KVGraph.MaxKVBufferBytes
 	kvAheadBytes int64             // of which kvAhead's values
 	kvAhead      map[uint64][]byte // by seq: members read from state ahead of their turn (readAhead)
+	kvFront      kvEvent           // the latest stored event deleted (time, seq): every KV tombstone is at or before its key
 	kvBacklog    bool
 
 	// resolve stage

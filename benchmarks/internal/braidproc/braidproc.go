@@ -20,11 +20,18 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
-// Build compiles ./cmd/braid (run from the repository root) into dir and
-// returns the binary's path.
-func Build(dir string) (string, error) {
+// Build compiles ./cmd/braid (run from the repository root) into dir as
+// `make build` does, without cgo (Pebble's block cache and memtables then
+// live on the Go heap, under the memory limit braid sets), or with cgo
+// (they are C memory, beside it), and returns the binary's path.
+func Build(dir string, cgo bool) (string, error) {
 	bin := filepath.Join(dir, "braid")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/braid").CombinedOutput(); err != nil {
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/braid")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if cgo {
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("build braid: %v\n%s", err, out)
 	}
 	return bin, nil
