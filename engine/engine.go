@@ -146,12 +146,13 @@ type Config struct {
 	// FetchBufferBytes bounds the records polled but not yet processed by
 	// the tasks, in bytes (RecordBytes): the poll loop stops polling while
 	// the tasks' queues hold more (one poll may overshoot it by up to
-	// MaxPollRecords records). The client's own fetch buffer holds up to
-	// 4 fetches of at most FetchBufferBytes/fetchShareDiv bytes each as
-	// the brokers send them (at least MaxRecordBytes), decompressed once
-	// received: an eighth of FetchBufferBytes compressed, about half of
-	// it at 4× compression, so that fetched input takes about 1.5 ×
-	// FetchBufferBytes. Default 64 MiB.
+	// MaxPollRecords records). The client's own fetch buffer is bounded
+	// at half of it (4 concurrent fetches of FetchBufferBytes/8 each, at
+	// least MaxRecordBytes), so fetched input takes at most about 1.5 ×
+	// FetchBufferBytes (more when batches decompress). Smaller fetches
+	// (/32) read the input partitions further apart in event time: the KV
+	// buffer overflowed (86 incidents instead of 6 on the 600 MB KV fleet
+	// of the memory benchmark). Default 64 MiB.
 	FetchBufferBytes int64
 	// PendingStateBytes bounds the state writes of all tasks that wait
 	// for the next checkpoint (Pebble's indexed batches, which the tasks
@@ -184,18 +185,6 @@ type Config struct {
 	// stream of requests brings about one checkpoint, with its
 	// follow-ups, per RequestSpacing. Default 1s.
 	RequestSpacing time.Duration
-}
-
-// fetchShareDiv divides FetchBufferBytes into the most one fetch may
-// bring, in compressed bytes: franz-go keeps up to 4 fetches (MaxConcurrentFetches),
-// decompressed as they arrive, before the poll loop takes their records;
-// Collector batches of OTLP compress about 3–5×.
-const fetchShareDiv = 32
-
-// fetchMaxBytes is the most one fetch and one partition of it may bring
-// (compressed): FetchBufferBytes/fetchShareDiv, at least MaxRecordBytes.
-func (e *Engine) fetchMaxBytes() int32 {
-	return int32(min(max(e.cfg.FetchBufferBytes/fetchShareDiv, int64(e.cfg.MaxRecordBytes)), 1<<30))
 }
 
 // Defaults of Config's buffer bounds.
@@ -576,8 +565,7 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 		kgo.OnPartitionsLost(e.onRevoked),
 		kgo.MaxBufferedRecords(producerBufferRecords),
 		kgo.MaxBufferedBytes(int(min(e.cfg.ProducerBufferBytes, 1<<40))),
-		kgo.FetchMaxBytes(e.fetchMaxBytes()),
-		kgo.FetchMaxPartitionBytes(e.fetchMaxBytes()),
+		kgo.FetchMaxBytes(int32(min(max(e.cfg.FetchBufferBytes/8, int64(e.cfg.MaxRecordBytes)), 1<<30))),
 		kgo.MaxConcurrentFetches(4),
 		// Room for a record of MaxRecordBytes with its record and batch
 		// overhead; the broker's own limit is message.max.bytes.
