@@ -149,7 +149,7 @@ var (
 		"share")
 	descEvictions = desc("braid_evictions_total",
 		"What a full share of state.memory_budget pushed out: open traces emitted early, closed-trace tombstones forgotten early, waiting logs sent to the late topic, "+
-			"KV events released early, detector blocks/requests/incidents forgotten, resource series removed.",
+			"KV events moved wholly to state (kv_buffer: their places too), detector blocks/requests/incidents forgotten, resource series removed.",
 		"share")
 	descDropped = desc("braid_dropped_total",
 		"Records or items dropped by policy, by reason (errors.<stage>: skip, items cut to fit limits.max_message_bytes).",

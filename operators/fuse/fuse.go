@@ -73,6 +73,7 @@ type Counters struct {
 	KVBuffered       atomic.Int64 // KV events held until the watermark passes them
 	KVSpilled        atomic.Int64 // of which held in state only, their members over KVGraph.MaxKVBufferBytes
 	KVPointReads     atomic.Int64 // spilled KV events read back alone: they came after later ones had been released (readAhead)
+	KVShed           atomic.Int64 // held KV events whose places left memory too, the places alone over KVGraph.MaxKVBufferBytes (shedPlaces)
 	KVLateEvents     atomic.Int64 // KV events that arrived behind the watermark (handed over at once)
 }
 
@@ -248,6 +249,12 @@ type processor struct {
 	kvAheadBytes int64             // of which kvAhead's values
 	kvAhead      map[uint64][]byte // by seq: members read from state ahead of their turn (readAhead)
 	kvFront      kvEvent           // the latest stored event deleted (time, seq): every KV tombstone is at or before its key
+	// KV events held in state only (shedPlaces): every held event at or
+	// after kvHorizon, none before it; kvUnplacedArrived is the latest
+	// processing time one of them arrived (their LiveHold counts from it).
+	kvUnplaced        int64
+	kvHorizon         kvEvent
+	kvUnplacedArrived int64
 	kvBacklog    bool
 
 	// resolve stage
@@ -651,8 +658,8 @@ func (p *processor) OnWatermark(t *engine.Task, wm int64) error {
 	// backlog beyond this call's slice): it would expire and close on
 	// state those events still change.
 	kvWM := wm
-	if len(p.kvBuf) > 0 && p.kvBuf[0].time <= wm {
-		kvWM = p.kvBuf[0].time - 1
+	if ts, _, ok := p.kvNext(); ok && ts <= wm {
+		kvWM = ts - 1
 	}
 	if err := p.kv.OnWatermark(t, kvWM); err != nil {
 		return err
@@ -1057,7 +1064,7 @@ func (p *processor) Close() error {
 	c := &p.s.counters
 	c.OpenTraces.Add(-int64(len(p.traces) + p.evicted))
 	c.OpenRequests.Add(-int64(len(p.requests)))
-	c.KVBuffered.Add(-int64(len(p.kvBuf)))
+	c.KVBuffered.Add(-int64(len(p.kvBuf)) - p.kvUnplaced)
 	p.addKVBytes(-p.kvBytes)
 	c.OpenTraceBytes.Add(-p.reportedOpen)
 	c.WaitingLogBytes.Add(-p.reportedWaiting)
@@ -1067,6 +1074,7 @@ func (p *processor) Close() error {
 	clear(p.traces)
 	clear(p.requests)
 	p.kvBuf, p.kvBytes, p.kvAhead, p.kvAheadBytes, p.evicted = nil, 0, nil, 0, 0
+	p.kvUnplaced = 0
 	if p.alerts != nil {
 		p.alerts.Close()
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -175,11 +176,14 @@ const prefixKV = byte('v')
 // passes ts. When the held events' members take more than
 // MaxKVBufferBytes, a new one goes to state at once and only its place is
 // kept in memory (Counters.KVSpilled); it is read back when its turn
-// comes, so the detector still sees events in order however long the
-// hold. Only when the places alone fill the share do the oldest go to the
-// detector early (kvgraph.Counters.EarlyReleased): in order among
-// themselves, but an event that arrives later with an earlier time is
-// handed over after them (as a late one is).
+// comes. When the places alone fill the share, the latest half of them
+// leave memory too (Counters.KVShed): every held event from the first of
+// those on (kvHorizon) is in state only, and an event that arrives at or
+// after it goes there at once; they come back in key order, a share's
+// half at a time, once the events before them are released (refillKV).
+// Order is kept however long the hold and however far apart the inputs
+// are read: nothing goes to the detector before the watermark (or, live,
+// LiveHold) releases it.
 func (p *processor) bufferKV(t *engine.Task, rec []byte, ts, read int64) error {
 	if ts <= t.Watermark() {
 		p.s.counters.KVLateEvents.Add(1)
@@ -187,10 +191,19 @@ func (p *processor) bufferKV(t *engine.Task, rec []byte, ts, read int64) error {
 	}
 	ev := &kvEvent{time: ts, seq: p.kvSeq, arrived: read, member: rec}
 	p.kvSeq++
+	p.s.counters.KVBuffered.Add(1)
+	if p.kvUnplaced > 0 && !ev.before(&p.kvHorizon) {
+		// Among the events in state only: it waits there with them.
+		if err := t.State.Set(kvKey(p.key[:0], ev), rec); err != nil {
+			return fmt.Errorf("fuse: write KV event: %w", err)
+		}
+		p.kvUnplaced++
+		p.kvUnplacedArrived = max(p.kvUnplacedArrived, read)
+		return nil
+	}
 	p.kvBuf.push(ev)
 	p.kvNew = append(p.kvNew, ev)
 	p.addKVBytes(kvEventBytes(ev))
-	p.s.counters.KVBuffered.Add(1)
 	// Over the share: members go to state, the latest first (a min-heap's
 	// last slots hold the events needed last), down to 7/8 of it and while
 	// any member is in memory, so that the walk back over the members
@@ -215,16 +228,111 @@ func (p *processor) bufferKV(t *engine.Task, rec []byte, ts, read int64) error {
 				}
 			}
 		}
+		if p.kvBytes > limit {
+			return p.shedPlaces(t)
+		}
 	}
-	for p.kvBytes > p.cfg.KVGraph.MaxKVBufferBytes && len(p.kvBuf) > 0 {
-		p.kvCounters().EarlyReleased.Add(1)
-		// The events read ahead for this one leave in this loop too:
-		// one scan of state for kvReadAhead of them, not one each.
-		if err := p.popKV(t, true); err != nil {
+	return nil
+}
+
+// shedPlaces is bufferKV's last resort, the places alone over the share:
+// the read-ahead copies go, then the latest half of the held events leave
+// memory for state, the first of them the new kvHorizon (every held event
+// at or after it is in state only). One sort per half share of new
+// places: the heap sorted is a heap still.
+func (p *processor) shedPlaces(t *engine.Task) error {
+	for seq, v := range p.kvAhead {
+		delete(p.kvAhead, seq)
+		p.addAheadBytes(-int64(len(v)))
+	}
+	if p.kvBytes <= p.cfg.KVGraph.MaxKVBufferBytes || len(p.kvBuf) < 2 {
+		return nil
+	}
+	slices.SortFunc(p.kvBuf, func(a, b *kvEvent) int {
+		if a.before(b) {
+			return -1
+		}
+		return 1
+	})
+	keep := len(p.kvBuf) / 2
+	for _, ev := range p.kvBuf[keep:] {
+		if err := p.spill(t, ev); err != nil {
+			return err
+		}
+		if !ev.stored { // a member spill wrote; one in memory only is written here
+			return fmt.Errorf("fuse: KV event at %d (seq %d) shed without a copy in state", ev.time, ev.seq)
+		}
+		p.addKVBytes(-kvPlaceBytes)
+		p.kvUnplacedArrived = max(p.kvUnplacedArrived, ev.arrived)
+	}
+	p.kvHorizon = kvEvent{time: p.kvBuf[keep].time, seq: p.kvBuf[keep].seq}
+	shed := len(p.kvBuf) - keep
+	p.kvUnplaced += int64(shed)
+	p.s.counters.KVShed.Add(int64(shed))
+	clear(p.kvBuf[keep:])
+	p.kvBuf = p.kvBuf[:keep]
+	// The events kept may still hold members over the share.
+	for i := len(p.kvBuf) - 1; i >= 0 && p.kvBytes > p.cfg.KVGraph.MaxKVBufferBytes; i-- {
+		if err := p.spill(t, p.kvBuf[i]); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// refillKV brings the events in state only back into memory, from
+// kvHorizon on in key order, while they take at most half the share
+// (their places, and their members while there is room), and moves
+// kvHorizon past them. The buffer holds no place then (its events all
+// came before kvHorizon and left): what it reads are the next events due.
+func (p *processor) refillKV(t *engine.Task) error {
+	start := kvKey(nil, &p.kvHorizon)
+	it, err := t.State.Iter(start, []byte{prefixKV + 1})
+	if err != nil {
+		return fmt.Errorf("fuse: read KV events held in state: %w", err)
+	}
+	defer it.Close()
+	room := p.cfg.KVGraph.MaxKVBufferBytes / 2
+	for it.First(); it.Valid(); it.Next() {
+		k, v := it.Key(), it.Value()
+		if len(k) != 17 {
+			continue
+		}
+		ev := &kvEvent{time: int64(binary.BigEndian.Uint64(k[1:]) ^ (1 << 63)), seq: binary.BigEndian.Uint64(k[9:]),
+			arrived: p.kvUnplacedArrived, stored: true}
+		if len(p.kvBuf) > 0 && p.kvBytes+kvPlaceBytes > room {
+			p.kvHorizon = *ev
+			return nil
+		}
+		if p.kvBytes+int64(len(v))+kvPlaceBytes <= room {
+			ev.member = append([]byte(nil), v...)
+		} else {
+			ev.spilled = true
+		}
+		p.kvBuf = append(p.kvBuf, ev) // in key order: a heap
+		p.addKVBytes(kvEventBytes(ev))
+		p.kvUnplaced--
+	}
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("fuse: read KV events held in state: %w", err)
+	}
+	if p.kvUnplaced != 0 {
+		return fmt.Errorf("fuse: %d KV events held in state missing", p.kvUnplaced)
+	}
+	p.kvUnplacedArrived = math.MinInt64
+	return nil
+}
+
+// kvNext is the earliest held event's time and processing time of
+// arrival; ok false when none is held.
+func (p *processor) kvNext() (ts, arrived int64, ok bool) {
+	if len(p.kvBuf) > 0 {
+		return p.kvBuf[0].time, p.kvBuf[0].arrived, true
+	}
+	if p.kvUnplaced > 0 {
+		return p.kvHorizon.time, p.kvUnplacedArrived, true
+	}
+	return 0, 0, false
 }
 
 // spill keeps ev's member in state only.
@@ -293,28 +401,34 @@ func (p *processor) releaseKV(t *engine.Task, wm int64, budget int) error {
 			heldSince = min(t.Now().UnixNano(), h) - int64(hold)
 		}
 	}
-	for n := 0; len(p.kvBuf) > 0 && (p.kvBuf[0].time <= wm || p.kvBuf[0].arrived <= heldSince); n++ {
+	for n := 0; ; n++ {
+		ts, arrived, ok := p.kvNext()
+		if !ok || ts > wm && arrived > heldSince {
+			if ok && heldSince != math.MinInt64 {
+				// The earliest event left waits for the markers of a
+				// checkpoint taken LiveHold after it was read: ask for
+				// that one rather than wait for the regular schedule.
+				t.RequestCheckpoint(arrived + int64(p.cfg.KVGraph.LiveHold))
+			}
+			return nil
+		}
 		if n == budget {
 			p.kvBacklog = true
 			return nil
 		}
-		if err := p.popKV(t, false); err != nil {
+		if len(p.kvBuf) == 0 {
+			if err := p.refillKV(t); err != nil {
+				return err
+			}
+		}
+		if err := p.popKV(t); err != nil {
 			return err
 		}
 	}
-	if heldSince != math.MinInt64 && len(p.kvBuf) > 0 {
-		// The earliest event left waits for the markers of a
-		// checkpoint taken LiveHold after it was read: ask for that
-		// one rather than wait for the regular schedule.
-		t.RequestCheckpoint(p.kvBuf[0].arrived + int64(p.cfg.KVGraph.LiveHold))
-	}
-	return nil
 }
 
-// popKV hands the earliest held event to the kvgraph processor. over: the
-// buffer is over its share and the caller goes on popping while it is, so
-// a spilled event's read-ahead may take the share's room (see readAhead).
-func (p *processor) popKV(t *engine.Task, over bool) error {
+// popKV hands the earliest held event to the kvgraph processor.
+func (p *processor) popKV(t *engine.Task) error {
 	ev := p.kvBuf.pop()
 	p.s.counters.KVBuffered.Add(-1)
 	p.addKVBytes(-kvEventBytes(ev))
@@ -327,7 +441,7 @@ func (p *processor) popKV(t *engine.Task, over bool) error {
 		}
 	} else if ev.spilled {
 		var err error
-		if m, err = p.readAhead(t, ev, over); err != nil {
+		if m, err = p.readAhead(t, ev); err != nil {
 			return err
 		}
 	}
@@ -352,17 +466,16 @@ const kvReadAhead = 64
 
 // readAhead reads ev's member from state, and the members of the next
 // stored events into kvAhead while the share has room for them (counted
-// in kvBytes; an event held in memory too drops its copy when it leaves).
-// over: the caller releases events until the buffer is back within its
-// share, the read-ahead ones first, so they are read whatever the room
-// (the share is passed by at most kvReadAhead members, for that loop).
+// in kvBytes; an event held in memory too drops its copy when it leaves),
+// up to kvHorizon (the events after it are read by refillKV).
 //
 // An event before the latest one deleted (kvFront: one that arrived out of
-// order while the buffer released early) is read alone, with a point read:
-// the keys after it are the tombstones of the events released meanwhile,
-// which a scan would step over one by one — hundreds of thousands for
-// every such event on a 3 GB backlog (90 % of the CPU).
-func (p *processor) readAhead(t *engine.Task, ev *kvEvent, over bool) ([]byte, error) {
+// order after later ones were released, as LiveHold releases them) is
+// read alone, with a point read: the keys after it are the tombstones of
+// the events released meanwhile, which a scan would step over one by one
+// (on a 3 GB backlog whose buffer released events early, hundreds of
+// thousands for every such event: 90 % of the CPU).
+func (p *processor) readAhead(t *engine.Task, ev *kvEvent) ([]byte, error) {
 	key := kvKey(p.key[:0], ev)
 	if ev.before(&p.kvFront) {
 		p.s.counters.KVPointReads.Add(1)
@@ -387,9 +500,14 @@ func (p *processor) readAhead(t *engine.Task, ev *kvEvent, over bool) ([]byte, e
 	if p.kvAhead == nil {
 		p.kvAhead = make(map[uint64][]byte, kvReadAhead)
 	}
+	var horizon []byte
+	if p.kvUnplaced > 0 {
+		horizon = kvKey(nil, &p.kvHorizon)
+	}
 	for n := 1; n < kvReadAhead && it.Next(); n++ {
 		k, v := it.Key(), it.Value()
-		if len(k) != 17 || !over && p.kvBytes+int64(len(v)) > p.cfg.KVGraph.MaxKVBufferBytes {
+		if len(k) != 17 || p.kvBytes+int64(len(v)) > p.cfg.KVGraph.MaxKVBufferBytes ||
+			horizon != nil && bytes.Compare(k, horizon) >= 0 {
 			break
 		}
 		seq := binary.BigEndian.Uint64(k[9:])
@@ -427,32 +545,44 @@ func (p *processor) checkpointKV(t *engine.Task) error {
 	return nil
 }
 
-// restoreKV reloads the buffered events.
+// restoreKV reloads the buffered events: in key order, their places while
+// they take at most half the share (and their members while there is
+// room), the rest in state only from kvHorizon on.
 func (p *processor) restoreKV(t *engine.Task) error {
-	p.s.counters.KVBuffered.Add(-int64(len(p.kvBuf)))
+	p.s.counters.KVBuffered.Add(-int64(len(p.kvBuf)) - p.kvUnplaced)
 	p.addKVBytes(-p.kvBytes)
 	p.kvBuf, p.kvNew, p.kvSeq = p.kvBuf[:0], p.kvNew[:0], 0
+	p.kvUnplaced, p.kvUnplacedArrived = 0, math.MinInt64
 	clear(p.kvAhead)
 	p.kvAheadBytes = 0
 	defer func() {
 		p.kvBuf.init()
-		p.s.counters.KVBuffered.Add(int64(len(p.kvBuf)))
+		p.s.counters.KVBuffered.Add(int64(len(p.kvBuf)) + p.kvUnplaced)
 	}()
 	now := t.Now().UnixNano()
+	room := p.cfg.KVGraph.MaxKVBufferBytes / 2
 	return eachKey(t, prefixKV, func(k, v []byte) error {
 		if len(k) != 17 {
 			return nil
 		}
 		ev := &kvEvent{time: int64(binary.BigEndian.Uint64(k[1:]) ^ (1 << 63)), seq: binary.BigEndian.Uint64(k[9:]),
 			arrived: now, stored: true}
-		if p.kvBytes+int64(len(v))+kvPlaceBytes > p.cfg.KVGraph.MaxKVBufferBytes {
+		p.kvSeq = max(p.kvSeq, ev.seq+1)
+		if p.kvUnplaced > 0 || len(p.kvBuf) > 0 && p.kvBytes+kvPlaceBytes > room {
+			if p.kvUnplaced == 0 {
+				p.kvHorizon = kvEvent{time: ev.time, seq: ev.seq}
+				p.kvUnplacedArrived = now
+			}
+			p.kvUnplaced++
+			return nil
+		}
+		if p.kvBytes+int64(len(v))+kvPlaceBytes > room {
 			ev.spilled = true // stays in the keyspace only, as when it was held
 		} else {
 			ev.member = append([]byte(nil), v...)
 		}
 		p.kvBuf = append(p.kvBuf, ev)
 		p.addKVBytes(kvEventBytes(ev))
-		p.kvSeq = max(p.kvSeq, ev.seq+1)
 		return nil
 	})
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -324,9 +326,10 @@ func TestKVLargeEventIsSlimmed(t *testing.T) {
 	}
 }
 
-// TestKVBufferIsBounded: with MaxKVBufferBytes reached, the oldest held
-// events go to the detector early instead of the buffer growing; they
-// still go in event-time order, so detection is the same.
+// TestKVBufferIsBounded: with MaxKVBufferBytes reached by the places
+// alone, the latest held events leave memory for state instead of the
+// buffer growing; they still reach the detector in event-time order, so
+// detection is the same.
 func TestKVBufferIsBounded(t *testing.T) {
 	const limit = 8 << 10
 	c := newCluster(t, 1, func(cfg *Config) { cfg.KVGraph.MaxKVBufferBytes = limit })
@@ -342,13 +345,14 @@ func TestKVBufferIsBounded(t *testing.T) {
 			t.Fatalf("KV buffer holds %d bytes > %d", n, limit)
 		}
 	}
-	early := h.stage.KVCounters().EarlyReleased.Load()
-	if early == 0 {
-		t.Fatal("no event released early")
+	shed := h.stage.Counters().KVShed.Load()
+	if shed == 0 {
+		t.Fatal("no place left memory")
 	}
-	for k := 1; k <= 8; k++ {
-		c.checkpoint(2 * time.Second)
+	if len(c.incidents()) != 0 {
+		t.Fatal("an incident before the watermark passed its events")
 	}
+	c.advance(8)
 	incs := c.incidents()
 	if len(incs) == 0 {
 		t.Fatal("no incident")
@@ -357,7 +361,10 @@ func TestKVBufferIsBounded(t *testing.T) {
 	if inc.Root.GetRequestId() != "r1" || len(inc.Polluted) != 1 {
 		t.Fatalf("incident %v", inc)
 	}
-	t.Logf("%d of %d events released early", early, len(ops))
+	if n := h.stage.Counters().KVBuffered.Load(); n != 0 {
+		t.Errorf("%d events still held", n)
+	}
+	t.Logf("%d of %d events shed to state", shed, len(ops))
 }
 
 // TestKVLiveHold: caught up with its inputs, a task hands a held KV event
@@ -486,7 +493,7 @@ func TestKVLiveHoldCountsFromTheForwardersRead(t *testing.T) {
 // MaxKVBufferBytes, new ones are kept in state (only their places in
 // memory) and read back in their turn — across a restart too — so the
 // detector sees the events in event-time order although they arrived in
-// reverse: one incident (the residue), nothing released early.
+// reverse: one incident (the residue), no place shed.
 func TestKVBufferSpillsInOrder(t *testing.T) {
 	const limit = 96 << 10
 	c := newCluster(t, 1, func(cfg *Config) { cfg.KVGraph.MaxKVBufferBytes = limit })
@@ -513,8 +520,8 @@ func TestKVBufferSpillsInOrder(t *testing.T) {
 	if spilled == 0 {
 		t.Fatal("nothing spilled: the test shows nothing")
 	}
-	if early := h.stage.KVCounters().EarlyReleased.Load(); early != 0 {
-		t.Fatalf("%d events released early", early)
+	if shed := h.stage.Counters().KVShed.Load(); shed != 0 {
+		t.Fatalf("%d places shed: the share should hold them", shed)
 	}
 	c.advance(8)
 	incs := c.incidents()
@@ -572,8 +579,8 @@ func TestKVBufferReadAheadAcrossRestart(t *testing.T) {
 		}
 		c.checkpoint(600 * time.Millisecond)
 	}
-	if early := h.stage.KVCounters().EarlyReleased.Load(); early != 0 {
-		t.Fatalf("%d events released early", early)
+	if shed := h.stage.Counters().KVShed.Load(); shed != 0 {
+		t.Fatalf("%d places shed: the share should hold them", shed)
 	}
 	incs := c.incidents()
 	ids := map[string]bool{}
@@ -709,32 +716,124 @@ func TestKVLiveHoldRequestsACheckpoint(t *testing.T) {
 	}
 }
 
-// TestKVBufferOutOfOrderAfterEarlyRelease: with the buffer releasing early,
-// events that arrive after later ones were released (and deleted from
-// state) are read back alone, not by a scan over the tombstones of those
-// released since; every event still reaches the detector exactly once and
-// nothing is left held or counted.
-func TestKVBufferOutOfOrderAfterEarlyRelease(t *testing.T) {
-	const limit = 8 << 10
-	c := newCluster(t, 1, func(cfg *Config) { cfg.KVGraph.MaxKVBufferBytes = limit })
+// TestKVBufferShedKeepsOrder: events arriving far out of order through a
+// buffer whose share holds a fraction of their places (they leave memory
+// for state and come back in key order, across a restart too) reach the
+// detector as through an unbounded buffer: the same incidents and edges,
+// every event once, nothing held or counted afterwards.
+func TestKVBufferShedKeepsOrder(t *testing.T) {
 	pool := kvlog.Pool{Layers: 2, Blocks: 8, BlockBytes: 1024}
 	ms := func(n int64) int64 { return base.UnixNano() + n*int64(time.Millisecond) }
 	where := kvlog.Where{Host: "node-a", GPUUUID: "GPU-0", GPUIndex: 0}
-	ops := append(residueOps(pool, ms), cleanLifecycles(pool, ms, 200)...)
+	ops := append(residueOps(pool, ms), cleanLifecycles(pool, ms, 300)...)
 	var chunks [][]kvlog.Op
 	for i := 0; i < len(ops); i += 10 {
 		chunks = append(chunks, ops[i:min(i+10, len(ops))])
 	}
 	rand.New(rand.NewPCG(85, 86)).Shuffle(len(chunks), func(i, j int) { chunks[i], chunks[j] = chunks[j], chunks[i] })
+	type outcome struct {
+		incidents     []string
+		edges, events int64
+	}
+	run := func(limit int64) outcome {
+		c := newCluster(t, 1, func(cfg *Config) {
+			if limit > 0 {
+				cfg.KVGraph.MaxKVBufferBytes = limit
+			}
+		})
+		h := c.hs[0]
+		for i, ch := range chunks {
+			c.feed(0, inLogs, nil, kvlog.Marshal(where, ch...))
+			if n := h.stage.KVCounters().KVBufferBytes.Load(); limit > 0 && n > limit {
+				t.Fatalf("KV buffer holds %d bytes > %d", n, limit)
+			}
+			if i == len(chunks)/2 {
+				if err := h.Checkpoint(); err != nil {
+					t.Fatal(err)
+				}
+				if err := h.Restart(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if limit > 0 && h.stage.Counters().KVShed.Load() == 0 {
+			t.Fatal("no place left memory: the test shows nothing")
+		}
+		c.advance(8)
+		kc := h.stage.KVCounters()
+		if n := h.stage.Counters().KVBuffered.Load(); n != 0 {
+			t.Errorf("limit %d: %d events still held", limit, n)
+		}
+		if n := kc.KVBufferBytes.Load(); n != 0 {
+			t.Errorf("limit %d: KV buffer reports %d bytes with nothing held", limit, n)
+		}
+		o := outcome{edges: kc.Edges.Load(), events: kc.Events.Load()}
+		seen := map[string]bool{}
+		for _, inc := range c.incidents() {
+			if seen[inc.Id] {
+				continue // a revision
+			}
+			seen[inc.Id] = true
+			var pol []string
+			for _, r := range inc.Polluted {
+				pol = append(pol, r.RequestId)
+			}
+			o.incidents = append(o.incidents, inc.Root.GetRequestId()+"→"+strings.Join(pol, ","))
+		}
+		slices.Sort(o.incidents)
+		t.Logf("limit %d: %d shed, %d spilled, %d incidents %v, %d edges", limit, h.stage.Counters().KVShed.Load(),
+			h.stage.Counters().KVSpilled.Load(), len(o.incidents), o.incidents, o.edges)
+		return o
+	}
+	want := run(0)
+	if want.events != int64(len(ops)) {
+		t.Fatalf("unbounded: the detector handled %d KV ops, want each of the %d once", want.events, len(ops))
+	}
+	if len(want.incidents) != 1 || want.incidents[0] != "r1→r2" {
+		t.Fatalf("unbounded: incidents %v, want the one residue r1→r2", want.incidents)
+	}
+	for _, limit := range []int64{4 << 10, 16 << 10} {
+		if got := run(limit); !reflect.DeepEqual(got, want) {
+			t.Errorf("limit %d: %+v, want as unbounded %+v", limit, got, want)
+		}
+	}
+}
+
+// TestKVLiveOutOfOrderReadsAlone: live, LiveHold releases events before the
+// watermark passes them, and events that arrive afterwards with earlier
+// times are held behind the tombstones of those released; spilled, they
+// are read back alone (a point read), not by a scan over those
+// tombstones, and each reaches the detector once.
+func TestKVLiveOutOfOrderReadsAlone(t *testing.T) {
+	const limit = 8 << 10
+	c := newCluster(t, 1, func(cfg *Config) { cfg.KVGraph.MaxKVBufferBytes = limit })
+	pool := kvlog.Pool{Layers: 2, Blocks: 8, BlockBytes: 1024}
+	ms := func(n int64) int64 { return base.UnixNano() + n*int64(time.Millisecond) }
+	where := kvlog.Where{Host: "node-a", GPUUUID: "GPU-0", GPUIndex: 0}
+	ops := cleanLifecycles(pool, ms, 200)
+	later, earlier := ops[len(ops)/2:], ops[:len(ops)/2]
 	h := c.hs[0]
-	for _, ch := range chunks {
-		c.feed(0, inLogs, nil, kvlog.Marshal(where, ch...))
+	release := func() {
+		h.MarkCaughtUp() // the fetch reached the partition's end
+		for range 3 {
+			c.checkpoint(time.Second)
+		}
 	}
-	c.advance(8)
+	for i := 0; i < len(later); i += 10 {
+		c.feed(0, inLogs, nil, kvlog.Marshal(where, later[i:min(i+10, len(later))]...))
+	}
+	release()
+	if n := h.stage.Counters().KVBuffered.Load(); n != 0 {
+		t.Fatalf("%d events held after LiveHold passed: the test shows nothing", n)
+	}
+	for i := 0; i < len(earlier); i += 10 {
+		c.feed(0, inLogs, nil, kvlog.Marshal(where, earlier[i:min(i+10, len(earlier))]...))
+	}
+	if wm := h.Watermark(); wm >= earlier[0].Time {
+		t.Fatalf("watermark %d passed the earlier events: the test shows nothing", wm)
+	}
+	release()
 	kc := h.stage.KVCounters()
-	if early := kc.EarlyReleased.Load(); early == 0 {
-		t.Fatal("no event released early: the test shows nothing")
-	}
 	if n := h.stage.Counters().KVPointReads.Load(); n == 0 {
 		t.Fatal("no event read back alone: the test shows nothing")
 	}
@@ -747,5 +846,5 @@ func TestKVBufferOutOfOrderAfterEarlyRelease(t *testing.T) {
 	if n := kc.KVBufferBytes.Load(); n != 0 {
 		t.Errorf("KV buffer reports %d bytes with nothing held", n)
 	}
-	t.Logf("%d of %d events released early, %d read back alone", kc.EarlyReleased.Load(), len(ops), h.stage.Counters().KVPointReads.Load())
+	t.Logf("%d events read back alone, %d spilled", h.stage.Counters().KVPointReads.Load(), h.stage.Counters().KVSpilled.Load())
 }

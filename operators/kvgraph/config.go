@@ -61,10 +61,10 @@ type Config struct {
 	// MaxKVBufferBytes bounds the memory of the KV events a fuse task
 	// holds until the watermark (or LiveHold) releases them, bytes; when
 	// full, the members of the latest go to state and are read back in
-	// their turn (order kept); only when their places alone (~64 bytes
-	// each) fill it are the oldest handed to the detector early
-	// (Counters.EarlyReleased), in event-time order among themselves but
-	// possibly before later-arriving earlier events. Default 64 MiB.
+	// their turn; when their places alone (~64 bytes each) fill it, the
+	// latest events leave memory altogether and come back from state in
+	// key order. Order is kept whatever the hold; memory, not detection,
+	// is what the bound trades. Default 64 MiB.
 	MaxKVBufferBytes int64
 	// LiveHold: while the task is caught up with its inputs
 	// (engine.Task.CaughtUp), a held KV event goes to the detector once

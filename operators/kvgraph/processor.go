@@ -38,7 +38,6 @@ type Counters struct {
 	Unwritable       atomic.Int64 // output records that could not be marshalled (skipped)
 	EvidenceDropped  atomic.Int64 // supporting lines dropped: MaxPendingEvidence, MaxIncidentEvidence
 	Truncated        atomic.Int64 // incident records that left items out to fit MaxRecordBytes
-	EarlyReleased    atomic.Int64 // KV events handed to the detector before the watermark (MaxKVBufferBytes)
 	KVBufferBytes    atomic.Int64 // bytes of KV events held until the watermark passes them
 	EvictedBlocks    atomic.Int64 // blocks forgotten before BlockTTL (MaxStateBytes)
 	EvictedRequests  atomic.Int64 // requests forgotten before BlockTTL (MaxStateBytes)

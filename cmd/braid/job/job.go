@@ -233,7 +233,7 @@ func (j *Job) logCounters(msg string, err error) {
 		"checkpoints", st.Checkpoints.Load(), "aborts", st.Aborts.Load()}
 	if kc := j.KVCounters(); c.KVLogs.Load() > 0 {
 		args = append(args, "kv_events", c.KVLogs.Load(), "kv_late_events", c.KVLateEvents.Load(),
-			"kv_early_released", kc.EarlyReleased.Load(), "incidents", kc.Incidents.Load())
+			"kv_shed", c.KVShed.Load(), "incidents", kc.Incidents.Load())
 	}
 	if err != nil {
 		args = append(args, "err", err)
@@ -333,7 +333,7 @@ func (o *observability) attach(cfg *Config, eng *engine.Engine, stage *fuse.Stag
 			"kv_buffer": kc.KVBufferBytes.Load(), "kv_state": kc.StateBytes.Load(),
 			"closed_traces": c.ClosedTraceBytes.Load()}
 		k.Evictions = map[string]int64{"open_traces": c.Evicted.Load(), "waiting_logs": c.WaitingEvicted.Load(),
-			"kv_buffer": kc.EarlyReleased.Load(), "kv_state": kc.EvictedBlocks.Load() + kc.EvictedRequests.Load() + kc.EvictedIncidents.Load(),
+			"kv_buffer": c.KVShed.Load(), "kv_state": kc.EvictedBlocks.Load() + kc.EvictedRequests.Load() + kc.EvictedIncidents.Load(),
 			"closed_traces": c.ClosedEvicted.Load()}
 		k.Dropped = map[string]int64{"skip policy": c.Skipped.Load() + (kc.Rejected.Load() - kc.DeadLettered.Load()),
 			"derived fields that did not fit": c.DerivedDropped.Load(), "supporting lines over the incident caps": kc.EvidenceDropped.Load(),
