@@ -255,7 +255,7 @@ type processor struct {
 	kvUnplaced        int64
 	kvHorizon         kvEvent
 	kvUnplacedArrived int64
-	kvBacklog    bool
+	kvBacklog         bool
 
 	// resolve stage
 	requests     map[string]*request
