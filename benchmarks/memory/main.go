@@ -179,7 +179,10 @@ type Result struct {
 
 	// Backlog mode: InputReadSec until the input topics are committed to
 	// their end, ReadSec until the internal topics are too.
-	InputReadSec   float64 `json:"input_read_s,omitempty"`
+	InputReadSec float64 `json:"input_read_s,omitempty"`
+	// KVDrainSec: after ReadSec, until no KV event was held any more
+	// (the incidents complete); -1 when some still were after 2 minutes.
+	KVDrainSec     float64 `json:"kv_drain_s,omitempty"`
 	ReadSec        float64 `json:"read_s,omitempty"`
 	ReadMBps       float64 `json:"read_mb_per_s,omitempty"`
 	PeakRSSBytes   int64   `json:"peak_rss_bytes"`         // VmHWM at the end
@@ -226,6 +229,15 @@ type Workload struct {
 	EventTimeSec   float64 `json:"event_time_s"`
 	ProduceSec     float64 `json:"produce_s"`
 	ProduceMBps    float64 `json:"produce_mb_per_s"`
+	// KVFaults is how many of the injected KV faults the simulator
+	// realised (backlog mode), KVVictims the requests they polluted, by
+	// the simulator's own account: what the incidents counter is to be
+	// read against.
+	KVFaults  int `json:"kv_faults_realised"`
+	KVVictims int `json:"kv_victims"`
+	// KVTruth is the realised faults themselves (their GPU, time, source
+	// request, victims).
+	KVTruth []simulator.KVFaultTruth `json:"kv_truth,omitempty"`
 }
 
 // Machine is the machine the benchmark ran on.
@@ -373,8 +385,10 @@ func runBacklog(ctx context.Context, o options, res *Result, cl *kgo.Client, sim
 	w.ProduceSec = time.Since(start).Seconds()
 	w.ProduceMBps = float64(w.Bytes) / 1e6 / w.ProduceSec
 	w.EventTimeSec = sim.EventTime().Sub(simulator.DefaultStart).Seconds()
-	fmt.Printf("backlog: %d messages, %.0f MB in %.1fs (%.1f MB/s), %.0fs of event time\n",
-		w.Messages, float64(w.Bytes)/1e6, w.ProduceSec, w.ProduceMBps, w.EventTimeSec)
+	kv := sim.Truth().KV
+	w.KVFaults, w.KVVictims, w.KVTruth = len(kv.Faults), len(kv.Polluted), kv.Faults
+	fmt.Printf("backlog: %d messages, %.0f MB in %.1fs (%.1f MB/s), %.0fs of event time; %d KV faults realised, %d requests polluted\n",
+		w.Messages, float64(w.Bytes)/1e6, w.ProduceSec, w.ProduceMBps, w.EventTimeSec, w.KVFaults, w.KVVictims)
 
 	adm := kadm.NewClient(cl)
 	ends, err := adm.ListEndOffsets(ctx, inputs...)
@@ -443,6 +457,35 @@ func runBacklog(ctx context.Context, o options, res *Result, cl *kgo.Client, sim
 	}
 	res.ReadSec = time.Since(readStart).Seconds()
 	res.ReadMBps = float64(w.Bytes) / 1e6 / res.ReadSec
+	// The KV events still held wait for the watermark (or, now that the
+	// job is live, LiveHold): the incidents are complete once none is.
+	drainStart := time.Now()
+	for {
+		kv, ok := scrape(o.admin, func(line string) string {
+			if strings.HasPrefix(line, `braid_memory_bytes{share="kv_buffer"}`) {
+				return "kv_buffer"
+			}
+			return ""
+		})["kv_buffer"]
+		if st, err := procStatus(b.Pid()); err == nil {
+			res.PeakRSSBytes = max(res.PeakRSSBytes, st.hwm)
+		}
+		if ok && kv == 0 {
+			res.KVDrainSec = time.Since(drainStart).Seconds()
+			break
+		}
+		if time.Since(drainStart) > 2*time.Minute {
+			res.KVDrainSec = -1
+			fmt.Printf("KV events still held (%.0f bytes) 2 min after the backlog was read\n", kv)
+			break
+		}
+		select {
+		case err := <-b.Done:
+			res.BraidExit = fmt.Sprint(err)
+			return fmt.Errorf("braid exited while releasing held KV events (%v); log:\n%s", err, b.Tail())
+		case <-tick.C:
+		}
+	}
 	res.Counters = scrape(o.admin, func(line string) string {
 		if rest, ok := strings.CutPrefix(line, "braid_evictions_total{"); ok {
 			// by share: what the budget made braid give up early
@@ -669,7 +712,7 @@ func report(o options, res *Result) {
 	fmt.Printf("workload: %d hosts, %.0f requests/s, KV events; %d messages, %.0f MB, produced in %.1fs (%.1f MB/s)\n",
 		res.Workload.Hosts, res.Workload.RequestsPerSec, res.Workload.Messages, float64(res.Workload.Bytes)/1e6, res.Workload.ProduceSec, res.Workload.ProduceMBps)
 	if res.Mode == "backlog" {
-		fmt.Printf("read in %.1fs (%.1f MB/s; input topics committed to their end after %.1fs)\n", res.ReadSec, res.ReadMBps, res.InputReadSec)
+		fmt.Printf("read in %.1fs (%.1f MB/s; input topics committed to their end after %.1fs); held KV events released %.1fs later\n", res.ReadSec, res.ReadMBps, res.InputReadSec, res.KVDrainSec)
 		c := res.Counters
 		fmt.Printf("fused records %.0f, of which revisions %.0f; late members %.0f, dead-lettered %.0f; KV events %.0f, incidents %.0f\n",
 			c["braid_fused_records_total"], c["braid_fused_revisions_total"], c["braid_late_members_total"], c["braid_dlq_messages_total"],
