@@ -502,20 +502,11 @@ func TestKVBufferSpillsInOrder(t *testing.T) {
 	where := kvlog.Where{Host: "node-a", GPUUUID: "GPU-0", GPUIndex: 0}
 	ops := append(residueOps(pool, ms), cleanLifecycles(pool, ms, 200)...)
 	h := c.hs[0]
+	var chunks [][]kvlog.Op
 	for i := len(ops); i > 0; i -= 10 { // latest first
-		c.feed(0, inLogs, nil, kvlog.Marshal(where, ops[max(i-10, 0):i]...))
-		if n := h.stage.KVCounters().KVBufferBytes.Load(); n > limit {
-			t.Fatalf("KV buffer holds %d bytes > %d", n, limit)
-		}
-		if i == len(ops)/2 {
-			if err := h.Checkpoint(); err != nil {
-				t.Fatal(err)
-			}
-			if err := h.Restart(); err != nil {
-				t.Fatal(err)
-			}
-		}
+		chunks = append(chunks, ops[max(i-10, 0):i])
 	}
+	c.feedKVRestartingHalfway(where, chunks, limit)
 	spilled := h.stage.Counters().KVSpilled.Load()
 	if spilled == 0 {
 		t.Fatal("nothing spilled: the test shows nothing")
@@ -742,20 +733,7 @@ func TestKVBufferShedKeepsOrder(t *testing.T) {
 			}
 		})
 		h := c.hs[0]
-		for i, ch := range chunks {
-			c.feed(0, inLogs, nil, kvlog.Marshal(where, ch...))
-			if n := h.stage.KVCounters().KVBufferBytes.Load(); limit > 0 && n > limit {
-				t.Fatalf("KV buffer holds %d bytes > %d", n, limit)
-			}
-			if i == len(chunks)/2 {
-				if err := h.Checkpoint(); err != nil {
-					t.Fatal(err)
-				}
-				if err := h.Restart(); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
+		c.feedKVRestartingHalfway(where, chunks, limit)
 		if limit > 0 && h.stage.Counters().KVShed.Load() == 0 {
 			t.Fatal("no place left memory: the test shows nothing")
 		}
@@ -847,4 +825,26 @@ func TestKVLiveOutOfOrderReadsAlone(t *testing.T) {
 		t.Errorf("KV buffer reports %d bytes with nothing held", n)
 	}
 	t.Logf("%d events read back alone, %d spilled", h.stage.Counters().KVPointReads.Load(), h.stage.Counters().KVSpilled.Load())
+}
+
+// feedKVRestartingHalfway feeds the chunks of KV ops to task 0 in turn,
+// checking after each that the KV buffer holds at most limit bytes (0: no
+// check), with a checkpoint and a restart after half of them.
+func (c *cluster) feedKVRestartingHalfway(where kvlog.Where, chunks [][]kvlog.Op, limit int64) {
+	c.t.Helper()
+	h := c.hs[0]
+	for i, ch := range chunks {
+		c.feed(0, inLogs, nil, kvlog.Marshal(where, ch...))
+		if n := h.stage.KVCounters().KVBufferBytes.Load(); limit > 0 && n > limit {
+			c.t.Fatalf("KV buffer holds %d bytes > %d", n, limit)
+		}
+		if i == len(chunks)/2 {
+			if err := h.Checkpoint(); err != nil {
+				c.t.Fatal(err)
+			}
+			if err := h.Restart(); err != nil {
+				c.t.Fatal(err)
+			}
+		}
+	}
 }
