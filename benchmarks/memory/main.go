@@ -182,7 +182,9 @@ type Result struct {
 	InputReadSec float64 `json:"input_read_s,omitempty"`
 	// KVDrainSec: after ReadSec, until no KV event was held any more
 	// (the incidents complete); -1 when some still were after 2 minutes.
-	KVDrainSec     float64 `json:"kv_drain_s,omitempty"`
+	KVDrainSec float64 `json:"kv_drain_s,omitempty"`
+	// KV: backlog mode, the incidents against the realised faults.
+	KV             KVScore `json:"kv_score"`
 	ReadSec        float64 `json:"read_s,omitempty"`
 	ReadMBps       float64 `json:"read_mb_per_s,omitempty"`
 	PeakRSSBytes   int64   `json:"peak_rss_bytes"`         // VmHWM at the end
@@ -312,6 +314,11 @@ func run(o options) error {
 	res.Machine.LoadAvgEnd = machine.LoadAvg()
 	if err != nil {
 		return err
+	}
+	if !o.steady {
+		if res.KV, err = scoreKV(ctx, o.brokers, prefix+"-incidents", res.Workload.KVTruth); err != nil {
+			return err
+		}
 	}
 	report(o, &res)
 	if o.resultsDir != "" {
@@ -717,6 +724,11 @@ func report(o options, res *Result) {
 		fmt.Printf("fused records %.0f, of which revisions %.0f; late members %.0f, dead-lettered %.0f; KV events %.0f, incidents %.0f\n",
 			c["braid_fused_records_total"], c["braid_fused_revisions_total"], c["braid_late_members_total"], c["braid_dlq_messages_total"],
 			c["braid_kv_events_total"], c["braid_pollution_incidents_total"])
+		fmt.Printf("KV faults realised %d, found %d (an incident on the fault's GPU with its source request as root); polluted requests %d, named %d, named but not polluted %d\n",
+			res.Workload.KVFaults, res.KV.FaultsFound, res.KV.Victims, res.KV.VictimsNamed, res.KV.NamedNotTruth)
+		for _, m := range res.KV.RootsMissed {
+			fmt.Println("  root missed:", m)
+		}
 	} else {
 		fmt.Printf("steady: first %v mean RSS %.0f MiB, last %v mean RSS %.0f MiB: ×%.3f (flat within 10%%: %v)\n",
 			o.window, mib(res.FirstWindowMeanRSS), o.window, mib(res.LastWindowMeanRSS), res.LastOverFirst, res.Flat)
