@@ -32,6 +32,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -185,6 +186,10 @@ type Result struct {
 	// KVDrainSec: after ReadSec, until no KV event was held any more
 	// (the incidents complete); -1 when some still were after 2 minutes.
 	KVDrainSec float64 `json:"kv_drain_s,omitempty"`
+	// SettleSec: after ReadSec, until that and the output counters stood
+	// still for two checkpoint intervals (at least 10 s), the end of the
+	// run.
+	SettleSec float64 `json:"settle_s,omitempty"`
 	// KV: backlog mode, the incidents against the realised faults.
 	KV             KVScore `json:"kv_score"`
 	ReadSec        float64 `json:"read_s,omitempty"`
@@ -318,7 +323,7 @@ func run(o options) error {
 		return err
 	}
 	if !o.steady {
-		if res.KV, err = scoreKV(ctx, o.brokers, prefix+"-incidents", res.Workload.KVTruth); err != nil {
+		if res.KV, err = scoreKV(ctx, o.brokers, prefix+"-incidents", inputs[1], res.Workload.KVTruth); err != nil {
 			return err
 		}
 	}
@@ -467,31 +472,49 @@ func runBacklog(ctx context.Context, o options, res *Result, cl *kgo.Client, sim
 	res.ReadSec = time.Since(readStart).Seconds()
 	res.ReadMBps = float64(w.Bytes) / 1e6 / res.ReadSec
 	// The KV events still held wait for the watermark (or, now that the
-	// job is live, LiveHold): the incidents are complete once none is.
-	drainStart := time.Now()
+	// job is live, LiveHold), and what they and flush_after still emit
+	// comes a checkpoint later: the output is complete once no KV event
+	// is held and the output counters stood still for two checkpoint
+	// intervals (at least 10 s).
+	settle := max(2*o.checkpoint, 10*time.Second)
+	drainStart, stableSince := time.Now(), time.Now()
+	var last map[string]float64
 	for {
-		kv, ok := scrape(o.admin, func(line string) string {
+		vals := scrape(o.admin, func(line string) string {
 			if strings.HasPrefix(line, `braid_memory_bytes{share="kv_buffer"}`) {
 				return "kv_buffer"
 			}
+			for _, name := range []string{"braid_fused_records_total", "braid_pollution_incidents_total", "braid_incident_tags_total", "braid_polluted_requests_total"} {
+				if strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{") {
+					return name
+				}
+			}
 			return ""
-		})["kv_buffer"]
+		})
+		kv, ok := vals["kv_buffer"]
+		delete(vals, "kv_buffer")
+		if !maps.Equal(vals, last) {
+			last, stableSince = vals, time.Now()
+		}
 		if st, err := procStatus(b.Pid()); err == nil {
 			res.PeakRSSBytes = max(res.PeakRSSBytes, st.hwm)
 		}
-		if ok && kv == 0 {
+		if ok && kv == 0 && res.KVDrainSec == 0 {
 			res.KVDrainSec = time.Since(drainStart).Seconds()
+		}
+		if ok && kv == 0 && time.Since(stableSince) >= settle {
+			res.SettleSec = time.Since(drainStart).Seconds()
 			break
 		}
-		if time.Since(drainStart) > 2*time.Minute {
-			res.KVDrainSec = -1
-			fmt.Printf("KV events still held (%.0f bytes) 2 min after the backlog was read\n", kv)
+		if time.Since(drainStart) > 3*time.Minute {
+			res.KVDrainSec, res.SettleSec = -1, -1
+			fmt.Printf("output still moving, or KV events still held (%.0f bytes), 3 min after the backlog was read\n", kv)
 			break
 		}
 		select {
 		case err := <-b.Done:
 			res.BraidExit = fmt.Sprint(err)
-			return fmt.Errorf("braid exited while releasing held KV events (%v); log:\n%s", err, b.Tail())
+			return fmt.Errorf("braid exited while its output settled (%v); log:\n%s", err, b.Tail())
 		case <-tick.C:
 		}
 	}
@@ -721,13 +744,15 @@ func report(o options, res *Result) {
 	fmt.Printf("workload: %d hosts, %.0f requests/s, KV events; %d messages, %.0f MB, produced in %.1fs (%.1f MB/s)\n",
 		res.Workload.Hosts, res.Workload.RequestsPerSec, res.Workload.Messages, float64(res.Workload.Bytes)/1e6, res.Workload.ProduceSec, res.Workload.ProduceMBps)
 	if res.Mode == "backlog" {
-		fmt.Printf("read in %.1fs (%.1f MB/s; input topics committed to their end after %.1fs); held KV events released %.1fs later\n", res.ReadSec, res.ReadMBps, res.InputReadSec, res.KVDrainSec)
+		fmt.Printf("read in %.1fs (%.1f MB/s; input topics committed to their end after %.1fs); held KV events released %.1fs later, output settled after %.1fs\n", res.ReadSec, res.ReadMBps, res.InputReadSec, res.KVDrainSec, res.SettleSec)
 		c := res.Counters
 		fmt.Printf("fused records %.0f, of which revisions %.0f; late members %.0f, dead-lettered %.0f; KV events %.0f, incidents %.0f\n",
 			c["braid_fused_records_total"], c["braid_fused_revisions_total"], c["braid_late_members_total"], c["braid_dlq_messages_total"],
 			c["braid_kv_events_total"], c["braid_pollution_incidents_total"])
 		fmt.Printf("KV faults realised %d, found %d (an incident on the fault's GPU with its source request as root); polluted requests %d, named %d, named but not polluted %d\n",
 			res.Workload.KVFaults, res.KV.FaultsFound, res.KV.Victims, res.KV.VictimsNamed, res.KV.NamedNotTruth)
+		fmt.Printf("against the reference model replaying the logs: polluted requests %d, named %d, named but not polluted %d\n",
+			res.KV.RefVictims, res.KV.RefNamed, res.KV.NamedNotRef)
 		for _, m := range res.KV.RootsMissed {
 			fmt.Println("  root missed:", m)
 		}
