@@ -454,3 +454,22 @@ func TestOnIncidentGetsANewIncidentWithoutVictims(t *testing.T) {
 		t.Fatalf("calls %v, want a later revision with the one victim", calls)
 	}
 }
+
+// TestStrideIntoTheNextLayersOtherSlot: a copy kernel built for a packed
+// layout writes layer L of block b at L×LayerSize + 2b×BlockBytes; for
+// 2b ≥ Blocks that is in layer L+1, in the slot of block 2b−Blocks. The
+// owner of that block reads its layer L+1 and gets the writer's bytes.
+func TestStrideIntoTheNextLayersOtherSlot(t *testing.T) {
+	h := newHarness(t, nil)
+	bad := pool.Write(at(5), "w", 12, 1, 0, pool.BlockBytes)
+	bad.Addr = 1*pool.LayerSize() + 2*12*pool.BlockBytes // layer 2, block 8's slot
+	h.feed(gpu0, seq(
+		alloc(0, "v", 8), fill(1, "v", 8, 0),
+		alloc(2, "w", 12), fill(3, "w", 12, 0), bad,
+		pool.Read(at(6), "v", 8, 2, 0, pool.BlockBytes),
+	)...)
+	inc := h.only()
+	if got := polluted(inc); !slices.Equal(got, []string{"v"}) || inc.Root.RequestId != "w" {
+		t.Fatalf("polluted %v root %v pattern %v", got, inc.Root, inc.Pattern)
+	}
+}
