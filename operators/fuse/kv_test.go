@@ -333,9 +333,7 @@ func TestKVLargeEventIsSlimmed(t *testing.T) {
 func TestKVBufferIsBounded(t *testing.T) {
 	const limit = 8 << 10
 	c := newCluster(t, 1, func(cfg *Config) { cfg.KVGraph.MaxKVBufferBytes = limit })
-	pool := kvlog.Pool{Layers: 2, Blocks: 8, BlockBytes: 1024}
-	ms := func(n int64) int64 { return base.UnixNano() + n*int64(time.Millisecond) }
-	where := kvlog.Where{Host: "node-a", GPUUUID: "GPU-0", GPUIndex: 0}
+	pool, ms, where := kvFixture()
 	// Many clean lifecycles on other blocks, all ahead of the watermark.
 	ops := append(residueOps(pool, ms), cleanLifecycles(pool, ms, 200)...)
 	h := c.hs[0]
@@ -375,9 +373,7 @@ func TestKVBufferIsBounded(t *testing.T) {
 // negative, or while markers do not come, only the watermark releases
 // events.
 func TestKVLiveHold(t *testing.T) {
-	pool := kvlog.Pool{Layers: 2, Blocks: 8, BlockBytes: 1024}
-	ms := func(n int64) int64 { return base.UnixNano() + n*int64(time.Millisecond) }
-	where := kvlog.Where{Host: "node-a", GPUUUID: "GPU-0", GPUIndex: 0}
+	pool, ms, where := kvFixture()
 	for _, tc := range []struct {
 		name       string
 		hold       time.Duration
@@ -444,9 +440,7 @@ func TestKVLiveHold(t *testing.T) {
 // after it, it goes to the detector on arrival — not LiveHold after. A
 // record without a timestamp is held from its arrival, as before.
 func TestKVLiveHoldCountsFromTheForwardersRead(t *testing.T) {
-	pool := kvlog.Pool{Layers: 2, Blocks: 8, BlockBytes: 1024}
-	ms := func(n int64) int64 { return base.UnixNano() + n*int64(time.Millisecond) }
-	where := kvlog.Where{Host: "node-a", GPUUUID: "GPU-0", GPUIndex: 0}
+	pool, ms, where := kvFixture()
 	for _, stamped := range []bool{true, false} {
 		t.Run(fmt.Sprintf("stamped=%v", stamped), func(t *testing.T) {
 			c := newCluster(t, 2, nil)
@@ -497,9 +491,7 @@ func TestKVLiveHoldCountsFromTheForwardersRead(t *testing.T) {
 func TestKVBufferSpillsInOrder(t *testing.T) {
 	const limit = 96 << 10
 	c := newCluster(t, 1, func(cfg *Config) { cfg.KVGraph.MaxKVBufferBytes = limit })
-	pool := kvlog.Pool{Layers: 2, Blocks: 8, BlockBytes: 1024}
-	ms := func(n int64) int64 { return base.UnixNano() + n*int64(time.Millisecond) }
-	where := kvlog.Where{Host: "node-a", GPUUUID: "GPU-0", GPUIndex: 0}
+	pool, ms, where := kvFixture()
 	ops := append(residueOps(pool, ms), cleanLifecycles(pool, ms, 200)...)
 	h := c.hs[0]
 	var chunks [][]kvlog.Op
@@ -651,9 +643,7 @@ func TestKVEventsForwardedInOneRecordPerTask(t *testing.T) {
 // detection does not wait for the regular schedule; behind its inputs the
 // task asks for none (the watermark releases events there).
 func TestKVLiveHoldRequestsACheckpoint(t *testing.T) {
-	pool := kvlog.Pool{Layers: 2, Blocks: 8, BlockBytes: 1024}
-	ms := func(n int64) int64 { return base.UnixNano() + n*int64(time.Millisecond) }
-	where := kvlog.Where{Host: "node-a", GPUUUID: "GPU-0", GPUIndex: 0}
+	pool, ms, where := kvFixture()
 	for _, live := range []bool{true, false} {
 		t.Run(fmt.Sprintf("live=%v", live), func(t *testing.T) {
 			c := newCluster(t, 1, nil)
@@ -713,9 +703,7 @@ func TestKVLiveHoldRequestsACheckpoint(t *testing.T) {
 // detector as through an unbounded buffer: the same incidents and edges,
 // every event once, nothing held or counted afterwards.
 func TestKVBufferShedKeepsOrder(t *testing.T) {
-	pool := kvlog.Pool{Layers: 2, Blocks: 8, BlockBytes: 1024}
-	ms := func(n int64) int64 { return base.UnixNano() + n*int64(time.Millisecond) }
-	where := kvlog.Where{Host: "node-a", GPUUUID: "GPU-0", GPUIndex: 0}
+	pool, ms, where := kvFixture()
 	ops := append(residueOps(pool, ms), cleanLifecycles(pool, ms, 300)...)
 	var chunks [][]kvlog.Op
 	for i := 0; i < len(ops); i += 10 {
@@ -785,9 +773,7 @@ func TestKVBufferShedKeepsOrder(t *testing.T) {
 func TestKVLiveOutOfOrderReadsAlone(t *testing.T) {
 	const limit = 8 << 10
 	c := newCluster(t, 1, func(cfg *Config) { cfg.KVGraph.MaxKVBufferBytes = limit })
-	pool := kvlog.Pool{Layers: 2, Blocks: 8, BlockBytes: 1024}
-	ms := func(n int64) int64 { return base.UnixNano() + n*int64(time.Millisecond) }
-	where := kvlog.Where{Host: "node-a", GPUUUID: "GPU-0", GPUIndex: 0}
+	pool, ms, where := kvFixture()
 	ops := cleanLifecycles(pool, ms, 200)
 	later, earlier := ops[len(ops)/2:], ops[:len(ops)/2]
 	h := c.hs[0]
@@ -847,4 +833,12 @@ func (c *cluster) feedKVRestartingHalfway(where kvlog.Where, chunks [][]kvlog.Op
 			}
 		}
 	}
+}
+
+// kvFixture is the KV tests' pool (2 layers of 8 blocks of 1 KiB), event
+// times in milliseconds from base, and one GPU.
+func kvFixture() (kvlog.Pool, func(int64) int64, kvlog.Where) {
+	return kvlog.Pool{Layers: 2, Blocks: 8, BlockBytes: 1024},
+		func(n int64) int64 { return base.UnixNano() + n*int64(time.Millisecond) },
+		kvlog.Where{Host: "node-a", GPUUUID: "GPU-0", GPUIndex: 0}
 }
