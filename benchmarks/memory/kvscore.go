@@ -44,53 +44,26 @@ type KVScore struct {
 // scores it against truth.
 func scoreKV(ctx context.Context, brokers []string, topic, logsTopic string, truth []simulator.KVFaultTruth) (KVScore, error) {
 	var sc KVScore
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords()) // a transaction's marker ends the partition
-	if err != nil {
-		return sc, err
-	}
-	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
-	if err != nil {
-		return sc, fmt.Errorf("incidents end offsets: %w", err)
-	}
-	left := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			left[o.Partition] = o.Offset
-		}
-	})
 	roots := map[string]bool{}     // gpu/request
 	byGPU := map[string][]string{} // gpu → roots named there
 	named := map[string]bool{}
 	ids := map[string]bool{}
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	for len(left) > 0 {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return sc, fmt.Errorf("read %s: %w", topic, err)
+	err := readToEnd(ctx, brokers, topic, time.Minute, func(r *kgo.Record) {
+		inc := &braidpb.Incident{}
+		if proto.Unmarshal(r.Value, inc) != nil {
+			return
 		}
-		fs.EachRecord(func(r *kgo.Record) {
-			if end, ok := left[r.Partition]; ok && r.Offset+1 >= end {
-				delete(left, r.Partition)
-			}
-			if r.Attrs.IsControl() {
-				return
-			}
-			inc := &braidpb.Incident{}
-			if proto.Unmarshal(r.Value, inc) != nil {
-				return
-			}
-			ids[inc.Id] = true
-			if k := inc.Gpu + "/" + inc.Root.GetRequestId(); !roots[k] {
-				roots[k] = true
-				byGPU[inc.Gpu] = append(byGPU[inc.Gpu], inc.Root.GetRequestId())
-			}
-			for _, p := range inc.Polluted {
-				named[p.RequestId] = true
-			}
-		})
+		ids[inc.Id] = true
+		if k := inc.Gpu + "/" + inc.Root.GetRequestId(); !roots[k] {
+			roots[k] = true
+			byGPU[inc.Gpu] = append(byGPU[inc.Gpu], inc.Root.GetRequestId())
+		}
+		for _, p := range inc.Polluted {
+			named[p.RequestId] = true
+		}
+	})
+	if err != nil {
+		return sc, err
 	}
 	sc.Incidents = len(ids)
 	victims := map[string]bool{}
@@ -131,58 +104,34 @@ func scoreKV(ctx context.Context, brokers []string, topic, logsTopic string, tru
 // each GPU's (by gpu.uuid) in event-time order, ties in the order read,
 // through the reference model: the requests it finds polluted.
 func refPolluted(ctx context.Context, brokers []string, topic string) (map[string]bool, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
-	if err != nil {
-		return nil, err
-	}
-	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
-	if err != nil {
-		return nil, fmt.Errorf("logs end offsets: %w", err)
-	}
-	left := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			left[o.Partition] = o.Offset
-		}
-	})
 	byGPU := map[string][]simulator.KVEvent{}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-	defer cancel()
-	for len(left) > 0 {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("read %s: %w", topic, err)
+	err := readToEnd(ctx, brokers, topic, 10*time.Minute, func(r *kgo.Record) {
+		var ld logspb.LogsData // the wire layout of an export request
+		if proto.Unmarshal(r.Value, &ld) != nil {
+			return
 		}
-		fs.EachRecord(func(r *kgo.Record) {
-			if end, ok := left[r.Partition]; ok && r.Offset+1 >= end {
-				delete(left, r.Partition)
-			}
-			var ld logspb.LogsData // the wire layout of an export request
-			if proto.Unmarshal(r.Value, &ld) != nil {
-				return
-			}
-			for _, rl := range ld.ResourceLogs {
-				ra := attrMap(rl.Resource.GetAttributes())
-				gpu, inst := attrStr(ra["gpu.uuid"]), attrStr(ra["service.instance.id"])
-				for _, sl := range rl.ScopeLogs {
-					for _, l := range sl.LogRecords {
-						a := attrMap(l.Attributes)
-						op := attrStr(a["kv.op"])
-						if op == "" || gpu == "" {
-							continue
-						}
-						byGPU[gpu] = append(byGPU[gpu], simulator.KVEvent{Time: time.Unix(0, int64(l.TimeUnixNano)), Op: op,
-							Block: int(attrInt(a["kv.block.id"], -1)), Hash: attrStr(a["kv.block.hash"]), RefCnt: int(attrInt(a["kv.block.ref_cnt"], -1)),
-							Layer: int(attrInt(a["kv.layer.index"], -1)), LayerCount: int(attrInt(a["kv.layer.count"], 0)),
-							Addr: attrInt(a["kv.write.addr"], -1), Bytes: attrInt(a["kv.write.bytes"], -1),
-							LayerBase: attrInt(a["kv.layer.base"], 0), LayerSize: attrInt(a["kv.layer.size"], 0),
-							RequestID: attrStr(a["gen_ai.request.id"]), Instance: inst})
+		for _, rl := range ld.ResourceLogs {
+			ra := attrMap(rl.Resource.GetAttributes())
+			gpu, inst := attrStr(ra["gpu.uuid"]), attrStr(ra["service.instance.id"])
+			for _, sl := range rl.ScopeLogs {
+				for _, l := range sl.LogRecords {
+					a := attrMap(l.Attributes)
+					op := attrStr(a["kv.op"])
+					if op == "" || gpu == "" {
+						continue
 					}
+					byGPU[gpu] = append(byGPU[gpu], simulator.KVEvent{Time: time.Unix(0, int64(l.TimeUnixNano)), Op: op,
+						Block: int(attrInt(a["kv.block.id"], -1)), Hash: attrStr(a["kv.block.hash"]), RefCnt: int(attrInt(a["kv.block.ref_cnt"], -1)),
+						Layer: int(attrInt(a["kv.layer.index"], -1)), LayerCount: int(attrInt(a["kv.layer.count"], 0)),
+						Addr: attrInt(a["kv.write.addr"], -1), Bytes: attrInt(a["kv.write.bytes"], -1),
+						LayerBase: attrInt(a["kv.layer.base"], 0), LayerSize: attrInt(a["kv.layer.size"], 0),
+						RequestID: attrStr(a["gen_ai.request.id"]), Instance: inst})
 				}
 			}
-		})
+		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	polluted := map[string]bool{}
 	for _, evs := range byGPU {
@@ -230,4 +179,42 @@ func attrStr(v *commonpb.AnyValue) string {
 		return strconv.FormatInt(x.IntValue, 10)
 	}
 	return ""
+}
+
+// readToEnd hands fn every record of topic (read_committed) up to the end
+// offsets it had when called, within limit.
+func readToEnd(ctx context.Context, brokers []string, topic string, limit time.Duration, fn func(*kgo.Record)) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords()) // a transaction's marker may end a partition
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("%s end offsets: %w", topic, err)
+	}
+	left := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			left[o.Partition] = o.Offset
+		}
+	})
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	for len(left) > 0 {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("read %s: %w", topic, err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if end, ok := left[r.Partition]; ok && r.Offset+1 >= end {
+				delete(left, r.Partition)
+			}
+			if !r.Attrs.IsControl() {
+				fn(r)
+			}
+		})
+	}
+	return nil
 }
