@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"math"
 	"sync"
 	"time"
 
@@ -218,13 +217,7 @@ func (t *Task) checkFollow() {
 // after a regular checkpoint waits an interval less the follow-ups' head
 // start, not an interval plus their chain.
 func (t *Task) markerFor(k int) (int64, bool) {
-	wm, idle := t.up[k].w.Current(t.now), t.up[k].w.Idle(t.now)
-	if h, ok := t.proc.(OutputHolder); ok {
-		if held := h.Held(); held != math.MaxInt64 && held <= wm {
-			return max(held, math.MinInt64+1) - 1, false
-		}
-	}
-	return wm, idle
+	return t.up[k].w.Current(t.now), t.up[k].w.Idle(t.now)
 }
 
 // markersMoved reports whether a marker the task would send now on some

@@ -28,18 +28,6 @@ type Backlogger interface {
 	Backlog() bool
 }
 
-// OutputHolder is implemented by processors whose output to the internal
-// topics may trail the task's watermark: work at or before it left for
-// later calls (a Backlogger's slices, events held for their turn). Held
-// reports the earliest event time whose internal output may still come
-// (math.MaxInt64 when none): the task's markers then carry at most the
-// time before it, and do not say idle, so that no downstream watermark
-// passes what this task has yet to send (a record it sends later would
-// be late there).
-type OutputHolder interface {
-	Held() int64
-}
-
 // Checkpointer is implemented by processors that hold state in memory: at a
 // checkpoint they write it into t.State before the transaction commits.
 type Checkpointer interface {

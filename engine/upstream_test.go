@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"math"
 	"testing"
 	"time"
 
@@ -213,55 +212,5 @@ func TestFollowUpMarkersOfIdleSources(t *testing.T) {
 	}
 	if got := step(40e9); got != 40e9 {
 		t.Errorf("follow-up: b=%d, want a's 40s", got)
-	}
-}
-
-// holder observes record timestamps and holds its internal output from
-// held on (OutputHolder).
-type holder struct{ held int64 }
-
-func (p *holder) Process(t *Task, r *kgo.Record, input int) error {
-	t.Observe(input, r.Timestamp.UnixNano())
-	return nil
-}
-
-func (p *holder) Held() int64 { return p.held }
-
-// TestMarkersStopBeforeHeldOutput: a processor whose internal output at
-// some event time is still to come (OutputHolder) keeps the task's markers
-// before it, on every internal topic, until it has sent it; output held
-// past the markers changes nothing.
-func TestMarkersStopBeforeHeldOutput(t *testing.T) {
-	p := &holder{held: 30e9}
-	topo := abTopology(1)
-	topo.NewProcessor = func(*Task) (Processor, error) { return p, nil }
-	h := upstreamHarness(t, topo, time.Unix(1000, 0))
-	if err := h.Process(0, &kgo.Record{Timestamp: time.Unix(0, 50e9)}); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Process(1, marker(0, 45e9)); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Checkpoint(); err != nil {
-		t.Fatal(err)
-	}
-	if got := markersOut(h); got["a"] != 30e9-1 || got["b"] != 30e9-1 {
-		t.Fatalf("markers %v, want both just before the held output at 30s", got)
-	}
-	h.Out = nil
-	p.held = math.MaxInt64 // sent
-	if err := h.Checkpoint(); err != nil {
-		t.Fatal(err)
-	}
-	if got := markersOut(h); got["a"] != 49e9 || got["b"] != 45e9 {
-		t.Fatalf("markers %v, want the source watermark 49s on a and a's upstream 45s on b once nothing is held", got)
-	}
-	h.Out = nil
-	p.held = 48e9 // beyond b's marker: b unchanged
-	if err := h.Checkpoint(); err != nil {
-		t.Fatal(err)
-	}
-	if got := markersOut(h); got["a"] != 48e9-1 || got["b"] != 45e9 {
-		t.Fatalf("markers %v, want a held at 48s and b at 45s", got)
 	}
 }

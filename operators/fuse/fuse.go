@@ -256,7 +256,6 @@ type processor struct {
 	kvHorizon         kvEvent
 	kvUnplacedArrived int64
 	kvBacklog         bool
-	kvReleasedTo      int64 // the latest watermark releaseKV ran to (Held)
 
 	// resolve stage
 	requests     map[string]*request
@@ -272,17 +271,16 @@ type processor struct {
 
 func newProcessor(s *Stage, p int32) *processor {
 	pr := &processor{
-		s:            s,
-		cfg:          &s.cfg,
-		partition:    p,
-		kvReleasedTo: math.MinInt64,
-		dec:          otlp.NewDecoder(),
-		traces:       map[[16]byte]*trace{},
-		closed:       map[[16]byte]uint32{},
-		groups:       map[[16]byte]int{},
-		requests:     map[string]*request{},
-		samples:      map[semconv.Identity][]byte{},
-		rgroups:      map[string]int{},
+		s:         s,
+		cfg:       &s.cfg,
+		partition: p,
+		dec:       otlp.NewDecoder(),
+		traces:    map[[16]byte]*trace{},
+		closed:    map[[16]byte]uint32{},
+		groups:    map[[16]byte]int{},
+		requests:  map[string]*request{},
+		samples:   map[semconv.Identity][]byte{},
+		rgroups:   map[string]int{},
 	}
 	kc := s.cfg.KVGraph
 	kc.Counters = &s.kvCounters

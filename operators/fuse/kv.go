@@ -323,21 +323,6 @@ func (p *processor) refillKV(t *engine.Task) error {
 	return nil
 }
 
-// Held implements engine.OutputHolder: the earliest KV event held at or
-// before the watermark its release last ran to, whose turn a bounded slice
-// of releaseKV has not reached yet (a large watermark step on a backlog).
-// The incidents it may bring send incident tags through the repartition
-// topic, and a downstream watermark that passed them would have emitted
-// their traces already: the task's markers stay before it until it is
-// handed over. Events held for a watermark still to come do not count: the
-// markers they would hold are what that watermark waits on.
-func (p *processor) Held() int64 {
-	if ts, _, ok := p.kvNext(); ok && ts <= p.kvReleasedTo {
-		return ts
-	}
-	return math.MaxInt64
-}
-
 // kvNext is the earliest held event's time and processing time of
 // arrival; ok false when none is held.
 func (p *processor) kvNext() (ts, arrived int64, ok bool) {
@@ -406,7 +391,6 @@ func (p *processor) handKV(t *engine.Task, rec []byte) error {
 // release the earliest one left (engine.Task.RequestCheckpoint).
 func (p *processor) releaseKV(t *engine.Task, wm int64, budget int) error {
 	p.kvBacklog = false
-	p.kvReleasedTo = max(p.kvReleasedTo, wm)
 	heldSince := int64(math.MinInt64) // events buffered at or before it may go early
 	if hold := p.cfg.KVGraph.LiveHold; hold > 0 && t.CaughtUp() {
 		// Held LiveHold, and every task has committed what it read up
