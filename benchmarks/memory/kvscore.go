@@ -35,6 +35,10 @@ type KVScore struct {
 	RefVictims  int `json:"ref_victims"`
 	RefNamed    int `json:"ref_named"`
 	NamedNotRef int `json:"named_not_ref"`
+	// RefMissed: the requests the reference finds polluted and braid does
+	// not name, with the GPU, time, block, layer and writer of their first
+	// foreign read.
+	RefMissed []string `json:"ref_missed,omitempty"`
 	// RootsMissed: the faults (trigger, GPU, source request) no incident
 	// names as root, with the roots braid named on that GPU.
 	RootsMissed []string `json:"roots_missed,omitempty"`
@@ -91,19 +95,32 @@ func scoreKV(ctx context.Context, brokers []string, topic, logsTopic string, tru
 	}
 	sc.RefVictims = len(ref)
 	for r := range named {
-		if ref[r] {
+		if _, ok := ref[r]; ok {
 			sc.RefNamed++
 		} else {
 			sc.NamedNotRef++
 		}
 	}
+	for r, p := range ref {
+		if !named[r] {
+			sc.RefMissed = append(sc.RefMissed, fmt.Sprintf("%s on %s at %s: block %d layer %d, %s from %q",
+				r, p.gpu, p.Time.UTC().Format("15:04:05.000"), p.Block, p.Layer, p.Via, p.From))
+		}
+	}
+	slices.Sort(sc.RefMissed)
 	return sc, nil
 }
 
 // refPolluted reads every KV event of the logs topic back, and replays
 // each GPU's (by gpu.uuid) in event-time order, ties in the order read,
 // through the reference model: the requests it finds polluted.
-func refPolluted(ctx context.Context, brokers []string, topic string) (map[string]bool, error) {
+// refPollution is a polluted request's first foreign read, on GPU gpu.
+type refPollution struct {
+	kvref.Pollution
+	gpu string
+}
+
+func refPolluted(ctx context.Context, brokers []string, topic string) (map[string]refPollution, error) {
 	byGPU := map[string][]simulator.KVEvent{}
 	err := readToEnd(ctx, brokers, topic, 10*time.Minute, func(r *kgo.Record) {
 		var ld logspb.LogsData // the wire layout of an export request
@@ -133,8 +150,8 @@ func refPolluted(ctx context.Context, brokers []string, topic string) (map[strin
 	if err != nil {
 		return nil, err
 	}
-	polluted := map[string]bool{}
-	for _, evs := range byGPU {
+	polluted := map[string]refPollution{}
+	for gpu, evs := range byGPU {
 		slices.SortStableFunc(evs, func(a, b simulator.KVEvent) int { return a.Time.Compare(b.Time) })
 		m, inst := kvref.New(), evs[0].Instance
 		for _, ev := range evs {
@@ -144,8 +161,8 @@ func refPolluted(ctx context.Context, brokers []string, topic string) (map[strin
 			}
 			m.Apply(ev)
 		}
-		for r := range m.Polluted() {
-			polluted[r] = true
+		for r, p := range m.Polluted() {
+			polluted[r] = refPollution{p, gpu}
 		}
 	}
 	return polluted, nil

@@ -753,6 +753,9 @@ func report(o options, res *Result) {
 			res.Workload.KVFaults, res.KV.FaultsFound, res.KV.Victims, res.KV.VictimsNamed, res.KV.NamedNotTruth)
 		fmt.Printf("against the reference model replaying the logs: polluted requests %d, named %d, named but not polluted %d\n",
 			res.KV.RefVictims, res.KV.RefNamed, res.KV.NamedNotRef)
+		for _, m := range res.KV.RefMissed {
+			fmt.Println("  polluted, not named:", m)
+		}
 		for _, m := range res.KV.RootsMissed {
 			fmt.Println("  root missed:", m)
 		}
