@@ -411,7 +411,7 @@ func encodeBlock(b []byte, bl *block) []byte {
 	for _, o := range bl.owners {
 		b = putStr(b, o.req)
 		b = binary.AppendVarint(b, o.at)
-		b = append(b, boolByte(o.shared))
+		b = append(b, boolByte(o.shared)|boolByte(o.wrote)<<1)
 	}
 	b = binary.BigEndian.AppendUint64(b, bl.hash)
 	b = append(b, boolByte(bl.hasHash))
@@ -457,7 +457,7 @@ func decodeBlock(v []byte, bl *block) error {
 	for i := uint64(0); i < n && !d.err; i++ {
 		o := owner{req: d.str(), at: d.varint()}
 		if x := d.raw(1); x != nil {
-			o.shared = x[0] == 1
+			o.shared, o.wrote = x[0]&1 != 0, x[0]&2 != 0
 		}
 		bl.owners = append(bl.owners, o)
 	}

@@ -318,3 +318,48 @@ func TestSwapOutCarriesForeignBytes(t *testing.T) {
 		t.Fatalf("victims %v, want r (its swapped-out content holds w's bytes)", got)
 	}
 }
+
+// A block freed twice is handed to two requests; the second writes into
+// it, then the first swaps it out (and later back in, into another block,
+// and reads it): the other owner's bytes went to host memory with its
+// content, so the swapped-out owner is a victim, named at the swap-out, of
+// the double free.
+func TestSwapOutCarriesTheOtherOwnersWrites(t *testing.T) {
+	h := newHarness(t, nil)
+	h.feed(gpu0, seq(
+		alloc(0, "x", 5), fill(1, "x", 5, 0), free(2, "x", 5), free(3, "x", 5), // double free
+		alloc(4, "a", 3), alloc(4, "a", 5), alloc(5, "b", 5), // block 5 handed out twice
+		fill(6, "a", 5, 0), pool.Write(at(7), "b", 5, 0, 0, 512), // b writes over a's layer 0
+		kvlog.Op{Time: at(8), Op: "swap_out", Request: "a", Block: 3}, kvlog.Op{Time: at(8), Op: "swap_out", Request: "a", Block: 5},
+	)...)
+	inc := h.only()
+	if got := polluted(inc); !slices.Equal(got, []string{"a"}) || inc.Root.RequestId != "x" {
+		t.Fatalf("polluted %v root %v, want a, from the double free by x", got, inc.Root)
+	}
+	// The other owner overwrites every byte a wrote, each layer with its
+	// own content hash (as servers write a block's hash with it): nothing
+	// of a is left in the block, and what a swaps out is all b's.
+	h1 := newHarness(t, nil)
+	h1.feed(gpu0, seq(
+		alloc(0, "x", 5), fill(1, "x", 5, 0), free(2, "x", 5), free(3, "x", 5),
+		alloc(4, "a", 5), fill(5, "a", 5, 0xaa), alloc(6, "b", 5), fill(7, "b", 5, 0xbb),
+		kvlog.Op{Time: at(8), Op: "swap_out", Request: "a", Block: 5},
+	)...)
+	if got := polluted(h1.only()); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("polluted %v, want a: its swapped-out block holds only b's writes", got)
+	}
+	// Swapped out before the other owner wrote anything: nothing foreign
+	// went with it.
+	h2 := newHarness(t, nil)
+	h2.feed(gpu0, seq(
+		alloc(0, "x", 5), fill(1, "x", 5, 0), free(2, "x", 5), free(3, "x", 5),
+		alloc(4, "a", 5), alloc(5, "b", 5), fill(6, "a", 5, 0),
+		kvlog.Op{Time: at(7), Op: "swap_out", Request: "a", Block: 5}, pool.Write(at(8), "b", 5, 0, 0, 512),
+	)...)
+	_, all := h2.incidents()
+	for _, inc := range all {
+		if got := polluted(inc); len(got) != 0 {
+			t.Fatalf("victims %v: a's content left before b wrote", got)
+		}
+	}
+}

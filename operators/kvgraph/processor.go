@@ -554,7 +554,11 @@ func (p *Processor) outOfBounds(t *engine.Task, g *gpu, r *request, ev *Event, l
 // writeBlock records r's write of [lo, hi) of layer l into b.
 func (p *Processor) writeBlock(t *engine.Task, g *gpu, b *block, r *request, ev *Event, l, lo, hi int64) {
 	sameHash := ev.HasHash && b.hasHash && ev.Hash == b.hash
-	own := b.owner(r.id) != nil
+	o := b.owner(r.id)
+	own := o != nil
+	if own {
+		o.wrote = true
+	}
 	if !own || (len(b.owners) > 1 && !sameHash) {
 		p.foreign(t, g, b, r, ev, l, lo, hi, spanForeign, braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE)
 	} else {
@@ -657,7 +661,8 @@ func (p *Processor) read(t *engine.Task, g *gpu, b *block, r *request, ev *Event
 }
 
 // swapOut handles r's swap-out of b: its content, with whatever another
-// request's faulty write left in it, goes to host memory and comes back
+// request wrote into it while r held it (a faulty write, the other owner
+// of a block handed out twice), goes to host memory and comes back
 // with the swap-in, which reads it all. Those bytes are read then; the
 // detector does not carry block content through host memory, so r is
 // named for them now.
@@ -668,13 +673,23 @@ func (p *Processor) swapOut(t *engine.Task, g *gpu, b *block, r *request, ev *Ev
 		ls := &b.layers[i]
 		wrote := o.shared // a prefix hit holds the content it shares
 		for _, s := range ls.spans {
-			wrote = wrote || (s.writer == r.id && s.kind == spanOwn)
+			// Its own writes, also those marked foreign for another
+			// owner of the block; or, when it wrote into the block, a
+			// layer others wrote into while it held it (over what it
+			// wrote there: a block handed out twice, its other owner
+			// writing every layer after it).
+			wrote = wrote || (s.writer == r.id && s.kind != spanOOB && s.kind != spanMisplaced && s.kind != spanZero) ||
+				(o.wrote && s.writer != r.id && s.kind != spanZero && s.at >= o.at)
 		}
 		if !wrote {
 			continue // a layer it holds nothing of: nothing of it is read back
 		}
 		for _, s := range ls.spans {
-			if s.kind != spanForeign && s.kind != spanOOB && s.kind != spanMisplaced || s.at < o.at {
+			// As a read would take them (read), but only what was
+			// written while r held the block: a stray write, another
+			// owner's writes into it (a block handed out twice).
+			own := s.writer == r.id && s.kind != spanOOB && s.kind != spanMisplaced
+			if own || s.kind == spanZero || s.at < o.at {
 				continue // its own writes, zeros, what was there before it held the block
 			}
 			p.classify(g, b, o, s.writer, s.at, s.kind, s.taint, ls.layer, s.origin)

@@ -76,6 +76,9 @@ type owner struct {
 	// shared: allocated as a prefix-cache hit whose hash matched the
 	// block's content hash.
 	shared bool
+	// wrote: it wrote into the block during this holding (another owner
+	// may have overwritten all of it since: swapOut).
+	wrote bool
 }
 
 // Span kinds: who put content there.
