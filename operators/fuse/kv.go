@@ -294,16 +294,16 @@ func (p *processor) refillKV(t *engine.Task) error {
 	defer it.Close()
 	room := p.cfg.KVGraph.MaxKVBufferBytes / 2
 	for it.First(); it.Valid(); it.Next() {
-		k, v := it.Key(), it.Value()
-		if len(k) != 17 {
+		key, ok := kvKeyEvent(it.Key())
+		if !ok {
 			continue
 		}
-		ev := &kvEvent{time: int64(binary.BigEndian.Uint64(k[1:]) ^ (1 << 63)), seq: binary.BigEndian.Uint64(k[9:]),
-			arrived: p.kvUnplacedArrived, stored: true}
 		if len(p.kvBuf) > 0 && p.kvBytes+kvPlaceBytes > room {
-			p.kvHorizon = *ev
+			p.kvHorizon = key
 			return nil
 		}
+		v := it.Value()
+		ev := &kvEvent{time: key.time, seq: key.seq, arrived: p.kvUnplacedArrived, stored: true}
 		if p.kvBytes+int64(len(v))+kvPlaceBytes <= room {
 			ev.member = append([]byte(nil), v...)
 		} else {
@@ -545,46 +545,43 @@ func (p *processor) checkpointKV(t *engine.Task) error {
 	return nil
 }
 
-// restoreKV reloads the buffered events: in key order, their places while
-// they take at most half the share (and their members while there is
-// room), the rest in state only from kvHorizon on.
+// restoreKV reloads the buffered events: every one is in state, from the
+// first key on, and refillKV brings them back as it does after a shed
+// (their places while they take at most half the share, their members
+// while there is room).
 func (p *processor) restoreKV(t *engine.Task) error {
 	p.s.counters.KVBuffered.Add(-int64(len(p.kvBuf)) - p.kvUnplaced)
 	p.addKVBytes(-p.kvBytes)
 	p.kvBuf, p.kvNew, p.kvSeq = p.kvBuf[:0], p.kvNew[:0], 0
-	p.kvUnplaced, p.kvUnplacedArrived = 0, math.MinInt64
+	p.kvUnplaced, p.kvUnplacedArrived = 0, t.Now().UnixNano()
 	clear(p.kvAhead)
 	p.kvAheadBytes = 0
-	defer func() {
-		p.kvBuf.init()
-		p.s.counters.KVBuffered.Add(int64(len(p.kvBuf)) + p.kvUnplaced)
-	}()
-	now := t.Now().UnixNano()
-	room := p.cfg.KVGraph.MaxKVBufferBytes / 2
-	return eachKey(t, prefixKV, func(k, v []byte) error {
-		if len(k) != 17 {
+	err := eachKey(t, prefixKV, func(k, _ []byte) error {
+		ev, ok := kvKeyEvent(k)
+		if !ok {
 			return nil
 		}
-		ev := &kvEvent{time: int64(binary.BigEndian.Uint64(k[1:]) ^ (1 << 63)), seq: binary.BigEndian.Uint64(k[9:]),
-			arrived: now, stored: true}
+		if p.kvUnplaced == 0 {
+			p.kvHorizon = ev
+		}
+		p.kvUnplaced++
 		p.kvSeq = max(p.kvSeq, ev.seq+1)
-		if p.kvUnplaced > 0 || len(p.kvBuf) > 0 && p.kvBytes+kvPlaceBytes > room {
-			if p.kvUnplaced == 0 {
-				p.kvHorizon = kvEvent{time: ev.time, seq: ev.seq}
-				p.kvUnplacedArrived = now
-			}
-			p.kvUnplaced++
-			return nil
-		}
-		if p.kvBytes+int64(len(v))+kvPlaceBytes > room {
-			ev.spilled = true // stays in the keyspace only, as when it was held
-		} else {
-			ev.member = append([]byte(nil), v...)
-		}
-		p.kvBuf = append(p.kvBuf, ev)
-		p.addKVBytes(kvEventBytes(ev))
 		return nil
 	})
+	p.s.counters.KVBuffered.Add(p.kvUnplaced)
+	if err != nil || p.kvUnplaced == 0 {
+		return err
+	}
+	return p.refillKV(t)
+}
+
+// kvKeyEvent is the time and seq of a KV event's key (kvKey); ok false
+// for a key of another shape.
+func kvKeyEvent(k []byte) (kvEvent, bool) {
+	if len(k) != 17 {
+		return kvEvent{}, false
+	}
+	return kvEvent{time: int64(binary.BigEndian.Uint64(k[1:]) ^ (1 << 63)), seq: binary.BigEndian.Uint64(k[9:])}, true
 }
 
 // before orders buffered events by time, then arrival.
