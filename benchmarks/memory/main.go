@@ -485,7 +485,7 @@ func runBacklog(ctx context.Context, o options, res *Result, cl *kgo.Client, sim
 				return "kv_buffer"
 			}
 			for _, name := range []string{"braid_fused_records_total", "braid_pollution_incidents_total", "braid_incident_tags_total", "braid_polluted_requests_total"} {
-				if strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{") {
+				if isMetric(line, name) {
 					return name
 				}
 			}
@@ -527,7 +527,7 @@ func runBacklog(ctx context.Context, o options, res *Result, cl *kgo.Client, sim
 			}
 		}
 		for _, name := range endCounters {
-			if strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{") {
+			if isMetric(line, name) {
 				return name
 			}
 		}
@@ -874,4 +874,9 @@ func saveHeap(addr, path string) {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "heap profile: %v\n", err)
 	}
+}
+
+// isMetric reports whether an exposition line is a sample of metric name.
+func isMetric(line, name string) bool {
+	return strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{")
 }

@@ -637,7 +637,7 @@ func (p *Processor) read(t *engine.Task, g *gpu, b *block, r *request, ev *Event
 		for _, s := range ls.spans {
 			// A request's own writes are what it may read, except those
 			// that landed outside the range they were for.
-			own := s.writer == r.id && s.kind != spanOOB && s.kind != spanMisplaced
+			own := s.ownBy(r.id)
 			if own && s.taint && r.polluted != 0 && overlaps(s, lo, hi) {
 				// Its own content written while it was polluted (a
 				// recompute reusing its cached prefix): what it computes
@@ -678,7 +678,7 @@ func (p *Processor) swapOut(t *engine.Task, g *gpu, b *block, r *request, ev *Ev
 			// layer others wrote into while it held it (over what it
 			// wrote there: a block handed out twice, its other owner
 			// writing every layer after it).
-			wrote = wrote || (s.writer == r.id && s.kind != spanOOB && s.kind != spanMisplaced && s.kind != spanZero) ||
+			wrote = wrote || s.ownBy(r.id) && s.kind != spanZero ||
 				(o.wrote && s.writer != r.id && s.kind != spanZero && s.at >= o.at)
 		}
 		if !wrote {
@@ -688,7 +688,7 @@ func (p *Processor) swapOut(t *engine.Task, g *gpu, b *block, r *request, ev *Ev
 			// As a read would take them (read), but only what was
 			// written while r held the block: a stray write, another
 			// owner's writes into it (a block handed out twice).
-			own := s.writer == r.id && s.kind != spanOOB && s.kind != spanMisplaced
+			own := s.ownBy(r.id)
 			if own || s.kind == spanZero || s.at < o.at {
 				continue // its own writes, zeros, what was there before it held the block
 			}

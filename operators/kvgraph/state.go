@@ -81,6 +81,12 @@ type owner struct {
 	wrote bool
 }
 
+// ownBy reports whether s is req's own write: one it made, except what
+// landed outside the range it was for (out of bounds, misplaced).
+func (s span) ownBy(req string) bool {
+	return s.writer == req && s.kind != spanOOB && s.kind != spanMisplaced
+}
+
 // Span kinds: who put content there.
 const (
 	spanOwn       uint8 = iota // written by a live owner of the block
