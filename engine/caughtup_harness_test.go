@@ -12,7 +12,7 @@ import (
 
 func twoSources(t *testing.T, cfg Config) *Harness {
 	t.Helper()
-	store, err := state.Open(state.Options{Dir: t.TempDir()})
+	store, err := state.Open(state.Options{InMemory: true})
 	if err != nil {
 		t.Fatal(err)
 	}

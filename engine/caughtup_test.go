@@ -41,7 +41,7 @@ func (e *eventTimes) Process(t *Task, r *kgo.Record, input int) error {
 // processor until the test ends.
 func liveEngine(t *testing.T, brokers []string, partitions int32, inputs []Input, mod func(*Config)) (*Engine, *eventTimes) {
 	t.Helper()
-	store, err := state.Open(state.Options{Dir: t.TempDir()})
+	store, err := state.Open(state.Options{InMemory: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -159,7 +159,7 @@ func replay(t *testing.T, store *state.Store, name string, recs []*kgo.Record) *
 // fits, and a replay of the compacted changelog gives back exactly the
 // live values, with no chunk left over.
 func TestChangelogChunksSurviveCompaction(t *testing.T) {
-	store, err := state.Open(state.Options{Dir: t.TempDir()})
+	store, err := state.Open(state.Options{InMemory: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +258,7 @@ func keys(m map[string][]byte) []string {
 // TestHarnessRejectsRecordsOverTheLimit: what the broker would refuse fails
 // Process, as the produce error fails the engine's checkpoint.
 func TestHarnessRejectsRecordsOverTheLimit(t *testing.T) {
-	store, err := state.Open(state.Options{Dir: t.TempDir()})
+	store, err := state.Open(state.Options{InMemory: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +289,7 @@ func TestHarnessRejectsRecordsOverTheLimit(t *testing.T) {
 // record of chunked keys is the committed one, so a later write tombstones
 // exactly the chunks the changelog holds.
 func TestChunkCountsFollowAborts(t *testing.T) {
-	store, err := state.Open(state.Options{Dir: t.TempDir()})
+	store, err := state.Open(state.Options{InMemory: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,7 @@ func TestEventTimeClampedByRecordTime(t *testing.T) {
 		{"behind the record: unchanged", []*kgo.Record{ev(rec, r-year)}, r - year - int64(time.Second)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			store, err := state.Open(state.Options{Dir: t.TempDir()})
+			store, err := state.Open(state.Options{InMemory: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -82,7 +82,7 @@ func TestEventTimeClampedByRecordTime(t *testing.T) {
 // year ahead, then a lull: the all-idle rule moves the watermark only to
 // the largest record timestamp seen plus the skew.
 func TestAllIdleRuleStopsAtRecordTimePlusSkew(t *testing.T) {
-	store, err := state.Open(state.Options{Dir: t.TempDir()})
+	store, err := state.Open(state.Options{InMemory: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestAllIdleRuleStopsAtRecordTimePlusSkew(t *testing.T) {
 // run that allowed any skew) is lowered on restore to the largest record
 // timestamp seen plus the skew.
 func TestRestoredWatermarkClamped(t *testing.T) {
-	store, err := state.Open(state.Options{Dir: t.TempDir()})
+	store, err := state.Open(state.Options{InMemory: true})
 	if err != nil {
 		t.Fatal(err)
 	}

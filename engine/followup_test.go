@@ -101,7 +101,7 @@ func timedEngine(t *testing.T, tt timedTopics, mod func(*Config), proc func(*tim
 	if tt.mid2 != "" {
 		inputs = append(inputs, Input{Topic: tt.mid2, Internal: true, From: []string{mid}})
 	}
-	store, err := state.Open(state.Options{Dir: t.TempDir()})
+	store, err := state.Open(state.Options{InMemory: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,7 @@ func TestHarnessCheckpointModel(t *testing.T) {
 // key and the counts of the steps taken.
 func runHarnessModel(t *testing.T, rng *rand.Rand, input []inputRecord) (map[string][]tally, map[string]int) {
 	t.Helper()
-	store, err := state.Open(state.Options{Dir: t.TempDir(), MemoryBudget: 16 << 20})
+	store, err := state.Open(state.Options{InMemory: true, MemoryBudget: 16 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

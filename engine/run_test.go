@@ -506,7 +506,7 @@ func TestPollBackpressureBoundsQueuedBytes(t *testing.T) {
 	topo.NewProcessor = func(*Task) (Processor, error) {
 		return gatedRelay{relay: relay{mid: b.mid, out: b.out}, once: &sync.Once{}, release: release}, nil
 	}
-	store, err := state.Open(state.Options{Dir: t.TempDir()})
+	store, err := state.Open(state.Options{InMemory: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -621,7 +621,7 @@ func TestChunkedChangelogRestoresThroughKafka(t *testing.T) {
 		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
-		store, err := state.Open(state.Options{Dir: t.TempDir()})
+		store, err := state.Open(state.Options{InMemory: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/cockroachdb/pebble"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/braidlabs/braid/state"
@@ -61,7 +60,7 @@ func (s *State) Get(dst, key []byte) ([]byte, bool, error) { return s.ks.Get(dst
 
 // Iter iterates [lower, upper), seeing pending writes. Close it before the
 // checkpoint.
-func (s *State) Iter(lower, upper []byte) (*pebble.Iterator, error) { return s.ks.Iter(lower, upper) }
+func (s *State) Iter(lower, upper []byte) (*state.Iterator, error) { return s.ks.Iter(lower, upper) }
 
 // Set writes key = value.
 func (s *State) Set(key, value []byte) error {

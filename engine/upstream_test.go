@@ -13,7 +13,7 @@ import (
 // on a store of its own, both closed when the test ends.
 func upstreamHarness(t *testing.T, topo Topology, now time.Time) *Harness {
 	t.Helper()
-	store, err := state.Open(state.Options{Dir: t.TempDir()})
+	store, err := state.Open(state.Options{InMemory: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,11 +8,11 @@ import (
 	"fmt"
 	"log/slog"
 	"math/bits"
-	"os"
 	"path/filepath"
 	"sync"
 
 	"github.com/cockroachdb/pebble"
+	"github.com/cockroachdb/pebble/vfs"
 )
 
 // ErrClosed is returned by operations on a closed Store or Keyspace.
@@ -21,8 +21,14 @@ var ErrClosed = errors.New("state: closed")
 // Options configure a Store. The zero value is usable after EnsureDefaults.
 type Options struct {
 	// Dir is the directory under which each keyspace gets a subdirectory.
-	// Required.
+	// Required unless InMemory.
 	Dir string
+	// InMemory keeps every keyspace in memory (Pebble's in-memory
+	// filesystem) instead of under Dir: for tests, and for replays that
+	// need no state after they end. A keyspace closed and opened again
+	// finds what it had; everything is gone once the Store is closed.
+	// Memory then grows with the state, outside MemoryBudget.
+	InMemory bool
 	// MemoryBudget, bytes, is what CacheBytes and MemTableBytes default
 	// from: half each. Default 256 MiB; at least 16 MiB.
 	MemoryBudget int64
@@ -75,7 +81,7 @@ func (o *Options) EnsureDefaults() {
 // Validate reports every problem with o at once.
 func (o *Options) Validate() error {
 	var errs []error
-	if o.Dir == "" {
+	if o.Dir == "" && !o.InMemory {
 		errs = append(errs, errors.New("state: Options.Dir is required"))
 	}
 	if o.MemoryBudget < 16<<20 {
@@ -97,6 +103,7 @@ func (o *Options) Validate() error {
 // Safe for concurrent use.
 type Store struct {
 	opts  Options
+	fs    vfs.FS
 	cache *pebble.Cache
 	mu    struct {
 		sync.Mutex
@@ -111,10 +118,17 @@ func Open(opts Options) (*Store, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+	fs := vfs.Default
+	if opts.InMemory {
+		fs = vfs.NewMem()
+		if opts.Dir == "" {
+			opts.Dir = "state"
+		}
+	}
+	if err := fs.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("state: create %s: %w", opts.Dir, err)
 	}
-	s := &Store{opts: opts, cache: pebble.NewCache(opts.CacheBytes)}
+	s := &Store{opts: opts, fs: fs, cache: pebble.NewCache(opts.CacheBytes)}
 	s.mu.open = make(map[string]*Keyspace)
 	return s, nil
 }
@@ -165,6 +179,7 @@ func (s *Store) Keyspace(name string) (*Keyspace, error) {
 	listener.FlushBegin = func(pebble.FlushInfo) { flushes.begin() }
 	listener.FlushEnd = func(info pebble.FlushInfo) { flushes.end(info.Err) }
 	db, err := pebble.Open(filepath.Join(s.opts.Dir, name), &pebble.Options{
+		FS:                          s.fs,
 		Cache:                       s.cache,
 		MemTableSize:                uint64(s.memTableSize(len(s.mu.open))),
 		MemTableStopWritesThreshold: 2,
@@ -196,7 +211,7 @@ func (s *Store) Remove(name string) error {
 	if open {
 		return fmt.Errorf("state: keyspace %s is open", name)
 	}
-	if err := os.RemoveAll(filepath.Join(s.opts.Dir, name)); err != nil {
+	if err := s.fs.RemoveAll(filepath.Join(s.opts.Dir, name)); err != nil {
 		return fmt.Errorf("state: remove keyspace %s: %w", name, err)
 	}
 	return nil
@@ -395,14 +410,48 @@ func (k *Keyspace) DeleteRange(start, end []byte) error {
 }
 
 // Iter returns an iterator over [lower, upper) that sees pending writes. The
-// caller must close it before Checkpoint or Rollback. Keys and values are
-// valid until the iterator moves.
-func (k *Keyspace) Iter(lower, upper []byte) (*pebble.Iterator, error) {
+// caller must close it before Checkpoint or Rollback.
+func (k *Keyspace) Iter(lower, upper []byte) (*Iterator, error) {
 	if k.batch == nil {
 		return nil, ErrClosed
 	}
-	return k.batch.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	it, err := k.batch.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return nil, fmt.Errorf("state: iterate %s: %w", k.name, err)
+	}
+	return &Iterator{it: it}, nil
 }
+
+// Iterator walks a key range of a keyspace in key order:
+//
+//	for it.First(); it.Valid(); it.Next() { … it.Key(), it.Value() … }
+//	if err := it.Close(); err != nil { … }
+//
+// Key and Value are valid until the iterator moves; copy what you keep.
+// Close returns the first error the walk met (Error reports it earlier).
+type Iterator struct{ it *pebble.Iterator }
+
+// First moves to the first key of the range and reports whether there is one.
+func (i *Iterator) First() bool { return i.it.First() }
+
+// Next moves to the next key and reports whether there is one.
+func (i *Iterator) Next() bool { return i.it.Next() }
+
+// Valid reports whether the iterator is at a key.
+func (i *Iterator) Valid() bool { return i.it.Valid() }
+
+// Key is the current key.
+func (i *Iterator) Key() []byte { return i.it.Key() }
+
+// Value is the current value.
+func (i *Iterator) Value() []byte { return i.it.Value() }
+
+// Error is the error that stopped the walk, if any.
+func (i *Iterator) Error() error { return i.it.Error() }
+
+// Close releases the iterator and returns the error that stopped the
+// walk, if any.
+func (i *Iterator) Close() error { return i.it.Close() }
 
 // Offsets is the input position a checkpoint reflects: topic → partition →
 // next offset to read.

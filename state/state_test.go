@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -306,5 +307,90 @@ func TestLargeCheckpointIsHeldUntilFlushed(t *testing.T) {
 	}
 	if v, ok, err := k.Get(nil, []byte("key0511")); err != nil || !ok || !bytes.Equal(v, value) {
 		t.Fatalf("after the flush key0511 = %d bytes, %v, %v", len(v), ok, err)
+	}
+}
+
+// An in-memory store behaves as one on disk while it is open — a keyspace
+// closed and opened again finds its last checkpoint, pending writes are
+// seen by iterators — writes nothing to disk, and forgets everything once
+// closed.
+func TestInMemory(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(Options{InMemory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := s.Keyspace("fuse-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if err := k.Set([]byte{'k', byte('0' + i)}, []byte(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := k.Checkpoint(Offsets{"in": {0: 5}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Delete([]byte("k1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Set([]byte("k9"), []byte("9")); err != nil {
+		t.Fatal(err)
+	}
+	walk := func(k *Keyspace, lower, upper string) string {
+		t.Helper()
+		it, err := k.Iter([]byte(lower), []byte(upper))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for it.First(); it.Valid(); it.Next() {
+			got = append(got, string(it.Key())+"="+string(it.Value()))
+		}
+		if err := it.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(got, " ")
+	}
+	if got, want := walk(k, "k0", "k:"), "k0=0 k2=2 k3=3 k4=4 k9=9"; got != want {
+		t.Fatalf("pending walk = %q, want %q", got, want)
+	}
+	if got, want := walk(k, "k2", "k4"), "k2=2 k3=3"; got != want {
+		t.Fatalf("bounded walk = %q, want %q", got, want)
+	}
+	if err := k.Close(); err != nil {
+		t.Fatal(err)
+	}
+	k, err = s.Keyspace("fuse-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := walk(k, "k", "l"), "k0=0 k1=1 k2=2 k3=3 k4=4"; got != want {
+		t.Fatalf("after reopening = %q, want the checkpoint %q", got, want)
+	}
+	if o, err := k.Offsets(); err != nil || o["in"][0] != 5 {
+		t.Fatalf("offsets after reopening = %v, %v", o, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(wd, "state")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("an in-memory store left %s/state on disk (%v)", wd, err)
+	}
+	s, err = Open(Options{InMemory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	k, err = s.Keyspace("fuse-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := walk(k, "k", "l"); got != "" {
+		t.Fatalf("a new in-memory store has %q", got)
 	}
 }

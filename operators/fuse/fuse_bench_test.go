@@ -82,7 +82,7 @@ func benchFuse(b *testing.B, keying simulator.Keying, partitions int32, mod func
 	if err != nil {
 		b.Fatal(err)
 	}
-	store, err := state.Open(state.Options{Dir: b.TempDir()})
+	store, err := state.Open(state.Options{InMemory: true})
 	if err != nil {
 		b.Fatal(err)
 	}

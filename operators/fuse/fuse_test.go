@@ -65,7 +65,7 @@ func newTaskHarness(t *testing.T, partitions, partition int32, mod func(*Config)
 // resources table, as the tasks of one instance do).
 func newStageHarness(t *testing.T, st *Stage, partition int32) *harness {
 	t.Helper()
-	store, err := state.Open(state.Options{Dir: t.TempDir()})
+	store, err := state.Open(state.Options{InMemory: true})
 	if err != nil {
 		t.Fatal(err)
 	}

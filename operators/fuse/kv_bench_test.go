@@ -54,7 +54,7 @@ func benchmarkKVPath(b *testing.B, bufferBytes int64, outOfOrderness time.Durati
 		if err != nil {
 			b.Fatal(err)
 		}
-		store, err := state.Open(state.Options{Dir: b.TempDir()})
+		store, err := state.Open(state.Options{InMemory: true})
 		if err != nil {
 			b.Fatal(err)
 		}

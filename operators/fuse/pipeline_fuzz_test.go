@@ -124,7 +124,7 @@ func runPipeline(t *testing.T, enc otlp.Encoding, recs []pipelineRecord) map[str
 		t.Fatal(err)
 	}
 	cfg := st.Config()
-	store, err := state.Open(state.Options{Dir: t.TempDir()})
+	store, err := state.Open(state.Options{InMemory: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ func newHarness(t testing.TB, mod func(*Config)) *harness {
 	}
 	// Small caches: without cgo Pebble keeps them on the Go heap, which
 	// the memory tests measure for the detector's state.
-	store, err := state.Open(state.Options{Dir: t.TempDir(), CacheBytes: 1 << 20, MemTableBytes: 4 << 20})
+	store, err := state.Open(state.Options{InMemory: true, CacheBytes: 1 << 20, MemTableBytes: 4 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
