@@ -204,7 +204,6 @@ func runDemo(ctx context.Context, args []string, log *slog.Logger, out, errOut i
 
 	tick := time.NewTicker(5 * time.Second)
 	defer tick.Stop()
-	c := j.Counters()
 	for {
 		select {
 		case <-ctx.Done():
@@ -216,17 +215,8 @@ func runDemo(ctx context.Context, args []string, log *slog.Logger, out, errOut i
 			}
 			return drain(errc, workers-1)
 		case <-tick.C:
-			st := j.Engine().Stats()
-			kc := j.KVCounters()
-			alertsLine := ""
-			if as := j.Stage().Config().Alerts; as != nil {
-				ac := as.Counters()
-				alertsLine = fmt.Sprintf("  alerts firing %d (changes %d)", ac.Firing.Load(), ac.Changes.Load())
-			}
-			fmt.Fprintf(errOut, "-- event time %s  messages %d  members %d  fused %d (revisions %d)  late %d  dlq %d  logs joined by request id %d (unresolved %d)  resource points %d  KV events %d  incidents %d%s  open traces %d  checkpoints %d  last pause %v\n",
-				clk.now().Format("15:04:05"), c.Messages.Load(), c.Members.Load(), c.Fused.Load(), c.Revisions.Load(), c.Late.Load(), c.DLQ.Load(),
-				c.Resolved.Load(), c.Unresolved.Load(), c.ResourcePoint.Load(), c.KVLogs.Load(), kc.Incidents.Load(), alertsLine, c.OpenTraces.Load(), st.Checkpoints.Load(),
-				time.Duration(st.LastPauseNanos.Load()).Round(time.Microsecond))
+			fmt.Fprintf(errOut, "-- event time %s  %s  last pause %v\n", clk.now().Format("15:04:05"), j.Metrics().Line(),
+				time.Duration(j.Engine().Stats().LastPauseNanos.Load()).Round(time.Microsecond))
 		}
 	}
 }

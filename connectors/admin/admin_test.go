@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,10 +53,27 @@ func (f fakeLag) Lags() ([]PartitionLag, time.Time) { return f.lags, f.at }
 
 // fixture is a server over fake views, exercised through httptest.
 type fixture struct {
-	eng      *fakeEngine
-	cps      *Checkpoints
-	counters Counters
-	srv      *Server
+	eng *fakeEngine
+	cps *Checkpoints
+	fig figures
+	srv *Server
+}
+
+// figures are a stage's counters, exported through testTable.
+type figures struct {
+	messages, fused, logs, points, open, shiftNanos atomic.Int64
+}
+
+// testTable is a stage's table of figures over f.
+func testTable(f *figures) Table {
+	return Table{
+		{Name: "braid_input_messages_total", Help: "Messages read.", Log: "messages", Value: f.messages.Load},
+		{Name: "braid_fused_records_total", Help: "Fused records.", Log: "fused", Value: f.fused.Load},
+		{Name: "braid_unjoined_members_total", Help: "Members without a trace.", Label: "signal", LabelValue: "logs", Value: f.logs.Load},
+		{Name: "braid_unjoined_members_total", Label: "signal", LabelValue: "metrics", Value: f.points.Load},
+		{Name: "braid_open_traces", Help: "Traces open.", Gauge: true, Log: "open_traces", Value: f.open.Load},
+		{Name: "braid_shift_max_seconds", Help: "Kept in ns.", Gauge: true, Scale: 1e-9, Value: f.shiftNanos.Load},
+	}
 }
 
 var testNow = time.Unix(1_000, 0)
@@ -70,8 +89,8 @@ func newFixture(t *testing.T) *fixture {
 	}
 	f.cps = cps
 	col, err := NewCollector(CollectorConfig{
-		Engine:   f.eng,
-		Counters: func() Counters { return f.counters },
+		Engine:  f.eng,
+		Metrics: append(testTable(&f.fig), EngineMetrics(f.eng)...),
 		Lag: fakeLag{at: time.Unix(990, 0), lags: []PartitionLag{
 			{Topic: "otlp_spans", Partition: 0, Records: 0},
 			{Topic: "otlp_spans", Partition: 1, Records: 12},
@@ -160,10 +179,12 @@ func parseText(t *testing.T, body string) map[string]string {
 
 func TestMetrics(t *testing.T) {
 	f := newFixture(t)
-	f.counters = Counters{
-		Messages: 100, Members: 900, Local: 40, Repartitioned: 9, Fused: 7, Revisions: 2, IncidentTags: 6, TagsLate: 1, Late: 5, DLQ: 1,
-		UnjoinedLogs: 3, UnjoinedPoints: 4, Truncated: 6, OpenTraces: 11,
-	}
+	f.fig.messages.Store(100)
+	f.fig.fused.Store(7)
+	f.fig.logs.Store(3)
+	f.fig.points.Store(4)
+	f.fig.open.Store(11)
+	f.fig.shiftNanos.Store(2_500_000_000)
 	f.eng.stats.RecordsIn.Store(123)
 	f.eng.stats.RecordsOut.Store(45)
 	f.eng.stats.Checkpoints.Store(3)
@@ -182,25 +203,16 @@ func TestMetrics(t *testing.T) {
 	}
 	got := parseText(t, body)
 	want := map[string]string{
-		`braid_input_messages_total`:                                   "100",
-		`braid_members_total`:                                          "900",
-		`braid_local_groups_total`:                                     "40",
-		`braid_repartitioned_groups_total`:                             "9",
-		`braid_fused_records_total`:                                    "7",
-		`braid_fused_revisions_total`:                                  "2",
-		`braid_incident_tags_total`:                                    "6",
-		`braid_incident_tags_late_total`:                               "1",
-		`braid_late_members_total`:                                     "5",
-		`braid_dlq_messages_total`:                                     "1",
-		`braid_unjoined_members_total{signal="logs"}`:                  "3",
-		`braid_unjoined_members_total{signal="metrics"}`:               "4",
-		`braid_truncated_members_total`:                                "6",
-		`braid_open_traces`:                                            "11",
-		`braid_timers_pending`:                                         "11",
-		`braid_engine_records_in_total`:                                "123",
-		`braid_engine_records_out_total`:                               "45",
-		`braid_checkpoints_total{outcome="committed"}`:                 "3",
-		`braid_checkpoints_total{outcome="aborted"}`:                   "1",
+		`braid_input_messages_total`:                     "100",
+		`braid_fused_records_total`:                      "7",
+		`braid_unjoined_members_total{signal="logs"}`:    "3",
+		`braid_unjoined_members_total{signal="metrics"}`: "4",
+		`braid_open_traces`:                              "11",
+		`braid_shift_max_seconds`:                        "2.5",
+		`braid_engine_records_in_total`:                  "123",
+		`braid_engine_records_out_total`:                 "45",
+		`braid_checkpoints_total{outcome="committed"}`:   "3",
+		`braid_checkpoints_total{outcome="aborted"}`:     "1",
 		`braid_tasks`:                                                  "2",
 		`braid_state_bytes{partition="0"}`:                             "4096",
 		`braid_state_bytes{partition="1"}`:                             "0",
@@ -240,11 +252,11 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
-// TestCollectorOptionalViews: without counters or lag only the engine's
-// metrics are exported.
+// TestCollectorOptionalViews: without stage figures or lag only the
+// engine's metrics are exported.
 func TestCollectorOptionalViews(t *testing.T) {
 	eng := &fakeEngine{}
-	col, err := NewCollector(CollectorConfig{Engine: eng})
+	col, err := NewCollector(CollectorConfig{Engine: eng, Metrics: EngineMetrics(eng)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,39 +366,47 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-// TestCollectorExportsBudgetShares: memory, evictions and drops are
-// exported per share and reason.
-func TestCollectorExportsBudgetShares(t *testing.T) {
-	col, err := NewCollector(CollectorConfig{Engine: &fakeEngine{}, Counters: func() Counters {
-		return Counters{MemoryBytes: map[string]int64{"open_traces": 4096, "kv_state": 10},
-			Evictions: map[string]int64{"waiting_logs": 3}, Dropped: map[string]int64{"skip policy": 2}, Future: 5}
-	}})
-	if err != nil {
-		t.Fatal(err)
+// TestTable: a table's rows are exported as families with their labels
+// and scale, its logged rows make the log and progress lines in table
+// order, and a malformed table is refused with every fault named.
+func TestTable(t *testing.T) {
+	var f figures
+	f.messages.Store(12)
+	f.fused.Store(3)
+	f.logs.Store(1)
+	f.open.Store(5)
+	tb := testTable(&f)
+	if got, want := fmt.Sprint(tb.LogArgs()), "[messages 12 fused 3 open_traces 5]"; got != want {
+		t.Errorf("LogArgs = %s, want %s", got, want)
 	}
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(col)
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	if got, want := tb.Line(), "messages 12  fused 3  open traces 5"; got != want {
+		t.Errorf("Line = %q, want %q", got, want)
 	}
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			key := mf.GetName()
-			for _, l := range m.GetLabel() {
-				key += "{" + l.GetValue() + "}"
-			}
-			got[key] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+	if got, want := strings.Join(tb.Names(), " "), "braid_input_messages_total braid_fused_records_total braid_unjoined_members_total braid_open_traces braid_shift_max_seconds"; got != want {
+		t.Errorf("Names = %s, want %s", got, want)
+	}
+
+	bad := Table{
+		{Name: "braid_a_total", Value: f.fused.Load},                                                      // no help
+		{Name: "braid_b", Help: "b", Gauge: true, Value: f.fused.Load},                                    // a gauge…
+		{Name: "braid_b", Value: f.fused.Load},                                                            // …and a counter
+		{Name: "braid_c_total", Help: "c", Label: "share", LabelValue: "x", Log: "c", Value: f.open.Load}, // …
+		{Name: "braid_c_total", Label: "share", LabelValue: "x", Log: "c", Value: f.open.Load},            // twice, log key too
+		{Name: "braid_d_total", Help: "d", Label: "share"},                                                // no value for the label, no Value
+		{Help: "nothing"}, // neither name nor log key
+	}
+	err := bad.Validate()
+	for _, want := range []string{"braid_a_total has no help", "rows of metric braid_b disagree", "braid_c_total{x} is in the table twice",
+		"log key c is in the table twice", "braid_d_total has a label without a value", "(braid_d_total) has no Value", "metric 6 has neither a name nor a log key"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate = %v, want it to say %q", err, want)
 		}
 	}
-	for key, want := range map[string]float64{
-		"braid_memory_bytes{open_traces}": 4096, "braid_memory_bytes{kv_state}": 10,
-		"braid_evictions_total{waiting_logs}": 3, "braid_dropped_total{skip policy}": 2, "braid_future_members_total": 5,
-	} {
-		if got[key] != want {
-			t.Errorf("%s = %v, want %v", key, got[key], want)
-		}
+	if _, err := NewCollector(CollectorConfig{Engine: &fakeEngine{}, Metrics: bad}); err == nil {
+		t.Error("NewCollector took a malformed table")
+	}
+	if err := testTable(&f).Validate(); err != nil {
+		t.Errorf("Validate of a good table: %v", err)
 	}
 }
 

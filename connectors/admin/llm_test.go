@@ -24,6 +24,7 @@ import (
 	"github.com/braidlabs/braid/connectors/alertmanager/amtest"
 	"github.com/braidlabs/braid/engine"
 	"github.com/braidlabs/braid/operators/alerts"
+	"github.com/braidlabs/braid/operators/fuse"
 	"github.com/braidlabs/braid/operators/llmmetrics"
 )
 
@@ -53,15 +54,17 @@ func newLLMFixture(t *testing.T) *llmFixture {
 	eng.stats.RecordsIn.Store(1000)
 	eng.stats.Checkpoints.Store(1)
 	eng.setTasks(engine.TaskStat{Partition: 0, Watermark: time.Now().UnixNano(), StateBytes: 1 << 20})
+	// The job's own table, over a fuse stage that derives the LLM metrics.
+	st, err := fuse.New(fuse.Config{Partitions: 1, IdleGap: time.Second, AllowedLateness: 10 * time.Second,
+		ResourcesTopic: "braid.resources", ResourceIdleness: time.Second, LLM: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
 	col, err := NewCollector(CollectorConfig{
-		Engine: eng,
-		Counters: func() Counters {
-			return Counters{Messages: 10, Members: 90, Fused: 5, Incidents: 2,
-				MemoryBytes: map[string]int64{"open_traces": 1024}, Evictions: map[string]int64{"open_traces": 0},
-				Dropped: map[string]int64{"skip": 0}}
-		},
-		Lag: fakeLag{at: time.Now(), lags: []PartitionLag{{Topic: "otlp_spans", Partition: 0, Records: 3}}},
-		LLM: rec,
+		Engine:  eng,
+		Metrics: append(StageMetrics(st), EngineMetrics(eng)...),
+		Lag:     fakeLag{at: time.Now(), lags: []PartitionLag{{Topic: "otlp_spans", Partition: 0, Records: 3}}},
+		LLM:     rec,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -8,10 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
@@ -219,59 +217,5 @@ func (f *alertForwarder) run(ctx context.Context) error {
 				}()
 			}
 		}
-	}
-}
-
-// alertsCollector exports the alerts stage's counters.
-type alertsCollector struct {
-	c     *alerts.Counters
-	descs []*prometheus.Desc
-}
-
-var alertsMetrics = []struct {
-	name, help string
-	gauge      bool
-	get        func(c *alerts.Counters) int64
-}{
-	{"braid_alerts_observations_total", "Observations the alerts stage took (a trace, sample or incident, per rule group).", false, func(c *alerts.Counters) int64 { return c.Observations.Load() }},
-	{"braid_alerts_partials_total", "Records of partial aggregates written to the alerts repartition topic.", false, func(c *alerts.Counters) int64 { return c.Partials.Load() }},
-	{"braid_alerts_late_total", "Partial aggregates dropped: their windows were evaluated more than allowed lateness ago.", false, func(c *alerts.Counters) int64 { return c.Late.Load() }},
-	{"braid_alerts_revised_total", "Window evaluations repeated because late data changed them.", false, func(c *alerts.Counters) int64 { return c.Revised.Load() }},
-	{"braid_alerts_overflow_total", "Observations dropped because a task held alerts.max_groups groups.", false, func(c *alerts.Counters) int64 { return c.Overflow.Load() }},
-	{"braid_alerts_invalid_total", "Alerts repartition records that could not be read (dead-lettered).", false, func(c *alerts.Counters) int64 { return c.Invalid.Load() }},
-	{"braid_alerts_evaluations_total", "Evaluations of a rule over a group's window.", false, func(c *alerts.Counters) int64 { return c.Evaluations.Load() }},
-	{"braid_alerts_changes_total", "Alert state changes written to the alerts topic.", false, func(c *alerts.Counters) int64 { return c.Changes.Load() }},
-	{"braid_alerts_shifted_total", "Traces the alerts stage observed later than their end, because they were emitted after the task's watermark had passed it (reading a backlog): they count in a later window.", false, func(c *alerts.Counters) int64 { return c.Shifted.Load() }},
-	{"braid_alerts_shift_max_seconds", "The most event time by which the alerts stage observed a trace after its end (see braid_alerts_shifted_total).", true, func(c *alerts.Counters) int64 { return c.ShiftMax.Load() }},
-	{"braid_alerts_firing", "Alerts firing now.", true, func(c *alerts.Counters) int64 { return c.Firing.Load() }},
-	{"braid_alerts_groups", "Rule groups the alerts stage holds.", true, func(c *alerts.Counters) int64 { return c.Groups.Load() }},
-	{"braid_alerts_memory_bytes", "Memory of the alerts stage's windows (approximate).", true, func(c *alerts.Counters) int64 { return c.Bytes.Load() }},
-}
-
-func newAlertsCollector(c *alerts.Counters) *alertsCollector {
-	a := &alertsCollector{c: c}
-	for _, m := range alertsMetrics {
-		a.descs = append(a.descs, prometheus.NewDesc(m.name, m.help, nil, nil))
-	}
-	return a
-}
-
-func (a *alertsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range a.descs {
-		ch <- d
-	}
-}
-
-func (a *alertsCollector) Collect(ch chan<- prometheus.Metric) {
-	for i, m := range alertsMetrics {
-		vt := prometheus.CounterValue
-		if m.gauge {
-			vt = prometheus.GaugeValue
-		}
-		v := float64(m.get(a.c))
-		if strings.HasSuffix(m.name, "_seconds") {
-			v /= 1e9 // kept in ns
-		}
-		ch <- prometheus.MustNewConstMetric(a.descs[i], vt, v)
 	}
 }

@@ -227,19 +227,15 @@ func (j *Job) Run(ctx context.Context) error {
 }
 
 func (j *Job) logCounters(msg string, err error) {
-	c, st := j.Counters(), j.engine.Stats()
-	args := []any{"messages", c.Messages.Load(), "members", c.Members.Load(), "fused", c.Fused.Load(),
-		"late", c.Late.Load(), "dlq", c.DLQ.Load(), "open_traces", c.OpenTraces.Load(),
-		"checkpoints", st.Checkpoints.Load(), "aborts", st.Aborts.Load()}
-	if kc := j.KVCounters(); c.KVLogs.Load() > 0 {
-		args = append(args, "kv_events", c.KVLogs.Load(), "kv_late_events", c.KVLateEvents.Load(),
-			"kv_shed", c.KVShed.Load(), "incidents", kc.Incidents.Load())
-	}
+	args := j.obs.metrics.LogArgs()
 	if err != nil {
 		args = append(args, "err", err)
 	}
 	j.log.Info(msg, args...)
 }
+
+// Metrics is the job's table of figures: the engine's and the stages'.
+func (j *Job) Metrics() admin.Table { return j.obs.metrics }
 
 // Counters are the fuse stage's live counters.
 func (j *Job) Counters() *fuse.Counters { return j.stage.Counters() }
@@ -270,6 +266,7 @@ func (j *Job) AdminAddr() string {
 // the admin server and the consumer-lag monitor.
 type observability struct {
 	registry    *prometheus.Registry
+	metrics     admin.Table // the engine's and the stages' figures
 	checkpoints *admin.Checkpoints
 	log         *slog.Logger
 	server      *admin.Server // nil when disabled
@@ -313,48 +310,10 @@ func (o *observability) attach(cfg *Config, eng *engine.Engine, stage *fuse.Stag
 		}
 		lag = o.lag
 	}
-	c := stage.Counters()
-	col, err := admin.NewCollector(admin.CollectorConfig{Engine: eng, Lag: lag, LLM: stage.Config().LLM, Counters: func() admin.Counters {
-		k := admin.Counters{
-			Messages: c.Messages.Load(), Members: c.Members.Load(), Local: c.Local.Load(), Repartitioned: c.Repartitioned.Load(),
-			Fused: c.Fused.Load(), Revisions: c.Revisions.Load(), Late: c.Late.Load(), DLQ: c.DLQ.Load(),
-			IncidentTags: c.IncidentTags.Load(), TagsLate: c.IncidentTagsLate.Load(), IdleFlushed: c.IdleFlushed.Load(),
-			UnjoinedLogs: c.UnjoinedLogs.Load(), UnjoinedPoints: c.UnjoinedPoint.Load(), Truncated: c.Truncated.Load(),
-			OpenTraces: c.OpenTraces.Load(),
-			Declared:   c.Declared.Load(), Resolved: c.Resolved.Load(), Unresolved: c.Unresolved.Load(), OpenRequests: c.OpenRequests.Load(),
-			ResourcePoints: c.ResourcePoint.Load(),
-			KVEvents:       c.KVLogs.Load(),
-		}
-		kc := stage.KVCounters()
-		k.PollutionEdges, k.Incidents, k.PollutedRequests = kc.Edges.Load(), kc.Incidents.Load(), kc.Polluted.Load()
-		k.KVRestarts, k.UnrelatedLines = kc.Restarts.Load(), kc.Unrelated.Load()
-		k.Future, k.RepairedUTF8 = c.Future.Load(), c.RepairedUTF8.Load()
-		k.MemoryBytes = map[string]int64{"open_traces": c.OpenTraceBytes.Load(), "waiting_logs": c.WaitingLogBytes.Load(),
-			"kv_buffer": kc.KVBufferBytes.Load(), "kv_state": kc.StateBytes.Load(),
-			"closed_traces": c.ClosedTraceBytes.Load()}
-		k.Evictions = map[string]int64{"open_traces": c.Evicted.Load(), "waiting_logs": c.WaitingEvicted.Load(),
-			"kv_buffer": c.KVShed.Load(), "kv_state": kc.EvictedBlocks.Load() + kc.EvictedRequests.Load() + kc.EvictedIncidents.Load(),
-			"closed_traces": c.ClosedEvicted.Load()}
-		k.Dropped = map[string]int64{"skip policy": c.Skipped.Load() + (kc.Rejected.Load() - kc.DeadLettered.Load()),
-			"derived fields that did not fit": c.DerivedDropped.Load(), "supporting lines over the incident caps": kc.EvidenceDropped.Load(),
-			"unwritable kvgraph records": kc.Unwritable.Load()}
-		if sc := stage.Config().Sampling; sc != nil {
-			n := sc.Counts()
-			k.MemoryBytes["sampling_windows"] = n.WindowBytes
-			k.Evictions["sampling_windows"] = n.Evicted
-		}
-		if tb := stage.Resources(); tb != nil {
-			k.ResourceSamples, k.ResourceSeries = tb.Samples.Load(), int64(tb.Series())
-			k.MemoryBytes["resources"] = tb.Bytes.Load()
-			k.Evictions["resources"] = tb.Evicted.Load()
-		}
-		return k
-	}})
+	o.metrics = append(admin.StageMetrics(stage), admin.EngineMetrics(eng)...)
+	col, err := admin.NewCollector(admin.CollectorConfig{Engine: eng, Lag: lag, LLM: stage.Config().LLM, Metrics: o.metrics})
 	if err == nil {
 		err = o.registry.Register(col)
-	}
-	if err == nil && stage.Config().Alerts != nil {
-		err = o.registry.Register(newAlertsCollector(stage.Config().Alerts.Counters()))
 	}
 	if err == nil && stage.Config().Sampling != nil {
 		err = o.registry.Register(newSamplingCollector(stage.Config().Sampling))
