@@ -26,13 +26,16 @@ run:
 
 ## test: unit tests and integration tests against a real Kafka 4.x broker
 ## (and the real Alertmanager and Prometheus the tests start).
+## The three passes run at once (deploy/local/parallel.sh, output lines
+## prefixed [race], [norace], [demo]): they spend most of their time
+## waiting on paced input, the broker, a Collector or a browser.
 test:
 	@trap '$(KAFKA) stop' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
 	  $(KAFKA) start >/dev/null && eval "$$($(KAFKA) env)" && \
-	  $(GO) test $(GO_TEST_FLAGS) $(RACE_PKGS) && \
-	  $(GO) test -race -count=1 -run '^TestKfakeSmoke$$' ./cmd/braid/job && \
-	  $(GO) test -count=1 -timeout 30m $(NORACE_PKGS) && \
-	  $(GO) test -count=1 -run '^(TestSamplingToCollector|TestViewInBrowser|TestReportFromDemo)$$' ./cmd/braid
+	  bash deploy/local/parallel.sh \
+	    race "$(GO) test $(GO_TEST_FLAGS) $(RACE_PKGS) && $(GO) test -race -count=1 -run '^TestKfakeSmoke\$$' ./cmd/braid/job" \
+	    norace "$(GO) test -count=1 -timeout 30m $(NORACE_PKGS)" \
+	    demo "$(GO) test -count=1 -timeout 30m -run '^(TestSamplingToCollector|TestViewInBrowser|TestReportFromDemo)\$$' ./cmd/braid"
 # NORACE_PKGS run without -race. The simulator's, the KV-diagnosis
 # accuracy suite's and the alerting benchmark's tests are single-goroutine
 # generation and scoring, which the detector only slows (15-25 times:

@@ -106,10 +106,12 @@ func (c *child) progressAtLeast(t *testing.T, field string, want int64, d time.D
 // flush_after clock runs from a trace's last member, kept across the
 // restart.)
 func TestRestartEmitsOpenTraces(t *testing.T) {
+	t.Parallel() // waits on paced input and restarts, mostly idle
 	bin := buildBraidFast(t)
 	const flushAfter = 10 * time.Second
 	for i, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
 		t.Run(sig.String(), func(t *testing.T) {
+			t.Parallel()
 			env := newCrashEnv(t)
 			env.edit(t, "flush_after: -1s", "flush_after: "+flushAfter.String(),
 				"checkpoint_interval: 1s", "checkpoint_interval: 1s\nlog_interval: 100ms")
@@ -178,6 +180,7 @@ func TestRestartEmitsOpenTraces(t *testing.T) {
 // event-time reason — and no key of the fused topic has two records with
 // the same revision.
 func TestLateLogsAfterPurge(t *testing.T) {
+	t.Parallel() // waits on paced input and restarts, mostly idle
 	env := newCrashEnv(t)
 	env.edit(t, "allowed_lateness: 60s", "allowed_lateness: 3s")
 	bin := buildBraidFast(t)

@@ -25,15 +25,49 @@ import (
 	"github.com/braidlabs/braid/operators/braidpb"
 )
 
-// buildBraid builds the binary with failpoints into a temporary directory.
-func buildBraid(t *testing.T) string {
+// buildBraid builds the binary with failpoints and the race detector.
+func buildBraid(t *testing.T) string { return buildOnce(t, "braid-race", "-race") }
+
+// builds are the binaries the tests built, by name, in one directory
+// that TestMain removes: each is built once, whichever tests run.
+var builds struct {
+	sync.Mutex
+	dir  string
+	bins map[string]string
+}
+
+// buildOnce builds braid with failpoints and flags into name, once per
+// test process; tests running in parallel wait for the one build.
+func buildOnce(t *testing.T, name string, flags ...string) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "braid")
-	cmd := exec.Command("go", "build", "-race", "-tags", "failpoints", "-o", bin, ".")
-	if out, err := cmd.CombinedOutput(); err != nil {
+	builds.Lock()
+	defer builds.Unlock()
+	if bin, ok := builds.bins[name]; ok {
+		return bin
+	}
+	if builds.dir == "" {
+		dir, err := os.MkdirTemp("", "braid-test-bin-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		builds.dir, builds.bins = dir, map[string]string{}
+	}
+	bin := filepath.Join(builds.dir, name)
+	args := append(append([]string{"build"}, flags...), "-tags", "failpoints", "-o", bin, ".")
+	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
 		t.Fatalf("build braid: %v\n%s", err, out)
 	}
+	builds.bins[name] = bin
 	return bin
+}
+
+// removeBuilds removes what buildOnce built.
+func removeBuilds() {
+	builds.Lock()
+	defer builds.Unlock()
+	if builds.dir != "" {
+		os.RemoveAll(builds.dir)
+	}
 }
 
 // child is one braid run process.
@@ -321,6 +355,7 @@ func (e *crashEnv) verifyExactlyOnce(t *testing.T, truth simulator.Truth, d time
 // time, and checks that the committed fused output holds every expected
 // (trace, revision) exactly once and nothing else.
 func TestCrashExactlyOnce(t *testing.T) {
+	t.Parallel() // waits on paced input and restarts, mostly idle
 	env := newCrashEnv(t)
 	bin := buildBraid(t)
 
@@ -378,6 +413,7 @@ func TestCrashExactlyOnce(t *testing.T) {
 // and that a restart then reads no input again. The checkpoint interval is
 // 60s, so the only checkpoint before SIGTERM is the final one.
 func TestSigtermFinalCheckpoint(t *testing.T) {
+	t.Parallel() // waits on paced input and restarts, mostly idle
 	env := newCrashEnv(t)
 	cfg, err := os.ReadFile(env.config)
 	if err != nil {

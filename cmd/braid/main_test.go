@@ -3,9 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"strings"
 	"testing"
 )
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	removeBuilds()
+	os.Exit(code)
+}
 
 // runArgs runs the dispatcher on args and returns its exit status and
 // output.

@@ -15,6 +15,7 @@ import (
 // hold every expected (trace, revision) exactly once, the last revision
 // complete.
 func TestScaleOutAndIn(t *testing.T) {
+	t.Parallel() // waits on paced input and restarts, mostly idle
 	env := newCrashEnv(t)
 	bin := buildBraid(t)
 	truthc := env.produceSteady(t, 77, 100)
@@ -56,6 +57,7 @@ func TestScaleOutAndIn(t *testing.T) {
 // and nothing is lost. (Tasks moving may close a trace early and revise it:
 // revisions are allowed here, duplicates are not.)
 func TestZombieIsFenced(t *testing.T) {
+	t.Parallel() // waits on paced input and restarts, mostly idle
 	env := newCrashEnv(t)
 	bin := buildBraid(t)
 	truthc := env.produceSteady(t, 88, 60)

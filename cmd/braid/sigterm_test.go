@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,15 +19,7 @@ import (
 // buildBraidFast builds the binary with failpoints and without the race
 // detector: the SIGTERM test runs it twenty-odd times over KV-event
 // traffic on a small machine.
-func buildBraidFast(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "braid")
-	cmd := exec.Command("go", "build", "-tags", "failpoints", "-o", bin, ".")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build braid: %v\n%s", err, out)
-	}
-	return bin
-}
+func buildBraidFast(t *testing.T) string { return buildOnce(t, "braid-fast") }
 
 // produceRealisticSteady writes the realistic fleet with KV events and
 // faults (engine logs joined by request id through the resolve topic, KV
@@ -107,6 +98,7 @@ func (c *child) stopTerm(t *testing.T, what string) {
 // exactly once per revision with exactly its members: nothing read before
 // a SIGTERM is lost or read twice.
 func TestSigtermUnderLoad(t *testing.T) {
+	t.Parallel() // waits on paced input and restarts, mostly idle
 	env := newCrashEnv(t)
 	bin := buildBraidFast(t)
 	runs := 24
