@@ -101,6 +101,7 @@ func getStatus(base, path string) (int, string, error) {
 // against the real broker, produces simulator data and scrapes until the
 // job has fused records, its consumer lag is 0 and it is ready.
 func TestAdminIntegration(t *testing.T) {
+	t.Parallel() // its own job, topics and admin port
 	const partitions = 4
 	brokers := kafkatest.Brokers(t)
 	in := kafkatest.NewTopics(t, brokers, partitions, "otlp_spans", "otlp_logs", "otlp_metrics")
