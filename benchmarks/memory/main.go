@@ -72,6 +72,8 @@ type options struct {
 	verbose               bool
 	note                  string
 
+	workload string // -workload: fleet or spans
+
 	steady   bool
 	duration time.Duration
 	rate     float64
@@ -98,6 +100,8 @@ func main() {
 	flag.StringVar(&o.note, "note", "", "free text stored in the result")
 	flag.BoolVar(&o.cgo, "cgo", false, "build braid with cgo (Pebble's block cache and memtables in C memory, outside Go's memory limit); default: without, as make build does")
 	flag.StringVar(&o.heapDir, "heap-profiles", "", "backlog mode: directory to write braid's live-heap profile into every 30 s of reading (heap-NNNs.pb.gz, after a GC)")
+	flag.StringVar(&o.workload, "workload", "fleet", "fleet: the realistic fleet with KV events and faults (-hosts, -sim-rate); "+
+		"spans: the e2e benchmark's Collector-shaped vLLM traces (spans, logs and points of each request, keyed by trace id; no KV events)")
 	flag.BoolVar(&o.steady, "steady", false, "steady mode: produce at -rate in real time for -duration while braid runs")
 	flag.DurationVar(&o.duration, "duration", time.Hour, "steady mode: how long to produce")
 	flag.Float64Var(&o.rate, "rate", 100, "steady mode: requests a second")
@@ -106,6 +110,10 @@ func main() {
 	flag.DurationVar(&o.window, "window", 10*time.Minute, "steady mode: the first and last windows compared")
 	brokers := flag.String("brokers", os.Getenv("BRAID_KAFKA_BROKERS"), "bootstrap brokers, comma separated (default $BRAID_KAFKA_BROKERS)")
 	flag.Parse()
+	if o.workload != "fleet" && o.workload != "spans" {
+		fmt.Fprintf(os.Stderr, "memory: -workload %q: want fleet or spans\n", o.workload)
+		os.Exit(2)
+	}
 	o.partitions = int32(*p)
 	for _, b := range strings.Split(*brokers, ",") {
 		if b = strings.TrimSpace(b); b != "" {
@@ -228,6 +236,7 @@ type Result struct {
 }
 
 type Workload struct {
+	Name           string  `json:"name"` // -workload
 	Hosts          int     `json:"hosts"`
 	RequestsPerSec float64 `json:"requests_per_s"`
 	KVEvents       bool    `json:"kv_events"`
@@ -311,7 +320,7 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	res.Workload = Workload{Hosts: o.hosts, RequestsPerSec: rate, KVEvents: true, Partitions: o.partitions}
+	res.Workload = Workload{Name: o.workload, Hosts: o.hosts, RequestsPerSec: rate, KVEvents: o.workload == "fleet", Partitions: o.partitions}
 
 	if o.steady {
 		err = runSteady(ctx, o, &res, cl, sim, bin, cfgPath, group, inputs)
@@ -322,7 +331,7 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	if !o.steady {
+	if !o.steady && res.Workload.KVEvents {
 		if res.KV, err = scoreKV(ctx, o.brokers, prefix+"-incidents", inputs[1], res.Workload.KVTruth); err != nil {
 			return err
 		}
@@ -330,7 +339,11 @@ func run(o options) error {
 	report(o, &res)
 	if o.resultsDir != "" {
 		b, _ := json.MarshalIndent(res, "", "  ")
-		path := filepath.Join(o.resultsDir, "memory-"+res.Mode+".json")
+		name := "memory-" + res.Mode
+		if o.workload != "fleet" {
+			name += "-" + o.workload
+		}
+		path := filepath.Join(o.resultsDir, name+".json")
 		if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
 			return err
 		}
@@ -339,17 +352,21 @@ func run(o options) error {
 	return nil
 }
 
-// newSim is the realistic fleet at its heaviest: KV events on every GPU,
-// faults along the way (incidents), engine logs, scrapes.
+// newSim is, for -workload fleet, the realistic fleet at its heaviest: KV
+// events on every GPU, faults along the way (incidents), engine logs,
+// scrapes; for -workload spans the e2e benchmark's workload.
 func newSim(o options, rate float64, inputs []string) (*simulator.Simulator, error) {
+	topics := simulator.Topics{Spans: inputs[0], Logs: inputs[1], Metrics: inputs[2]}
+	if o.workload == "spans" {
+		return simulator.New(simulator.Config{Seed: o.seed, Encoding: simulator.EncodingProto, Topics: topics})
+	}
 	var faults []simulator.KVFault
 	for i, tr := range []simulator.KVTrigger{simulator.DoubleFree, simulator.PaddingSlotMinus1, simulator.RecycledNotZeroed,
 		simulator.WrongStride, simulator.CancelRetry, simulator.RadixStale} {
 		faults = append(faults, simulator.KVFault{Trigger: tr, At: simulator.DefaultStart.Add(time.Duration(i*30+5) * time.Second), GPU: -1})
 	}
 	return simulator.New(simulator.Config{Seed: o.seed, Realistic: true, KVEvents: true, Hosts: o.hosts, Rate: rate,
-		Topics: simulator.Topics{Spans: inputs[0], Logs: inputs[1], Metrics: inputs[2]},
-		KV:     simulator.KVConfig{Faults: faults}})
+		Topics: topics, KV: simulator.KVConfig{Faults: faults}})
 }
 
 // produceBatch produces one Collector batch asynchronously, counting what
@@ -741,23 +758,25 @@ func procStatus(pid int) (status, error) {
 
 func report(o options, res *Result) {
 	mib := func(b int64) float64 { return float64(b) / (1 << 20) }
-	fmt.Printf("workload: %d hosts, %.0f requests/s, KV events; %d messages, %.0f MB, produced in %.1fs (%.1f MB/s)\n",
-		res.Workload.Hosts, res.Workload.RequestsPerSec, res.Workload.Messages, float64(res.Workload.Bytes)/1e6, res.Workload.ProduceSec, res.Workload.ProduceMBps)
+	fmt.Printf("workload %s: %d hosts, %.0f requests/s, KV events %v; %d messages, %.0f MB, produced in %.1fs (%.1f MB/s)\n",
+		res.Workload.Name, res.Workload.Hosts, res.Workload.RequestsPerSec, res.Workload.KVEvents, res.Workload.Messages, float64(res.Workload.Bytes)/1e6, res.Workload.ProduceSec, res.Workload.ProduceMBps)
 	if res.Mode == "backlog" {
 		fmt.Printf("read in %.1fs (%.1f MB/s; input topics committed to their end after %.1fs); held KV events released %.1fs later, output settled after %.1fs\n", res.ReadSec, res.ReadMBps, res.InputReadSec, res.KVDrainSec, res.SettleSec)
 		c := res.Counters
 		fmt.Printf("fused records %.0f, of which revisions %.0f; late members %.0f, dead-lettered %.0f; KV events %.0f, incidents %.0f\n",
 			c["braid_fused_records_total"], c["braid_fused_revisions_total"], c["braid_late_members_total"], c["braid_dlq_messages_total"],
 			c["braid_kv_events_total"], c["braid_pollution_incidents_total"])
-		fmt.Printf("KV faults realised %d, found %d (an incident on the fault's GPU with its source request as root); polluted requests %d, named %d, named but not polluted %d\n",
-			res.Workload.KVFaults, res.KV.FaultsFound, res.KV.Victims, res.KV.VictimsNamed, res.KV.NamedNotTruth)
-		fmt.Printf("against the reference model replaying the logs: polluted requests %d, named %d, named but not polluted %d\n",
-			res.KV.RefVictims, res.KV.RefNamed, res.KV.NamedNotRef)
-		for _, m := range res.KV.RefMissed {
-			fmt.Println("  polluted, not named:", m)
-		}
-		for _, m := range res.KV.RootsMissed {
-			fmt.Println("  root missed:", m)
+		if res.Workload.KVEvents {
+			fmt.Printf("KV faults realised %d, found %d (an incident on the fault's GPU with its source request as root); polluted requests %d, named %d, named but not polluted %d\n",
+				res.Workload.KVFaults, res.KV.FaultsFound, res.KV.Victims, res.KV.VictimsNamed, res.KV.NamedNotTruth)
+			fmt.Printf("against the reference model replaying the logs: polluted requests %d, named %d, named but not polluted %d\n",
+				res.KV.RefVictims, res.KV.RefNamed, res.KV.NamedNotRef)
+			for _, m := range res.KV.RefMissed {
+				fmt.Println("  polluted, not named:", m)
+			}
+			for _, m := range res.KV.RootsMissed {
+				fmt.Println("  root missed:", m)
+			}
 		}
 	} else {
 		fmt.Printf("steady: first %v mean RSS %.0f MiB, last %v mean RSS %.0f MiB: ×%.3f (flat within 10%%: %v)\n",
