@@ -7,7 +7,7 @@
 GO        ?= go
 KAFKA     := bash deploy/local/kafka.sh
 PKGS      ?= ./...
-GO_TEST_FLAGS ?= -race -count=1 -timeout 40m
+GO_TEST_FLAGS ?= -race -count=1 -parallel 4 -timeout 40m
 
 .PHONY: all build run test test-unit fuzz bench bench-e2e bench-scale bench-restart bench-pause bench-latency bench-view lint proto otelcol kafka-start kafka-stop clean
 
