@@ -7,7 +7,7 @@
 GO        ?= go
 KAFKA     := bash deploy/local/kafka.sh
 PKGS      ?= ./...
-GO_TEST_FLAGS ?= -race -count=1 -parallel 4 -timeout 40m
+GO_TEST_FLAGS ?= -race -count=1 -p 4 -parallel 4 -timeout 40m
 
 .PHONY: all build run test test-unit fuzz bench bench-e2e bench-scale bench-restart bench-pause bench-latency bench-view lint proto otelcol kafka-start kafka-stop clean
 
@@ -34,7 +34,7 @@ test:
 	  $(KAFKA) start >/dev/null && eval "$$($(KAFKA) env)" && \
 	  bash deploy/local/parallel.sh \
 	    race "$(GO) test $(GO_TEST_FLAGS) $(RACE_PKGS) && $(GO) test -race -count=1 -run '^TestKfakeSmoke\$$' ./cmd/braid/job" \
-	    norace "$(GO) test -count=1 -parallel 4 -timeout 30m $(NORACE_PKGS)" \
+	    norace "$(GO) test -count=1 -parallel 6 -timeout 30m $(NORACE_PKGS)" \
 	    demo "$(GO) test -count=1 -timeout 30m -run '^(TestSamplingToCollector|TestViewInBrowser|TestReportFromDemo)\$$' ./cmd/braid"
 # NORACE_PKGS run without -race. The simulator's, the KV-diagnosis
 # accuracy suite's and the alerting benchmark's tests are single-goroutine
