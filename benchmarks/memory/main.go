@@ -321,6 +321,9 @@ func run(o options) error {
 		return err
 	}
 	res.Workload = Workload{Name: o.workload, Hosts: o.hosts, RequestsPerSec: rate, KVEvents: o.workload == "fleet", Partitions: o.partitions}
+	if o.workload == "spans" { // the simulator's defaults, not -hosts and -sim-rate
+		res.Workload.Hosts, res.Workload.RequestsPerSec = 0, 0
+	}
 
 	if o.steady {
 		err = runSteady(ctx, o, &res, cl, sim, bin, cfgPath, group, inputs)
@@ -758,7 +761,7 @@ func procStatus(pid int) (status, error) {
 
 func report(o options, res *Result) {
 	mib := func(b int64) float64 { return float64(b) / (1 << 20) }
-	fmt.Printf("workload %s: %d hosts, %.0f requests/s, KV events %v; %d messages, %.0f MB, produced in %.1fs (%.1f MB/s)\n",
+	fmt.Printf("workload %s: %d hosts, %.0f requests/s (0: the simulator's defaults), KV events %v; %d messages, %.0f MB, produced in %.1fs (%.1f MB/s)\n",
 		res.Workload.Name, res.Workload.Hosts, res.Workload.RequestsPerSec, res.Workload.KVEvents, res.Workload.Messages, float64(res.Workload.Bytes)/1e6, res.Workload.ProduceSec, res.Workload.ProduceMBps)
 	if res.Mode == "backlog" {
 		fmt.Printf("read in %.1fs (%.1f MB/s; input topics committed to their end after %.1fs); held KV events released %.1fs later, output settled after %.1fs\n", res.ReadSec, res.ReadMBps, res.InputReadSec, res.KVDrainSec, res.SettleSec)
