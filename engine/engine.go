@@ -217,6 +217,9 @@ type CheckpointInfo struct {
 
 // EnsureDefaults fills unset fields with their defaults.
 func (c *Config) EnsureDefaults() {
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = 45 * time.Second // as franz-go's
+	}
 	if c.CheckpointInterval == 0 {
 		c.CheckpointInterval = 5 * time.Second
 	}

@@ -173,7 +173,7 @@ type Config struct {
 
 	Caps struct {
 		// Per trace: spans, logs, points (default 10000 each) and bytes
-		// (default 8 MiB).
+		// of members (default 900 KiB, 921600).
 		Spans  int `yaml:"spans"`
 		Logs   int `yaml:"logs"`
 		Points int `yaml:"points"`
@@ -548,6 +548,29 @@ func (c *Config) alertsStage(partitions int32) *alerts.Stage {
 		return nil
 	}
 	return st
+}
+
+// EngineConfig is the engine's configuration for c, with the instance's
+// shares of budget; the caller sets Store, Logger and OnCheckpoint.
+func (c *Config) EngineConfig(budget Budget) engine.Config {
+	return engine.Config{
+		ClientOpts:         c.Kafka.Opts(),
+		Group:              c.Group,
+		TransactionalID:    c.Group + "-" + c.InstanceID,
+		InstanceID:         c.InstanceID,
+		SessionTimeout:     c.SessionTimeout,
+		AtLeastOnce:        c.AtLeastOnce,
+		CheckpointInterval: c.CheckpointInterval,
+		OutOfOrderness:     c.EventTime.OutOfOrderness,
+		Idleness:           c.EventTime.Idleness,
+		CaughtUpIdleness:   c.EventTime.CaughtUpIdleness,
+		MaxRecordBytes:     c.Limits.MaxMessageBytes,
+		MaxClockSkew:       c.EventTime.MaxClockSkew,
+		// Totals of the instance, whatever number of tasks it runs.
+		ProducerBufferBytes: budget.ProducerBuffer,
+		FetchBufferBytes:    budget.FetchBuffer,
+		PendingStateBytes:   budget.StateBatch,
+	}
 }
 
 // StateOptions are the state store's options for a store in dir serving

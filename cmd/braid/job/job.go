@@ -120,27 +120,10 @@ func Prepare(ctx context.Context, cfg *Config, log *slog.Logger) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	eng, err := engine.New(engine.Config{
-		ClientOpts:         cfg.Kafka.Opts(),
-		Group:              cfg.Group,
-		TransactionalID:    cfg.Group + "-" + cfg.InstanceID,
-		InstanceID:         cfg.InstanceID,
-		SessionTimeout:     cfg.SessionTimeout,
-		AtLeastOnce:        cfg.AtLeastOnce,
-		CheckpointInterval: cfg.CheckpointInterval,
-		OutOfOrderness:     cfg.EventTime.OutOfOrderness,
-		Idleness:           cfg.EventTime.Idleness,
-		CaughtUpIdleness:   cfg.EventTime.CaughtUpIdleness,
-		Store:              store,
-		Logger:             log,
-		OnCheckpoint:       onCheckpoint(obs.checkpoints.Observe, cfg.OnCheckpoint),
-		MaxRecordBytes:     cfg.Limits.MaxMessageBytes,
-		MaxClockSkew:       cfg.EventTime.MaxClockSkew,
-		// Totals of the instance, whatever number of tasks it runs.
-		ProducerBufferBytes: budget.ProducerBuffer,
-		FetchBufferBytes:    budget.FetchBuffer,
-		PendingStateBytes:   budget.StateBatch,
-	}, stage.Topology())
+	ec := cfg.EngineConfig(budget)
+	ec.Store, ec.Logger = store, log
+	ec.OnCheckpoint = onCheckpoint(obs.checkpoints.Observe, cfg.OnCheckpoint)
+	eng, err := engine.New(ec, stage.Topology())
 	if err != nil {
 		store.Close()
 		return nil, err

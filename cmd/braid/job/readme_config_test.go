@@ -1,8 +1,10 @@
 package job
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -61,4 +63,92 @@ func readmeYAML(t *testing.T, heading string) string {
 	}
 	block, _, _ := strings.Cut(rest, "```")
 	return block
+}
+
+// TestReadmeConfigStatesTheDefaults: every field of the README's
+// configuration example that is not one of a deployment's own choices
+// (brokers, replication, instance id, state directory) holds its default,
+// so that the example is also the table of defaults. It is loaded beside a
+// file with only those choices, and what the two make of the engine, the
+// stages and the state store, with every default filled in, must agree
+// field by field.
+func TestReadmeConfigStatesTheDefaults(t *testing.T) {
+	dir := t.TempDir()
+	load := func(name, yaml string) *Config {
+		t.Helper()
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c, err := LoadConfig(path)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return c
+	}
+	readme := load("readme.yaml", readmeYAML(t, "## Configuration"))
+	own := load("own.yaml", `kafka: {brokers: [kafka-0:9092, kafka-1:9092], replication: 3}
+instance_id: braid-0
+state: {dir: /var/lib/braid}
+`)
+	effective := func(c *Config) map[string]any {
+		ec := c.EngineConfig(c.Budget())
+		ec.ClientOpts = nil // functions, from the same kafka section
+		ec.EnsureDefaults()
+		fc := c.FuseConfig(4)
+		fc.EnsureDefaults()
+		m := map[string]any{"engine": ec, "fuse": fc, "state": c.StateOptions("", 4, nil), "budget": c.Budget()}
+		if fc.Alerts != nil {
+			m["alerts"] = fc.Alerts.Config()
+		}
+		if fc.Sampling != nil {
+			m["sampling"] = fc.Sampling.Config()
+		}
+		return m
+	}
+	r, o := effective(readme), effective(own)
+	for _, k := range []string{"engine", "fuse", "state", "budget", "alerts", "sampling"} {
+		if (r[k] == nil) != (o[k] == nil) {
+			t.Errorf("README turns %s %s", k, map[bool]string{true: "off", false: "on"}[r[k] == nil])
+			continue
+		}
+		if r[k] == nil {
+			continue
+		}
+		for _, d := range diffFields(reflect.ValueOf(r[k]), reflect.ValueOf(o[k]), k, 0) {
+			t.Errorf("README gives %s", d)
+		}
+	}
+}
+
+// diffFields lists the exported fields where a and b differ, as "path = a,
+// the default b"; functions are not compared.
+func diffFields(a, b reflect.Value, path string, depth int) []string {
+	switch {
+	case a.Kind() == reflect.Func || depth > 8:
+		return nil
+	case a.Kind() == reflect.Pointer && !a.IsNil() && !b.IsNil():
+		return diffFields(a.Elem(), b.Elem(), path, depth+1)
+	case a.Kind() == reflect.Struct:
+		var out []string
+		for i := range a.NumField() {
+			if f := a.Type().Field(i); f.IsExported() {
+				out = append(out, diffFields(a.Field(i), b.Field(i), path+"."+f.Name, depth+1)...)
+			}
+		}
+		return out
+	case a.Kind() == reflect.Slice && a.Len() == b.Len() && a.Type().Elem().Kind() == reflect.Struct:
+		var out []string
+		for i := range a.Len() {
+			out = append(out, diffFields(a.Index(i), b.Index(i), fmt.Sprintf("%s[%d]", path, i), depth+1)...)
+		}
+		return out
+	}
+	if !a.CanInterface() || reflect.DeepEqual(a.Interface(), b.Interface()) {
+		return nil
+	}
+	if k := a.Kind(); (k == reflect.Slice || k == reflect.Map) && a.Len() == 0 && b.Len() == 0 {
+		return nil // nil and empty: the same setting
+	}
+	return []string{fmt.Sprintf("%s = %v, the default %v", path, a.Interface(), b.Interface())}
 }
