@@ -107,6 +107,16 @@ func Suite(short bool) ([]Scenario, Scenario) {
 	return out, Scenario{Name: "clean", Load: cleanLoad, GPUs: 2, Duration: clean, Seed: 7, RestartEvery: 5 * time.Minute}
 }
 
+// Options choose what Build runs.
+type Options struct {
+	Short     bool          // minutes of event time per scenario, a 5-minute clean run
+	Trigger   string        // only this trigger's scenarios; "none": the clean run alone
+	Seeds     int           // every scenario under this many seeds
+	GPUs      int           // GPUs per scenario; 0: the suite's
+	Clean     time.Duration // event time of the clean run; 0: the suite's
+	CleanGPUs int           // GPUs of the clean run; 0: the suite's
+}
+
 // Aggregate sums results into a Summary.
 func Aggregate(rs []Result) Summary {
 	var s Summary
@@ -137,15 +147,22 @@ func Aggregate(rs []Result) Summary {
 
 // Build runs the suite — each scenario under seeds seeds (its own, then
 // the next ones) on gpus GPUs (0: the scenario's) — and the clean run.
-func Build(short bool, dir string, only string, seeds, gpus int, log func(string)) (Report, error) {
-	base, clean := Suite(short)
+func Build(o Options, dir string, log func(string)) (Report, error) {
+	base, clean := Suite(o.Short)
+	if o.Clean > 0 {
+		clean.Duration = o.Clean
+	}
+	if o.CleanGPUs > 0 {
+		clean.GPUs = o.CleanGPUs
+	}
+	only, seeds := o.Trigger, o.Seeds
 	var scs []Scenario
 	for _, sc := range base {
 		for i := range max(1, seeds) {
 			v := sc
 			v.Seed += int64(i) * 1000
-			if gpus > 0 {
-				v.GPUs = gpus
+			if o.GPUs > 0 {
+				v.GPUs = o.GPUs
 			}
 			if seeds > 1 {
 				v.Name = fmt.Sprintf("%s/seed%d", sc.Name, v.Seed)
@@ -201,11 +218,14 @@ func Build(short bool, dir string, only string, seeds, gpus int, log func(string
 }
 
 func main() {
-	short := flag.Bool("short", false, "minutes of event time per scenario and a 5-minute clean run")
+	var o Options
+	flag.BoolVar(&o.Short, "short", false, "minutes of event time per scenario and a 5-minute clean run")
 	out := flag.String("out", "benchmarks/results/kvaccuracy.json", "write the report here (\"\" for none)")
-	only := flag.String("trigger", "", "run only this trigger's scenarios (and the clean run)")
-	seeds := flag.Int("seeds", 1, "run every scenario under this many seeds")
-	gpus := flag.Int("gpus", 0, "GPUs per scenario (0: the suite's, 4)")
+	flag.StringVar(&o.Trigger, "trigger", "", "run only this trigger's scenarios (and the clean run); none: the clean run alone")
+	flag.IntVar(&o.Seeds, "seeds", 1, "run every scenario under this many seeds")
+	flag.IntVar(&o.GPUs, "gpus", 0, "GPUs per scenario (0: the suite's, 4)")
+	flag.DurationVar(&o.Clean, "clean", 0, "event time of the clean run (0: the suite's, 1h; 5m with -short)")
+	flag.IntVar(&o.CleanGPUs, "clean-gpus", 0, "GPUs of the clean run (0: the suite's, 2)")
 	flag.Parse()
 	dir, err := os.MkdirTemp("", "kvaccuracy")
 	if err != nil {
@@ -213,14 +233,14 @@ func main() {
 		os.Exit(1)
 	}
 	defer os.RemoveAll(dir)
-	rep, err := Build(*short, dir, *only, *seeds, *gpus, func(s string) { fmt.Println(s) })
+	rep, err := Build(o, dir, func(s string) { fmt.Println(s) })
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kvaccuracy:", err)
 		os.Exit(1)
 	}
-	o := rep.Overall
+	ov := rep.Overall
 	fmt.Printf("overall: precision %.3f recall %.3f root first %d/%d (%.3f) pattern %d latency p50 %d ms max %d ms; victims against the reference model: precision %.3f recall %.3f\n",
-		o.Precision, o.Recall, o.RootCorrect, o.Faults, o.RootAccuracy, o.PatternCorrect, o.LatencyP50Ms, o.LatencyMaxMs, o.RefPrecision, o.RefRecall)
+		ov.Precision, ov.Recall, ov.RootCorrect, ov.Faults, ov.RootAccuracy, ov.PatternCorrect, ov.LatencyP50Ms, ov.LatencyMaxMs, ov.RefPrecision, ov.RefRecall)
 	t := rep.Throughput
 	fmt.Printf("throughput: %d events in %.2fs = %.0f events/s; fleet of %d GPUs emits %.0f events/s → %.1f× real time\n",
 		t.Events, t.WallS, t.EventsPerS, t.GPUs, t.FleetEventsPerS, t.XRealTime)
