@@ -2,13 +2,18 @@
 // Prometheus metrics at /metrics, liveness at /healthz and readiness at
 // /readyz.
 //
-// The package reads the job through small views so that it depends on the
-// engine only, not on the operators: an EngineView (the engine's counters
-// and its open tasks), a func returning the stage's Counters, and a LagView
-// (a LagMonitor, which polls the group's committed offsets and the topics'
+// The job's figures are one Table: a row per counter or gauge, with its
+// name, help, label, log key and the read of the atomic counter it comes
+// from — EngineMetrics for the engine's, StageMetrics for the fuse stage
+// and the stages it hosts. The Collector exports the table on /metrics,
+// the job's counters line and the demo's progress line print its logged
+// rows (Table.LogArgs, Table.Line), and a test checks that the README
+// names every row. Besides the table the Collector reads an EngineView
+// (the engine's open tasks: their watermarks and state) and a LagView (a
+// LagMonitor, which polls the group's committed offsets and the topics'
 // end offsets in the background). Metrics follow the pull model: the
-// Collector reads the views at scrape time. Only the checkpoint histograms
-// are pushed, by Checkpoints.Observe from engine.Config.OnCheckpoint.
+// Collector reads at scrape time. Only the checkpoint histograms are
+// pushed, by Checkpoints.Observe from engine.Config.OnCheckpoint.
 //
 // The derived LLM metrics (braid_llm_* latency histograms per model and
 // instance, llm_batch_efficiency_ratio, braid_kv_* gauges, pollution
