@@ -206,13 +206,15 @@ func Build(o Options, dir string, log func(string)) (Report, error) {
 	rep.Throughput = Throughput{Events: r.Events, GPUs: clean.GPUs, EventTimeS: r.EventTimeS, WallS: r.WallS,
 		EventsPerS: float64(r.Events) / r.WallS, FleetEventsPerS: float64(r.Events) / r.EventTimeS, XRealTime: r.EventTimeS / r.WallS}
 	rep.Targets = map[string]bool{
-		"precision>=0.98":            rep.Overall.Precision >= 0.98,
-		"recall>=0.98":               rep.Overall.Recall >= 0.98,
-		"root_first>=0.95":           rep.Overall.RootAccuracy >= 0.95,
-		"clean_incidents=0":          r.Incidents == 0,
-		"ref_victim_precision>=0.95": rep.Overall.RefPrecision >= 0.95,
-		"ref_victim_recall>=0.95":    rep.Overall.RefRecall >= 0.95,
-		"x_real_time>=20":            rep.Throughput.XRealTime >= 20,
+		"clean_incidents=0": r.Incidents == 0,
+		"x_real_time>=20":   rep.Throughput.XRealTime >= 20,
+	}
+	if len(rep.Scenarios) > 0 { // not with -trigger none: nothing to score
+		rep.Targets["precision>=0.98"] = rep.Overall.Precision >= 0.98
+		rep.Targets["recall>=0.98"] = rep.Overall.Recall >= 0.98
+		rep.Targets["root_first>=0.95"] = rep.Overall.RootAccuracy >= 0.95
+		rep.Targets["ref_victim_precision>=0.95"] = rep.Overall.RefPrecision >= 0.95
+		rep.Targets["ref_victim_recall>=0.95"] = rep.Overall.RefRecall >= 0.95
 	}
 	return rep, nil
 }
