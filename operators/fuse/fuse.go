@@ -198,16 +198,11 @@ type processor struct {
 	changed   []*trace
 	groups    map[[16]byte]int
 	writers   []chunkWriter
-	// kvOut holds, per task, the KV events of the record being processed
-	// that go to that task's detector (routeKV), sent as one record each
-	// at its end; kvTo lists the tasks with some.
-	kvOut   []chunkWriter
-	kvTo    []int32
-	ids     [][16]byte
-	key     []byte
-	scratch []byte
-	emitter emitter
-	deriver semconv.Deriver
+	ids       [][16]byte
+	key       []byte
+	scratch   []byte
+	emitter   emitter
+	deriver   semconv.Deriver
 
 	// resources stage: samples of the current message per identity
 	samples     map[semconv.Identity][]byte
@@ -240,22 +235,8 @@ type processor struct {
 	sampEnc sampling.Encoder
 	sampMem []sampling.Member
 
-	// kvgraph stage
-	kv           *kvgraph.Processor
-	kvBuf        minHeap[*kvEvent] // KV events waiting for the watermark
-	kvNew        []*kvEvent        // buffered since the last checkpoint
-	kvSeq        uint64
-	kvBytes      int64             // memory of kvBuf (kvEventBytes) and kvAhead, bounded by KVGraph.MaxKVBufferBytes
-	kvAheadBytes int64             // of which kvAhead's values
-	kvAhead      map[uint64][]byte // by seq: members read from state ahead of their turn (readAhead)
-	kvFront      kvEvent           // the latest stored event deleted (time, seq): every KV tombstone is at or before its key
-	// KV events held in state only (shedPlaces): every held event at or
-	// after kvHorizon, none before it; kvUnplacedArrived is the latest
-	// processing time one of them arrived (their LiveHold counts from it).
-	kvUnplaced        int64
-	kvHorizon         kvEvent
-	kvUnplacedArrived int64
-	kvBacklog         bool
+	// KV-cache stage: its own state (kvStage)
+	kvs *kvStage
 
 	// resolve stage
 	requests     map[string]*request
@@ -289,7 +270,7 @@ func newProcessor(s *Stage, p int32) *processor {
 	if s.table != nil {
 		kc.Context = s.incidentContext
 	}
-	pr.kv = kvgraph.NewProcessor(kc, p)
+	pr.kvs = &kvStage{cfg: &s.cfg, c: &s.counters, partition: p, input: pr.kvInput(), kv: kvgraph.NewProcessor(kc, p)}
 	if s.cfg.Alerts != nil {
 		pr.alerts = s.cfg.Alerts.NewProcessor(p)
 	}
@@ -317,7 +298,7 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 	case p.resolveInput():
 		return p.processResolve(t, rec)
 	case p.kvInput():
-		return p.processKV(t, rec)
+		return p.kvs.process(t, rec)
 	case p.repartitionInput():
 		return p.processRepartitioned(t, rec)
 	}
@@ -336,7 +317,7 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 	recTime, checkSkew := rec.Timestamp.UnixNano(), !rec.Timestamp.IsZero()
 	clear(p.groups)
 	p.ids = p.ids[:0]
-	p.dropKV()
+	p.kvs.drop()
 	clear(p.rgroups)
 	p.rids = p.rids[:0]
 	rids := p.cfg.RequestIDs
@@ -358,7 +339,7 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 		}
 		t.Observe(input, it.Time)
 		if src.Signal == otlp.SignalLogs && isKVLog(it.Payload) {
-			if err := p.routeKV(t, it, rec); err != nil {
+			if err := p.kvs.route(t, it, rec); err != nil {
 				return err
 			}
 			continue
@@ -400,7 +381,7 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 		p.writers[g].appendItem(it, src.Signal, rec.Topic, rec.Partition, rec.Offset)
 	}
 	p.flushSamples(t)
-	if err := p.flushKV(t); err != nil {
+	if err := p.kvs.flush(t); err != nil {
 		return err
 	}
 	for g, rid := range p.rids {
@@ -651,17 +632,7 @@ func (p *processor) nextAction(tr *trace) int64 {
 // then flushes traces idle in processing time.
 func (p *processor) OnWatermark(t *engine.Task, wm int64) error {
 	defer p.reportMemory()
-	if err := p.releaseKV(t, wm, 4*timerSlice); err != nil {
-		return err
-	}
-	// The detector's event time must not pass KV events still held (a
-	// backlog beyond this call's slice): it would expire and close on
-	// state those events still change.
-	kvWM := wm
-	if ts, _, ok := p.kvNext(); ok && ts <= wm {
-		kvWM = ts - 1
-	}
-	if err := p.kv.OnWatermark(t, kvWM); err != nil {
+	if err := p.kvs.onWatermark(t, wm, 4*timerSlice); err != nil {
 		return err
 	}
 	if err := p.fireTimers(t, wm); err != nil {
@@ -724,7 +695,7 @@ func (p *processor) flushIdle(t *engine.Task, wm int64) error {
 const timerSlice = 512
 
 // Backlog implements engine.Backlogger.
-func (p *processor) Backlog() bool { return p.backlog || p.kvBacklog || p.kv.Backlog() }
+func (p *processor) Backlog() bool { return p.backlog || p.kvs.backlogged() }
 
 func (p *processor) fireTimers(t *engine.Task, wm int64) error {
 	p.backlog = false
@@ -820,10 +791,7 @@ func (p *processor) PrepareCheckpoint(t *engine.Task) error {
 	if err := p.checkpointRequests(t); err != nil {
 		return err
 	}
-	if err := p.checkpointKV(t); err != nil {
-		return err
-	}
-	if err := p.kv.PrepareCheckpoint(t); err != nil {
+	if err := p.kvs.prepareCheckpoint(t); err != nil {
 		return err
 	}
 	if err := p.checkpointClosed(t); err != nil {
@@ -896,10 +864,7 @@ func (p *processor) Restore(t *engine.Task) error {
 	if err := p.restoreRequests(t); err != nil {
 		return err
 	}
-	if err := p.restoreKV(t); err != nil {
-		return err
-	}
-	if err := p.kv.Restore(t); err != nil {
+	if err := p.kvs.restoreAll(t); err != nil {
 		return err
 	}
 	if p.alerts != nil {
@@ -1064,8 +1029,7 @@ func (p *processor) Close() error {
 	c := &p.s.counters
 	c.OpenTraces.Add(-int64(len(p.traces) + p.evicted))
 	c.OpenRequests.Add(-int64(len(p.requests)))
-	c.KVBuffered.Add(-int64(len(p.kvBuf)) - p.kvUnplaced)
-	p.addKVBytes(-p.kvBytes)
+	p.kvs.close()
 	c.OpenTraceBytes.Add(-p.reportedOpen)
 	c.WaitingLogBytes.Add(-p.reportedWaiting)
 	c.ClosedTraces.Add(-p.reportedClosed)
@@ -1073,8 +1037,7 @@ func (p *processor) Close() error {
 	p.reportedOpen, p.reportedWaiting, p.reportedClosed = 0, 0, 0
 	clear(p.traces)
 	clear(p.requests)
-	p.kvBuf, p.kvBytes, p.kvAhead, p.kvAheadBytes, p.evicted = nil, 0, nil, 0, 0
-	p.kvUnplaced = 0
+	p.evicted = 0
 	if p.alerts != nil {
 		p.alerts.Close()
 	}

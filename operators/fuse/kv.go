@@ -29,6 +29,84 @@ import (
 // an incident member (kindIncident) through the repartition topic, so its
 // FusedTrace carries the incident id and FLAG_POLLUTED.
 
+// kvStage is the KV-cache stage of a task: ingest's routing of KV logs to
+// the task of their host (route, flush, drop), the KV events routed here,
+// held in event-time order until the watermark releases them (buffer,
+// release), and the kvgraph processor they go to. Its state is its own:
+// the fuse stage hears of incidents through kvgraph.Config.OnIncident.
+// Used on the task's goroutine only.
+type kvStage struct {
+	cfg       *Config
+	c         *Counters // the stage's (KVLogs, KVBuffered, …); the detector's are kv.Counters()
+	partition int32
+	input     int // the KV topic's input index (engine.Task.MarkerHorizon)
+	kv        *kvgraph.Processor
+
+	// The KV events of the record being processed that go to other
+	// tasks (route), per task, sent as one record each at its end
+	// (flush); to lists the tasks with some.
+	out []chunkWriter
+	to  []int32
+	key []byte // scratch
+
+	buf        minHeap[*kvEvent] // KV events waiting for the watermark
+	fresh      []*kvEvent        // buffered since the last checkpoint
+	seq        uint64
+	bytes      int64             // memory of buf (kvEventBytes) and ahead, bounded by KVGraph.MaxKVBufferBytes
+	aheadBytes int64             // of which ahead's values
+	ahead      map[uint64][]byte // by seq: members read from state ahead of their turn (readAhead)
+	front      kvEvent           // the latest stored event deleted (time, seq): every KV tombstone is at or before its key
+	// KV events held in state only (shedPlaces): every held event at or
+	// after horizon, none before it; unplacedArrived is the latest
+	// processing time one of them arrived (their LiveHold counts from it).
+	unplaced        int64
+	horizon         kvEvent
+	unplacedArrived int64
+	backlog         bool // release left events due for the next call
+}
+
+// onWatermark releases the held events up to wm (at most budget of them)
+// and advances the detector's event time, never past an event still held
+// (a backlog beyond this call's budget): it would expire and close on
+// state those events still change.
+func (k *kvStage) onWatermark(t *engine.Task, wm int64, budget int) error {
+	if err := k.release(t, wm, budget); err != nil {
+		return err
+	}
+	kvWM := wm
+	if ts, _, ok := k.next(); ok && ts <= wm {
+		kvWM = ts - 1
+	}
+	return k.kv.OnWatermark(t, kvWM)
+}
+
+// prepareCheckpoint writes the events buffered since the last checkpoint
+// and the detector's changes.
+func (k *kvStage) prepareCheckpoint(t *engine.Task) error {
+	if err := k.checkpoint(t); err != nil {
+		return err
+	}
+	return k.kv.PrepareCheckpoint(t)
+}
+
+// restoreAll reloads the held events and the detector.
+func (k *kvStage) restoreAll(t *engine.Task) error {
+	if err := k.restore(t); err != nil {
+		return err
+	}
+	return k.kv.Restore(t)
+}
+
+// backlogged reports whether events are due that the last call left.
+func (k *kvStage) backlogged() bool { return k.backlog || k.kv.Backlog() }
+
+// close leaves the stage's gauges and forgets the held events.
+func (k *kvStage) close() {
+	k.c.KVBuffered.Add(-int64(len(k.buf)) - k.unplaced)
+	k.addBytes(-k.bytes)
+	k.buf, k.ahead, k.aheadBytes, k.unplaced = nil, nil, 0, 0
+}
+
 // isKVLog reports whether a serialized LogRecord is a KV-block event or a
 // line of supporting evidence for the kvgraph stage.
 func isKVLog(log []byte) bool {
@@ -42,7 +120,7 @@ func isKVLog(log []byte) bool {
 	return bytes.HasPrefix(body.Raw(), []byte("=========")) || bytes.Contains(body.Raw(), []byte("NVRM: Xid"))
 }
 
-// routeKV sends a KV log to the kvgraph task of its host. A KV event that
+// route sends a KV log to the kvgraph task of its host. A KV event that
 // breaks the convention goes by the kvgraph error policy, with the input
 // record it came from (kvgraph.Processor.Reject); a large one is slimmed to
 // what the detector reads (kvgraph.Slim), so that the records forwarded and
@@ -53,11 +131,11 @@ func isKVLog(log []byte) bool {
 // that was invalid must be rejected, not taken repaired; its dead-letter
 // copy is the log record and resource as read. What is forwarded is the
 // repaired item: its identities are the ones checked, free text repaired.
-func (p *processor) routeKV(t *engine.Task, it *otlp.Item, rec *kgo.Record) error {
-	p.s.counters.KVLogs.Add(1)
+func (k *kvStage) route(t *engine.Task, it *otlp.Item, rec *kgo.Record) error {
+	k.c.KVLogs.Add(1)
 	res, lr := it.Original()
 	if err := kvgraph.Check(res, lr); err != nil {
-		return p.kv.Reject(t, res, lr, kvgraph.Origin{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}, err)
+		return k.kv.Reject(t, res, lr, kvgraph.Origin{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}, err)
 	}
 	if len(it.Resource)+len(it.Payload)+len(it.Scope) > kvSlimBytes {
 		slim := *it
@@ -69,31 +147,31 @@ func (p *processor) routeKV(t *engine.Task, it *otlp.Item, rec *kgo.Record) erro
 		}
 	}
 	host, _ := semconv.Lookup(it.Resource, semconv.ResourceAttrs, "host.name")
-	q := otlp.HashPartition([]byte(host), p.cfg.Partitions)
-	if q == p.partition {
+	q := otlp.HashPartition([]byte(host), k.cfg.Partitions)
+	if q == k.partition {
 		w := chunkWriter{}
 		w.appendItem(it, otlp.SignalLogs, rec.Topic, rec.Partition, rec.Offset)
-		return p.bufferKV(t, w.buf, it.Time, t.Now().UnixNano())
+		return k.buffer(t, w.buf, it.Time, t.Now().UnixNano())
 	}
-	if p.kvOut == nil {
-		p.kvOut = make([]chunkWriter, p.cfg.Partitions)
+	if k.out == nil {
+		k.out = make([]chunkWriter, k.cfg.Partitions)
 	}
-	w := &p.kvOut[q]
+	w := &k.out[q]
 	if w.n == 0 {
-		p.kvTo = append(p.kvTo, q)
+		k.to = append(k.to, q)
 	}
 	w.appendItem(it, otlp.SignalLogs, rec.Topic, rec.Partition, rec.Offset)
 	return nil
 }
 
-// flushKV sends the KV events routeKV collected for other tasks: one
+// flush sends the KV events route collected for other tasks: one
 // record per task (more only if they pass the record limit), their
 // events in input order, a resource shared by consecutive events written
 // once. Per event, a record of its own cost more than the detector.
-func (p *processor) flushKV(t *engine.Task) error {
-	for _, q := range p.kvTo {
-		w := &p.kvOut[q]
-		if err := p.emitMembers(t, p.cfg.KVTopic, q, nil, nil, w.buf); err != nil {
+func (k *kvStage) flush(t *engine.Task) error {
+	for _, q := range k.to {
+		w := &k.out[q]
+		if err := emitMembers(t, k.cfg, k.c, k.cfg.KVTopic, q, nil, nil, w.buf); err != nil {
 			return err
 		}
 		buf := w.buf[:0]
@@ -102,20 +180,20 @@ func (p *processor) flushKV(t *engine.Task) error {
 		}
 		w.reset(buf)
 	}
-	p.kvTo = p.kvTo[:0]
+	k.to = k.to[:0]
 	return nil
 }
 
-// kvOutKeep: a buffer of flushKV larger than this is let go after use.
+// kvOutKeep: a buffer of flush larger than this is let go after use.
 const kvOutKeep = 256 << 10
 
-// dropKV forgets what routeKV collected and was not sent (the record
+// drop forgets what route collected and was not sent (the record
 // before failed part way).
-func (p *processor) dropKV() {
-	for _, q := range p.kvTo {
-		p.kvOut[q].reset(p.kvOut[q].buf[:0])
+func (k *kvStage) drop() {
+	for _, q := range k.to {
+		k.out[q].reset(k.out[q].buf[:0])
 	}
-	p.kvTo = p.kvTo[:0]
+	k.to = k.to[:0]
 }
 
 // kvSlimBytes: a KV log whose resource, scope and record take more is
@@ -123,14 +201,14 @@ func (p *processor) dropKV() {
 // KiB (the bounds of kvgraph.Check), far below any record limit.
 const kvSlimBytes = 4096
 
-// processKV buffers KV logs routed here for the kvgraph processor, each
+// process buffers KV logs routed here for the kvgraph processor, each
 // read (for KVGraph.LiveHold) when the task that forwarded it read it.
-func (p *processor) processKV(t *engine.Task, rec *kgo.Record) error {
+func (k *kvStage) process(t *engine.Task, rec *kgo.Record) error {
 	read := forwardedAt(t)
 	return readMembers(rec.Value, func(m *member) error {
 		w := chunkWriter{}
 		w.appendMember(m)
-		return p.bufferKV(t, w.buf, m.time, read)
+		return k.buffer(t, w.buf, m.time, read)
 	})
 }
 
@@ -172,38 +250,38 @@ type kvEvent struct {
 
 const prefixKV = byte('v')
 
-// bufferKV holds rec, one member at event time ts, until the watermark
+// buffer holds rec, one member at event time ts, until the watermark
 // passes ts. When the held events' members take more than
 // MaxKVBufferBytes, a new one goes to state at once and only its place is
 // kept in memory (Counters.KVSpilled); it is read back when its turn
 // comes. When the places alone fill the share, the latest half of them
 // leave memory too (Counters.KVShed): every held event from the first of
-// those on (kvHorizon) is in state only, and an event that arrives at or
+// those on (horizon) is in state only, and an event that arrives at or
 // after it goes there at once; they come back in key order, a share's
-// half at a time, once the events before them are released (refillKV).
+// half at a time, once the events before them are released (refill).
 // Order is kept however long the hold and however far apart the inputs
 // are read: nothing goes to the detector before the watermark (or, live,
 // LiveHold) releases it.
-func (p *processor) bufferKV(t *engine.Task, rec []byte, ts, read int64) error {
+func (k *kvStage) buffer(t *engine.Task, rec []byte, ts, read int64) error {
 	if ts <= t.Watermark() {
-		p.s.counters.KVLateEvents.Add(1)
-		return p.handKV(t, rec)
+		k.c.KVLateEvents.Add(1)
+		return k.hand(t, rec)
 	}
-	ev := &kvEvent{time: ts, seq: p.kvSeq, arrived: read, member: rec}
-	p.kvSeq++
-	p.s.counters.KVBuffered.Add(1)
-	if p.kvUnplaced > 0 && !ev.before(&p.kvHorizon) {
+	ev := &kvEvent{time: ts, seq: k.seq, arrived: read, member: rec}
+	k.seq++
+	k.c.KVBuffered.Add(1)
+	if k.unplaced > 0 && !ev.before(&k.horizon) {
 		// Among the events in state only: it waits there with them.
-		if err := t.State.Set(kvKey(p.key[:0], ev), rec); err != nil {
+		if err := t.State.Set(kvKey(k.key[:0], ev), rec); err != nil {
 			return fmt.Errorf("fuse: write KV event: %w", err)
 		}
-		p.kvUnplaced++
-		p.kvUnplacedArrived = max(p.kvUnplacedArrived, read)
+		k.unplaced++
+		k.unplacedArrived = max(k.unplacedArrived, read)
 		return nil
 	}
-	p.kvBuf.push(ev)
-	p.kvNew = append(p.kvNew, ev)
-	p.addKVBytes(kvEventBytes(ev))
+	k.buf.push(ev)
+	k.fresh = append(k.fresh, ev)
+	k.addBytes(kvEventBytes(ev))
 	// Over the share: members go to state, the latest first (a min-heap's
 	// last slots hold the events needed last), down to 7/8 of it and while
 	// any member is in memory, so that the walk back over the members
@@ -217,137 +295,137 @@ func (p *processor) bufferKV(t *engine.Task, rec []byte, ts, read int64) error {
 	// spilled event behind the last member in memory, comes once per
 	// eighth of the share's members. The walk stops when no member of a
 	// held event is left in memory (read-ahead copies are not theirs).
-	if limit := p.cfg.KVGraph.MaxKVBufferBytes; p.kvBytes > limit {
-		if err := p.spill(t, ev); err != nil {
+	if limit := k.cfg.KVGraph.MaxKVBufferBytes; k.bytes > limit {
+		if err := k.spill(t, ev); err != nil {
 			return err
 		}
-		if p.kvBytes > limit {
-			for i := len(p.kvBuf) - 1; i >= 0 && p.kvBytes > limit-limit/8 && p.heldMemberBytes() > 0; i-- {
-				if err := p.spill(t, p.kvBuf[i]); err != nil {
+		if k.bytes > limit {
+			for i := len(k.buf) - 1; i >= 0 && k.bytes > limit-limit/8 && k.heldMemberBytes() > 0; i-- {
+				if err := k.spill(t, k.buf[i]); err != nil {
 					return err
 				}
 			}
 		}
-		if p.kvBytes > limit {
-			return p.shedPlaces(t)
+		if k.bytes > limit {
+			return k.shedPlaces(t)
 		}
 	}
 	return nil
 }
 
-// shedPlaces is bufferKV's last resort, the places alone over the share:
+// shedPlaces is buffer's last resort, the places alone over the share:
 // the read-ahead copies go, then the latest half of the held events leave
-// memory for state, the first of them the new kvHorizon (every held event
+// memory for state, the first of them the new horizon (every held event
 // at or after it is in state only). One sort per half share of new
 // places: the heap sorted is a heap still.
-func (p *processor) shedPlaces(t *engine.Task) error {
-	for seq, v := range p.kvAhead {
-		delete(p.kvAhead, seq)
-		p.addAheadBytes(-int64(len(v)))
+func (k *kvStage) shedPlaces(t *engine.Task) error {
+	for seq, v := range k.ahead {
+		delete(k.ahead, seq)
+		k.addAheadBytes(-int64(len(v)))
 	}
-	if p.kvBytes <= p.cfg.KVGraph.MaxKVBufferBytes || len(p.kvBuf) < 2 {
+	if k.bytes <= k.cfg.KVGraph.MaxKVBufferBytes || len(k.buf) < 2 {
 		return nil
 	}
-	slices.SortFunc(p.kvBuf, func(a, b *kvEvent) int {
+	slices.SortFunc(k.buf, func(a, b *kvEvent) int {
 		if a.before(b) {
 			return -1
 		}
 		return 1
 	})
-	keep := len(p.kvBuf) / 2
-	for _, ev := range p.kvBuf[keep:] {
-		if err := p.spill(t, ev); err != nil {
+	keep := len(k.buf) / 2
+	for _, ev := range k.buf[keep:] {
+		if err := k.spill(t, ev); err != nil {
 			return err
 		}
 		if !ev.stored { // a member spill wrote; one in memory only is written here
 			return fmt.Errorf("fuse: KV event at %d (seq %d) shed without a copy in state", ev.time, ev.seq)
 		}
-		p.addKVBytes(-kvPlaceBytes)
-		p.kvUnplacedArrived = max(p.kvUnplacedArrived, ev.arrived)
+		k.addBytes(-kvPlaceBytes)
+		k.unplacedArrived = max(k.unplacedArrived, ev.arrived)
 	}
-	p.kvHorizon = kvEvent{time: p.kvBuf[keep].time, seq: p.kvBuf[keep].seq}
-	shed := len(p.kvBuf) - keep
-	p.kvUnplaced += int64(shed)
-	p.s.counters.KVShed.Add(int64(shed))
-	clear(p.kvBuf[keep:])
-	p.kvBuf = p.kvBuf[:keep]
+	k.horizon = kvEvent{time: k.buf[keep].time, seq: k.buf[keep].seq}
+	shed := len(k.buf) - keep
+	k.unplaced += int64(shed)
+	k.c.KVShed.Add(int64(shed))
+	clear(k.buf[keep:])
+	k.buf = k.buf[:keep]
 	// The events kept may still hold members over the share.
-	for i := len(p.kvBuf) - 1; i >= 0 && p.kvBytes > p.cfg.KVGraph.MaxKVBufferBytes; i-- {
-		if err := p.spill(t, p.kvBuf[i]); err != nil {
+	for i := len(k.buf) - 1; i >= 0 && k.bytes > k.cfg.KVGraph.MaxKVBufferBytes; i-- {
+		if err := k.spill(t, k.buf[i]); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// refillKV brings the events in state only back into memory, from
-// kvHorizon on in key order, while they take at most half the share
+// refill brings the events in state only back into memory, from
+// horizon on in key order, while they take at most half the share
 // (their places, and their members while there is room), and moves
-// kvHorizon past them. The buffer holds no place then (its events all
-// came before kvHorizon and left): what it reads are the next events due.
-func (p *processor) refillKV(t *engine.Task) error {
-	start := kvKey(nil, &p.kvHorizon)
+// horizon past them. The buffer holds no place then (its events all
+// came before horizon and left): what it reads are the next events due.
+func (k *kvStage) refill(t *engine.Task) error {
+	start := kvKey(nil, &k.horizon)
 	it, err := t.State.Iter(start, []byte{prefixKV + 1})
 	if err != nil {
 		return fmt.Errorf("fuse: read KV events held in state: %w", err)
 	}
 	defer it.Close()
-	room := p.cfg.KVGraph.MaxKVBufferBytes / 2
+	room := k.cfg.KVGraph.MaxKVBufferBytes / 2
 	for it.First(); it.Valid(); it.Next() {
 		key, ok := kvKeyEvent(it.Key())
 		if !ok {
 			continue
 		}
-		if len(p.kvBuf) > 0 && p.kvBytes+kvPlaceBytes > room {
-			p.kvHorizon = key
+		if len(k.buf) > 0 && k.bytes+kvPlaceBytes > room {
+			k.horizon = key
 			return nil
 		}
 		v := it.Value()
-		ev := &kvEvent{time: key.time, seq: key.seq, arrived: p.kvUnplacedArrived, stored: true}
-		if p.kvBytes+int64(len(v))+kvPlaceBytes <= room {
+		ev := &kvEvent{time: key.time, seq: key.seq, arrived: k.unplacedArrived, stored: true}
+		if k.bytes+int64(len(v))+kvPlaceBytes <= room {
 			ev.member = append([]byte(nil), v...)
 		} else {
 			ev.spilled = true
 		}
-		p.kvBuf = append(p.kvBuf, ev) // in key order: a heap
-		p.addKVBytes(kvEventBytes(ev))
-		p.kvUnplaced--
+		k.buf = append(k.buf, ev) // in key order: a heap
+		k.addBytes(kvEventBytes(ev))
+		k.unplaced--
 	}
 	if err := it.Error(); err != nil {
 		return fmt.Errorf("fuse: read KV events held in state: %w", err)
 	}
-	if p.kvUnplaced != 0 {
-		return fmt.Errorf("fuse: %d KV events held in state missing", p.kvUnplaced)
+	if k.unplaced != 0 {
+		return fmt.Errorf("fuse: %d KV events held in state missing", k.unplaced)
 	}
-	p.kvUnplacedArrived = math.MinInt64
+	k.unplacedArrived = math.MinInt64
 	return nil
 }
 
-// kvNext is the earliest held event's time and processing time of
+// next is the earliest held event's time and processing time of
 // arrival; ok false when none is held.
-func (p *processor) kvNext() (ts, arrived int64, ok bool) {
-	if len(p.kvBuf) > 0 {
-		return p.kvBuf[0].time, p.kvBuf[0].arrived, true
+func (k *kvStage) next() (ts, arrived int64, ok bool) {
+	if len(k.buf) > 0 {
+		return k.buf[0].time, k.buf[0].arrived, true
 	}
-	if p.kvUnplaced > 0 {
-		return p.kvHorizon.time, p.kvUnplacedArrived, true
+	if k.unplaced > 0 {
+		return k.horizon.time, k.unplacedArrived, true
 	}
 	return 0, 0, false
 }
 
 // spill keeps ev's member in state only.
-func (p *processor) spill(t *engine.Task, ev *kvEvent) error {
+func (k *kvStage) spill(t *engine.Task, ev *kvEvent) error {
 	if ev.spilled || ev.member == nil {
 		return nil
 	}
 	if !ev.stored {
-		if err := t.State.Set(kvKey(p.key[:0], ev), ev.member); err != nil {
+		if err := t.State.Set(kvKey(k.key[:0], ev), ev.member); err != nil {
 			return fmt.Errorf("fuse: write KV event: %w", err)
 		}
 	}
-	p.addKVBytes(-int64(len(ev.member)))
+	k.addBytes(-int64(len(ev.member)))
 	ev.member, ev.stored, ev.spilled = nil, true, true
-	p.s.counters.KVSpilled.Add(1)
+	k.c.KVSpilled.Add(1)
 	return nil
 }
 
@@ -360,101 +438,99 @@ const kvPlaceBytes = 64
 
 // heldMemberBytes is the memory of the held events' members (kvBytes less
 // their places and the read-ahead copies).
-func (p *processor) heldMemberBytes() int64 {
-	return p.kvBytes - p.kvAheadBytes - kvPlaceBytes*int64(len(p.kvBuf))
+func (k *kvStage) heldMemberBytes() int64 {
+	return k.bytes - k.aheadBytes - kvPlaceBytes*int64(len(k.buf))
 }
 
-func (p *processor) kvCounters() *kvgraph.Counters { return p.kv.Counters() }
-
-func (p *processor) addKVBytes(n int64) {
-	p.kvBytes += n
-	p.kvCounters().KVBufferBytes.Add(n)
+func (k *kvStage) addBytes(n int64) {
+	k.bytes += n
+	k.kv.Counters().KVBufferBytes.Add(n)
 }
 
 // addAheadBytes counts n bytes of read-ahead members, part of kvBytes.
-func (p *processor) addAheadBytes(n int64) {
-	p.addKVBytes(n)
-	p.kvAheadBytes += n
+func (k *kvStage) addAheadBytes(n int64) {
+	k.addBytes(n)
+	k.aheadBytes += n
 }
 
-func (p *processor) handKV(t *engine.Task, rec []byte) error {
+func (k *kvStage) hand(t *engine.Task, rec []byte) error {
 	return readMembers(rec, func(m *member) error {
 		_, payload, origin := memberParts(m.body)
 		topic, part, off := parseOrigin(origin)
-		return p.kv.Add(t, m.resource, payload, m.time, kvgraph.Origin{Topic: topic, Partition: part, Offset: off})
+		return k.kv.Add(t, m.resource, payload, m.time, kvgraph.Origin{Topic: topic, Partition: part, Offset: off})
 	})
 }
 
-// releaseKV hands the buffered events up to wm to the kvgraph processor, in
+// release hands the buffered events up to wm to the kvgraph processor, in
 // event-time order, at most budget of them; live, also the earliest events
 // held for KVGraph.LiveHold, and it asks for the checkpoint whose markers
 // release the earliest one left (engine.Task.RequestCheckpoint).
-func (p *processor) releaseKV(t *engine.Task, wm int64, budget int) error {
-	p.kvBacklog = false
+func (k *kvStage) release(t *engine.Task, wm int64, budget int) error {
+	k.backlog = false
 	heldSince := int64(math.MinInt64) // events buffered at or before it may go early
-	if hold := p.cfg.KVGraph.LiveHold; hold > 0 && t.CaughtUp() {
+	if hold := k.cfg.KVGraph.LiveHold; hold > 0 && t.CaughtUp() {
 		// Held LiveHold, and every task has committed what it read up
 		// to LiveHold after it (the disorder allowed between tasks): a
 		// host's events read on other tasks come through the kvgraph
 		// topic a checkpoint or more later.
-		if h := t.MarkerHorizon(p.kvInput()); h != math.MinInt64 {
+		if h := t.MarkerHorizon(k.input); h != math.MinInt64 {
 			heldSince = min(t.Now().UnixNano(), h) - int64(hold)
 		}
 	}
 	for n := 0; ; n++ {
-		ts, arrived, ok := p.kvNext()
+		ts, arrived, ok := k.next()
 		if !ok || ts > wm && arrived > heldSince {
 			if ok && heldSince != math.MinInt64 {
 				// The earliest event left waits for the markers of a
 				// checkpoint taken LiveHold after it was read: ask for
 				// that one rather than wait for the regular schedule.
-				t.RequestCheckpoint(arrived + int64(p.cfg.KVGraph.LiveHold))
+				t.RequestCheckpoint(arrived + int64(k.cfg.KVGraph.LiveHold))
 			}
 			return nil
 		}
 		if n == budget {
-			p.kvBacklog = true
+			k.backlog = true
 			return nil
 		}
-		if len(p.kvBuf) == 0 {
-			if err := p.refillKV(t); err != nil {
+		if len(k.buf) == 0 {
+			if err := k.refill(t); err != nil {
 				return err
 			}
 		}
-		if err := p.popKV(t); err != nil {
+		if err := k.pop(t); err != nil {
 			return err
 		}
 	}
 }
 
-// popKV hands the earliest held event to the kvgraph processor.
-func (p *processor) popKV(t *engine.Task) error {
-	ev := p.kvBuf.pop()
-	p.s.counters.KVBuffered.Add(-1)
-	p.addKVBytes(-kvEventBytes(ev))
+// pop hands the earliest held event to the kvgraph processor.
+func (k *kvStage) pop(t *engine.Task) error {
+	ev := k.buf.pop()
+	k.c.KVBuffered.Add(-1)
+	k.addBytes(-kvEventBytes(ev))
 	m := ev.member
-	if v, ok := p.kvAhead[ev.seq]; ok {
-		delete(p.kvAhead, ev.seq)
-		p.addAheadBytes(-int64(len(v)))
+	if v, ok := k.ahead[ev.seq]; ok {
+		delete(k.ahead, ev.seq)
+		k.addAheadBytes(-int64(len(v)))
 		if m == nil {
 			m = v
 		}
 	} else if ev.spilled {
 		var err error
-		if m, err = p.readAhead(t, ev); err != nil {
+		if m, err = k.readAhead(t, ev); err != nil {
 			return err
 		}
 	}
 	if ev.stored {
-		if err := t.State.Delete(kvKey(p.key[:0], ev)); err != nil {
+		if err := t.State.Delete(kvKey(k.key[:0], ev)); err != nil {
 			return err
 		}
-		if p.kvFront.before(ev) {
-			p.kvFront.time, p.kvFront.seq = ev.time, ev.seq
+		if k.front.before(ev) {
+			k.front.time, k.front.seq = ev.time, ev.seq
 		}
 	}
-	ev.member = nil // released: checkpointKV skips it
-	return p.handKV(t, m)
+	ev.member = nil // released: checkpoint skips it
+	return k.hand(t, m)
 }
 
 // kvReadAhead is how many stored events a spilled one's read brings back
@@ -465,20 +541,20 @@ func (p *processor) popKV(t *engine.Task) error {
 const kvReadAhead = 64
 
 // readAhead reads ev's member from state, and the members of the next
-// stored events into kvAhead while the share has room for them (counted
+// stored events into ahead while the share has room for them (counted
 // in kvBytes; an event held in memory too drops its copy when it leaves),
-// up to kvHorizon (the events after it are read by refillKV).
+// up to horizon (the events after it are read by refill).
 //
-// An event before the latest one deleted (kvFront: one that arrived out of
+// An event before the latest one deleted (front: one that arrived out of
 // order after later ones were released, as LiveHold releases them) is
 // read alone, with a point read: the keys after it are the tombstones of
 // the events released meanwhile, which a scan would step over one by one
 // (on a 3 GB backlog whose buffer released events early, hundreds of
 // thousands for every such event: 90 % of the CPU).
-func (p *processor) readAhead(t *engine.Task, ev *kvEvent) ([]byte, error) {
-	key := kvKey(p.key[:0], ev)
-	if ev.before(&p.kvFront) {
-		p.s.counters.KVPointReads.Add(1)
+func (k *kvStage) readAhead(t *engine.Task, ev *kvEvent) ([]byte, error) {
+	key := kvKey(k.key[:0], ev)
+	if ev.before(&k.front) {
+		k.c.KVPointReads.Add(1)
 		m, ok, err := t.State.Get(nil, key)
 		if err == nil && !ok {
 			err = fmt.Errorf("fuse: spilled KV event at %d (seq %d) missing from state", ev.time, ev.seq)
@@ -497,25 +573,25 @@ func (p *processor) readAhead(t *engine.Task, ev *kvEvent) ([]byte, error) {
 		return nil, fmt.Errorf("fuse: spilled KV event at %d (seq %d) missing from state", ev.time, ev.seq)
 	}
 	m := append([]byte(nil), it.Value()...)
-	if p.kvAhead == nil {
-		p.kvAhead = make(map[uint64][]byte, kvReadAhead)
+	if k.ahead == nil {
+		k.ahead = make(map[uint64][]byte, kvReadAhead)
 	}
 	var horizon []byte
-	if p.kvUnplaced > 0 {
-		horizon = kvKey(nil, &p.kvHorizon)
+	if k.unplaced > 0 {
+		horizon = kvKey(nil, &k.horizon)
 	}
 	for n := 1; n < kvReadAhead && it.Next(); n++ {
-		k, v := it.Key(), it.Value()
-		if len(k) != 17 || p.kvBytes+int64(len(v)) > p.cfg.KVGraph.MaxKVBufferBytes ||
-			horizon != nil && bytes.Compare(k, horizon) >= 0 {
+		key, v := it.Key(), it.Value()
+		if len(key) != 17 || k.bytes+int64(len(v)) > k.cfg.KVGraph.MaxKVBufferBytes ||
+			horizon != nil && bytes.Compare(key, horizon) >= 0 {
 			break
 		}
-		seq := binary.BigEndian.Uint64(k[9:])
-		if old, ok := p.kvAhead[seq]; ok { // read ahead before: replaced
-			p.addAheadBytes(-int64(len(old)))
+		seq := binary.BigEndian.Uint64(key[9:])
+		if old, ok := k.ahead[seq]; ok { // read ahead before: replaced
+			k.addAheadBytes(-int64(len(old)))
 		}
-		p.kvAhead[seq] = append([]byte(nil), v...)
-		p.addAheadBytes(int64(len(v)))
+		k.ahead[seq] = append([]byte(nil), v...)
+		k.addAheadBytes(int64(len(v)))
 	}
 	if err := it.Error(); err != nil {
 		return nil, fmt.Errorf("fuse: read spilled KV event: %w", err)
@@ -529,50 +605,50 @@ func kvKey(dst []byte, ev *kvEvent) []byte {
 	return binary.BigEndian.AppendUint64(dst, ev.seq)
 }
 
-// checkpointKV writes the events buffered since the last checkpoint.
-func (p *processor) checkpointKV(t *engine.Task) error {
-	for _, ev := range p.kvNew {
+// checkpoint writes the events buffered since the last checkpoint.
+func (k *kvStage) checkpoint(t *engine.Task) error {
+	for _, ev := range k.fresh {
 		if len(ev.member) == 0 {
 			continue // released already
 		}
-		if err := t.State.Set(kvKey(p.key[:0], ev), ev.member); err != nil {
+		if err := t.State.Set(kvKey(k.key[:0], ev), ev.member); err != nil {
 			return fmt.Errorf("fuse: write KV event: %w", err)
 		}
 		ev.stored = true
 	}
-	clear(p.kvNew)
-	p.kvNew = p.kvNew[:0]
+	clear(k.fresh)
+	k.fresh = k.fresh[:0]
 	return nil
 }
 
-// restoreKV reloads the buffered events: every one is in state, from the
-// first key on, and refillKV brings them back as it does after a shed
+// restore reloads the buffered events: every one is in state, from the
+// first key on, and refill brings them back as it does after a shed
 // (their places while they take at most half the share, their members
 // while there is room).
-func (p *processor) restoreKV(t *engine.Task) error {
-	p.s.counters.KVBuffered.Add(-int64(len(p.kvBuf)) - p.kvUnplaced)
-	p.addKVBytes(-p.kvBytes)
-	p.kvBuf, p.kvNew, p.kvSeq = p.kvBuf[:0], p.kvNew[:0], 0
-	p.kvUnplaced, p.kvUnplacedArrived = 0, t.Now().UnixNano()
-	clear(p.kvAhead)
-	p.kvAheadBytes = 0
-	err := eachKey(t, prefixKV, func(k, _ []byte) error {
-		ev, ok := kvKeyEvent(k)
+func (k *kvStage) restore(t *engine.Task) error {
+	k.c.KVBuffered.Add(-int64(len(k.buf)) - k.unplaced)
+	k.addBytes(-k.bytes)
+	k.buf, k.fresh, k.seq = k.buf[:0], k.fresh[:0], 0
+	k.unplaced, k.unplacedArrived = 0, t.Now().UnixNano()
+	clear(k.ahead)
+	k.aheadBytes = 0
+	err := eachKey(t, prefixKV, func(key, _ []byte) error {
+		ev, ok := kvKeyEvent(key)
 		if !ok {
 			return nil
 		}
-		if p.kvUnplaced == 0 {
-			p.kvHorizon = ev
+		if k.unplaced == 0 {
+			k.horizon = ev
 		}
-		p.kvUnplaced++
-		p.kvSeq = max(p.kvSeq, ev.seq+1)
+		k.unplaced++
+		k.seq = max(k.seq, ev.seq+1)
 		return nil
 	})
-	p.s.counters.KVBuffered.Add(p.kvUnplaced)
-	if err != nil || p.kvUnplaced == 0 {
+	k.c.KVBuffered.Add(k.unplaced)
+	if err != nil || k.unplaced == 0 {
 		return err
 	}
-	return p.refillKV(t)
+	return k.refill(t)
 }
 
 // kvKeyEvent is the time and seq of a KV event's key (kvKey); ok false
