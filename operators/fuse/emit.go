@@ -623,7 +623,7 @@ func (p *processor) late(t *engine.Task, id [16]byte, m *member) {
 
 // sendLate writes m to the late topic under key with reason, and extra
 // headers if any.
-func (p *processor) sendLate(t *engine.Task, key []byte, m *member, reason string, extra ...kgo.RecordHeader) {
+func (o *outputs) sendLate(t *engine.Task, key []byte, m *member, reason string, extra ...kgo.RecordHeader) {
 	_, _, origin := memberParts(m.body)
 	topic, part, off := parseOrigin(origin)
 	signal := "spans"
@@ -633,9 +633,9 @@ func (p *processor) sendLate(t *engine.Task, key []byte, m *member, reason strin
 	case kindPoint:
 		signal = "metrics"
 	}
-	p.emitChunked(t, &kgo.Record{
-		Topic:     p.cfg.LateTopic,
-		Partition: otlp.HashPartition(key, p.cfg.LatePartitions),
+	o.emitChunked(t, &kgo.Record{
+		Topic:     o.cfg.LateTopic,
+		Partition: otlp.HashPartition(key, o.cfg.LatePartitions),
 		Key:       key,
 		Value:     oneItemMessage(m),
 		Headers: append([]kgo.RecordHeader{

@@ -185,6 +185,7 @@ type touch struct {
 }
 
 type processor struct {
+	outputs
 	s         *Stage
 	cfg       *Config
 	partition int32
@@ -213,10 +214,10 @@ type processor struct {
 	sampleResOf []byte       // the resource last read, this message
 
 	// memory share (MaxOpenTraceBytes)
-	openBytes                     int64               // traceOverhead per trace in memory + pending members
-	reportedOpen, reportedWaiting int64               // what the gauges hold of this task
-	evicted                       int                 // traces emitted early and dropped from memory, still in state
-	evictTimers                   minHeap[evictTimer] // when each evicted trace is purged
+	openBytes    int64               // traceOverhead per trace in memory + pending members
+	reportedOpen int64               // what the gauge holds of this task
+	evicted      int                 // traces emitted early and dropped from memory, still in state
+	evictTimers  minHeap[evictTimer] // when each evicted trace is purged
 
 	// tombstones of closed traces (closed.go), bounded by MaxClosedTraceBytes
 	closed         map[[16]byte]uint32 // trace id → its next revision
@@ -238,20 +239,13 @@ type processor struct {
 	// KV-cache stage: its own state (kvStage)
 	kvs *kvStage
 
-	// resolve stage
-	requests     map[string]*request
-	reqTimers    minHeap[reqTimer]
-	changedReqs  []*request
-	waitHeap     minHeap[waitEntry] // requests with waiting logs, oldest first (lazily pruned)
-	waitingBytes int64              // bytes of waiting logs in memory
-	requestBytes int64              // request records in memory (approximate)
-	rgroups      map[string]int
-	rids         []string
-	rwriters     []chunkWriter
+	// resolve stage: its own state (resolver)
+	res *resolver
 }
 
 func newProcessor(s *Stage, p int32) *processor {
 	pr := &processor{
+		outputs:   outputs{cfg: &s.cfg, c: &s.counters},
 		s:         s,
 		cfg:       &s.cfg,
 		partition: p,
@@ -259,9 +253,7 @@ func newProcessor(s *Stage, p int32) *processor {
 		traces:    map[[16]byte]*trace{},
 		closed:    map[[16]byte]uint32{},
 		groups:    map[[16]byte]int{},
-		requests:  map[string]*request{},
 		samples:   map[semconv.Identity][]byte{},
-		rgroups:   map[string]int{},
 	}
 	kc := s.cfg.KVGraph
 	kc.Counters = &s.kvCounters
@@ -270,7 +262,8 @@ func newProcessor(s *Stage, p int32) *processor {
 	if s.table != nil {
 		kc.Context = s.incidentContext
 	}
-	pr.kvs = &kvStage{cfg: &s.cfg, c: &s.counters, partition: p, input: pr.kvInput(), kv: kvgraph.NewProcessor(kc, p)}
+	pr.res = newResolver(pr.outputs, p, pr.add)
+	pr.kvs = &kvStage{outputs: pr.outputs, partition: p, input: pr.kvInput(), kv: kvgraph.NewProcessor(kc, p)}
 	if s.cfg.Alerts != nil {
 		pr.alerts = s.cfg.Alerts.NewProcessor(p)
 	}
@@ -296,7 +289,7 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 	p.lastInput = t.Now().UnixNano()
 	switch input {
 	case p.resolveInput():
-		return p.processResolve(t, rec)
+		return p.res.process(t, rec)
 	case p.kvInput():
 		return p.kvs.process(t, rec)
 	case p.repartitionInput():
@@ -318,8 +311,7 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 	clear(p.groups)
 	p.ids = p.ids[:0]
 	p.kvs.drop()
-	clear(p.rgroups)
-	p.rids = p.rids[:0]
+	p.res.startMessage()
 	rids := p.cfg.RequestIDs
 	for i := range items {
 		it := &items[i]
@@ -348,7 +340,7 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 			if src.Signal == otlp.SignalLogs {
 				if rids != nil {
 					if rid, ok := rids.FromLog(it.Payload); ok && len(rid) <= maxRequestIDBytes {
-						p.waitingLog(rid, it, src.Signal, rec)
+						p.res.waitingLog(rid, it, src.Signal, rec)
 						continue
 					}
 				}
@@ -363,7 +355,7 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 				v := append(p.scratch[:0], it.TraceID[:]...)
 				v = binary.AppendVarint(v, it.Time)
 				p.scratch = v
-				if err := p.routeRequest(t, rid, tagDeclare, v); err != nil {
+				if err := p.res.routeRequest(t, rid, tagDeclare, v); err != nil {
 					return err
 				}
 			}
@@ -384,10 +376,8 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 	if err := p.kvs.flush(t); err != nil {
 		return err
 	}
-	for g, rid := range p.rids {
-		if err := p.routeRequest(t, rid, tagLogs, p.rwriters[g].buf); err != nil {
-			return err
-		}
+	if err := p.res.flushMessage(t); err != nil {
+		return err
 	}
 	for g, id := range p.ids {
 		p.key = otlp.AppendTraceIDHex(p.key[:0], id)
@@ -459,22 +449,6 @@ func (p *processor) future(t *engine.Task, it *otlp.Item, sig otlp.Signal, rec *
 		p.sendLate(t, key, m, "future event time")
 		return nil
 	})
-}
-
-// waitingLog adds a trace-less log naming request rid to the message's
-// group for rid.
-func (p *processor) waitingLog(rid string, it *otlp.Item, sig otlp.Signal, rec *kgo.Record) {
-	g, ok := p.rgroups[rid]
-	if !ok {
-		g = len(p.rids)
-		p.rgroups[rid] = g
-		p.rids = append(p.rids, rid)
-		if g == len(p.rwriters) {
-			p.rwriters = append(p.rwriters, chunkWriter{})
-		}
-		p.rwriters[g].reset(p.rwriters[g].buf[:0])
-	}
-	p.rwriters[g].appendItem(it, sig, rec.Topic, rec.Partition, rec.Offset)
 }
 
 func (p *processor) processRepartitioned(t *engine.Task, rec *kgo.Record) error {
@@ -578,10 +552,7 @@ func (p *processor) reportMemory() {
 		p.s.counters.OpenTraceBytes.Add(d)
 		p.reportedOpen += d
 	}
-	if d := p.waitingBytes - p.reportedWaiting; d != 0 {
-		p.s.counters.WaitingLogBytes.Add(d)
-		p.reportedWaiting += d
-	}
+	p.res.reportMemory()
 	if d := int64(len(p.closed)) - p.reportedClosed; d != 0 {
 		p.s.counters.ClosedTraces.Add(d)
 		p.s.counters.ClosedTraceBytes.Add(d * closedOverhead)
@@ -704,7 +675,8 @@ func (p *processor) fireTimers(t *engine.Task, wm int64) error {
 		// once the table has them all.
 		wm = min(wm, p.s.table.Watermark(t.Now()))
 	}
-	fired, err := p.fireRequests(t, wm, timerSlice)
+	fired, more, err := p.res.fire(t, wm, timerSlice)
+	p.backlog = more
 	if err != nil || p.backlog {
 		return err
 	}
@@ -783,12 +755,12 @@ const maxChunk = 256 << 10
 // chunkBytes is the chunk size: maxChunk, or a quarter of MaxRecordBytes
 // if that is less. A chunk is at most this, or one member that is larger
 // (members are at most maxMemberBytes).
-func (p *processor) chunkBytes() int { return min(maxChunk, p.cfg.MaxRecordBytes/4) }
+func (o *outputs) chunkBytes() int { return min(maxChunk, o.cfg.MaxRecordBytes/4) }
 
 // PrepareCheckpoint implements engine.Checkpointer: pending members become
 // a chunk, and every changed trace's record is written.
 func (p *processor) PrepareCheckpoint(t *engine.Task) error {
-	if err := p.checkpointRequests(t); err != nil {
+	if err := p.res.prepareCheckpoint(t); err != nil {
 		return err
 	}
 	if err := p.kvs.prepareCheckpoint(t); err != nil {
@@ -861,10 +833,10 @@ func (p *processor) Restore(t *engine.Task) error {
 	clear(p.touched)
 	p.touched, p.touchHead = p.touched[:0], 0
 	p.changed = p.changed[:0]
-	if err := p.restoreRequests(t); err != nil {
+	if err := p.res.restore(t); err != nil {
 		return err
 	}
-	if err := p.kvs.restoreAll(t); err != nil {
+	if err := p.kvs.restore(t); err != nil {
 		return err
 	}
 	if p.alerts != nil {
@@ -1028,15 +1000,13 @@ func (a timer) before(b timer) bool {
 func (p *processor) Close() error {
 	c := &p.s.counters
 	c.OpenTraces.Add(-int64(len(p.traces) + p.evicted))
-	c.OpenRequests.Add(-int64(len(p.requests)))
 	p.kvs.close()
 	c.OpenTraceBytes.Add(-p.reportedOpen)
-	c.WaitingLogBytes.Add(-p.reportedWaiting)
+	p.res.close()
 	c.ClosedTraces.Add(-p.reportedClosed)
 	c.ClosedTraceBytes.Add(-p.reportedClosed * closedOverhead)
-	p.reportedOpen, p.reportedWaiting, p.reportedClosed = 0, 0, 0
+	p.reportedOpen, p.reportedClosed = 0, 0
 	clear(p.traces)
-	clear(p.requests)
 	p.evicted = 0
 	if p.alerts != nil {
 		p.alerts.Close()

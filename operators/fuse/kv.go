@@ -36,8 +36,7 @@ import (
 // the fuse stage hears of incidents through kvgraph.Config.OnIncident.
 // Used on the task's goroutine only.
 type kvStage struct {
-	cfg       *Config
-	c         *Counters // the stage's (KVLogs, KVBuffered, …); the detector's are kv.Counters()
+	outputs   // the stage's configuration and counters (KVLogs, KVBuffered, …); the detector's are kv.Counters()
 	partition int32
 	input     int // the KV topic's input index (engine.Task.MarkerHorizon)
 	kv        *kvgraph.Processor
@@ -83,15 +82,15 @@ func (k *kvStage) onWatermark(t *engine.Task, wm int64, budget int) error {
 // prepareCheckpoint writes the events buffered since the last checkpoint
 // and the detector's changes.
 func (k *kvStage) prepareCheckpoint(t *engine.Task) error {
-	if err := k.checkpoint(t); err != nil {
+	if err := k.checkpointBuffer(t); err != nil {
 		return err
 	}
 	return k.kv.PrepareCheckpoint(t)
 }
 
-// restoreAll reloads the held events and the detector.
-func (k *kvStage) restoreAll(t *engine.Task) error {
-	if err := k.restore(t); err != nil {
+// restore reloads the held events and the detector.
+func (k *kvStage) restore(t *engine.Task) error {
+	if err := k.restoreBuffer(t); err != nil {
 		return err
 	}
 	return k.kv.Restore(t)
@@ -171,7 +170,7 @@ func (k *kvStage) route(t *engine.Task, it *otlp.Item, rec *kgo.Record) error {
 func (k *kvStage) flush(t *engine.Task) error {
 	for _, q := range k.to {
 		w := &k.out[q]
-		if err := emitMembers(t, k.cfg, k.c, k.cfg.KVTopic, q, nil, nil, w.buf); err != nil {
+		if err := k.emitMembers(t, k.cfg.KVTopic, q, nil, nil, w.buf); err != nil {
 			return err
 		}
 		buf := w.buf[:0]
@@ -529,7 +528,7 @@ func (k *kvStage) pop(t *engine.Task) error {
 			k.front.time, k.front.seq = ev.time, ev.seq
 		}
 	}
-	ev.member = nil // released: checkpoint skips it
+	ev.member = nil // released: checkpointBuffer skips it
 	return k.hand(t, m)
 }
 
@@ -605,8 +604,8 @@ func kvKey(dst []byte, ev *kvEvent) []byte {
 	return binary.BigEndian.AppendUint64(dst, ev.seq)
 }
 
-// checkpoint writes the events buffered since the last checkpoint.
-func (k *kvStage) checkpoint(t *engine.Task) error {
+// checkpointBuffer writes the events buffered since the last checkpoint.
+func (k *kvStage) checkpointBuffer(t *engine.Task) error {
 	for _, ev := range k.fresh {
 		if len(ev.member) == 0 {
 			continue // released already
@@ -621,11 +620,11 @@ func (k *kvStage) checkpoint(t *engine.Task) error {
 	return nil
 }
 
-// restore reloads the buffered events: every one is in state, from the
+// restoreBuffer reloads the buffered events: every one is in state, from the
 // first key on, and refill brings them back as it does after a shed
 // (their places while they take at most half the share, their members
 // while there is room).
-func (k *kvStage) restore(t *engine.Task) error {
+func (k *kvStage) restoreBuffer(t *engine.Task) error {
 	k.c.KVBuffered.Add(-int64(len(k.buf)) - k.unplaced)
 	k.addBytes(-k.bytes)
 	k.buf, k.fresh, k.seq = k.buf[:0], k.fresh[:0], 0

@@ -21,33 +21,43 @@ const (
 	stageFuse    = "fuse"
 )
 
+// outputs are a task's writes of what a stage cannot pass on — to the
+// dead-letter topic (reject) and the late topic (sendLate) — and of
+// members within the record limit (emitMembers, emitChunked): the same
+// for every stage of the task, reading only the stage's configuration and
+// counting in its counters.
+type outputs struct {
+	cfg *Config
+	c   *Counters
+}
+
 // policy returns the error action of stage.
-func (p *processor) policy(stage string) OnError {
+func (o *outputs) policy(stage string) OnError {
 	switch stage {
 	case stageIngest:
-		return p.cfg.ErrorPolicy.Ingest
+		return o.cfg.ErrorPolicy.Ingest
 	case stageResolve:
-		return p.cfg.ErrorPolicy.Resolve
+		return o.cfg.ErrorPolicy.Resolve
 	default:
-		return p.cfg.ErrorPolicy.Fuse
+		return o.cfg.ErrorPolicy.Fuse
 	}
 }
 
 // reject applies stage's error action to rec, which the stage cannot
 // handle because of cause: the dead-letter copy is rec unchanged (cut into
 // chunks if it is too large), with braid.reason "<stage>: <cause>".
-func (p *processor) reject(t *engine.Task, rec *kgo.Record, stage, cause string) error {
-	switch p.policy(stage) {
+func (o *outputs) reject(t *engine.Task, rec *kgo.Record, stage, cause string) error {
+	switch o.policy(stage) {
 	case Skip:
-		p.s.counters.Skipped.Add(1)
+		o.c.Skipped.Add(1)
 		return nil
 	case Fail:
 		return fmt.Errorf("fuse: %s: %s (topic %s, partition %d, offset %d)", stage, cause, rec.Topic, rec.Partition, rec.Offset)
 	}
-	p.s.counters.DLQ.Add(1)
-	p.emitChunked(t, &kgo.Record{
-		Topic:     p.cfg.DLQTopic,
-		Partition: rec.Partition % p.cfg.DLQPartitions,
+	o.c.DLQ.Add(1)
+	o.emitChunked(t, &kgo.Record{
+		Topic:     o.cfg.DLQTopic,
+		Partition: rec.Partition % o.cfg.DLQPartitions,
 		Key:       rec.Key,
 		Value:     rec.Value,
 		Headers:   originHeaders(stage+": "+cause, rec.Topic, rec.Partition, rec.Offset),
@@ -78,7 +88,7 @@ const recordOverhead = 64
 
 // room returns how many value bytes a record with key and headers may
 // carry.
-func (p *processor) room(key []byte, headers []kgo.RecordHeader) int { return p.cfg.room(key, headers) }
+func (o *outputs) room(key []byte, headers []kgo.RecordHeader) int { return o.cfg.room(key, headers) }
 
 // room is how many value bytes a record with key and headers has within
 // MaxRecordBytes.
@@ -94,20 +104,20 @@ func (c *Config) room(key []byte, headers []kgo.RecordHeader) int {
 // consecutive records with the same key, topic and partition whose values
 // concatenate to r's, with headers braid.chunk (0-based index) and
 // braid.chunks (count) added. A reader reassembles them in offset order.
-func (p *processor) emitChunked(t *engine.Task, r *kgo.Record) {
+func (o *outputs) emitChunked(t *engine.Task, r *kgo.Record) {
 	if len(r.Key) > maxKeyBytes {
 		// Only an input record's key can be this long: its copy keeps the
 		// first maxKeyBytes.
 		r.Key = r.Key[:maxKeyBytes]
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: "braid.key-truncated", Value: []byte("true")})
 	}
-	room := max(p.room(r.Key, r.Headers)-64, 1024) // less the chunk headers
+	room := max(o.room(r.Key, r.Headers)-64, 1024) // less the chunk headers
 	if len(r.Value) <= room {
 		t.Emit(r)
 		return
 	}
 	n := (len(r.Value) + room - 1) / room
-	p.s.counters.Chunked.Add(1)
+	o.c.Chunked.Add(1)
 	for i := range n {
 		v := r.Value[i*room : min((i+1)*room, len(r.Value))]
 		h := append(append([]kgo.RecordHeader(nil), r.Headers...),
@@ -117,9 +127,9 @@ func (p *processor) emitChunked(t *engine.Task, r *kgo.Record) {
 	}
 }
 
-// emitMembers is emitMembers with the stage's configuration and counters.
-func (p *processor) emitMembers(t *engine.Task, topic string, partition int32, key, prefix, chunk []byte) error {
-	return emitMembers(t, p.cfg, &p.s.counters, topic, partition, key, prefix, chunk)
+// emitMembers is emitMembers with o's configuration and counters.
+func (o *outputs) emitMembers(t *engine.Task, topic string, partition int32, key, prefix, chunk []byte) error {
+	return emitMembers(t, o.cfg, o.c, topic, partition, key, prefix, chunk)
 }
 
 // emitMembers emits chunk (members of one trace or one request) to topic
@@ -177,11 +187,11 @@ func knownTime(wm int64) bool { return wm != math.MinInt64 && wm != math.MaxInt6
 
 // isLate reports whether event time ts is beyond allowed lateness at
 // watermark wm, without overflow at the ends of the time range.
-func (p *processor) isLate(ts, wm int64) bool {
+func (o *outputs) isLate(ts, wm int64) bool {
 	if wm == math.MinInt64 {
 		return false
 	}
-	return satAdd(ts, int64(p.cfg.AllowedLateness)) < wm
+	return satAdd(ts, int64(o.cfg.AllowedLateness)) < wm
 }
 
 // validChunk checks that chunk is a well-formed sequence of members.

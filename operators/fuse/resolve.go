@@ -80,20 +80,102 @@ type request struct {
 // id and waiting logs (struct, map entry, timer).
 const requestOverhead = 160
 
+// resolver is the resolve stage of a task: the request ids it owns, their
+// declarations and waiting logs, and the grouping of a message's
+// trace-less logs by request id (waitingLog, flushMessage). A log whose
+// request is declared goes on to the fuse stage of its trace: in place
+// through deliver, else through the repartition topic. Used on the
+// task's goroutine only.
+type resolver struct {
+	outputs
+	partition int32
+	// deliver hands resolved logs, members of trace id, to this task's
+	// fuse stage.
+	deliver func(t *engine.Task, id [16]byte, chunk []byte) error
+
+	requests        map[string]*request
+	reqTimers       minHeap[reqTimer]
+	changedReqs     []*request
+	waitHeap        minHeap[waitEntry] // requests with waiting logs, oldest first (lazily pruned)
+	waitingBytes    int64              // bytes of waiting logs in memory
+	reportedWaiting int64              // what the gauge holds of this task
+	requestBytes    int64              // request records in memory (approximate)
+
+	// The trace-less logs of the message being processed, by request id.
+	rgroups  map[string]int
+	rids     []string
+	rwriters []chunkWriter
+
+	key, scratch []byte
+}
+
+func newResolver(o outputs, partition int32, deliver func(*engine.Task, [16]byte, []byte) error) *resolver {
+	return &resolver{outputs: o, partition: partition, deliver: deliver, requests: map[string]*request{}, rgroups: map[string]int{}}
+}
+
+// waitingLog adds a trace-less log naming request rid to the message's
+// group for rid.
+func (rs *resolver) waitingLog(rid string, it *otlp.Item, sig otlp.Signal, rec *kgo.Record) {
+	g, ok := rs.rgroups[rid]
+	if !ok {
+		g = len(rs.rids)
+		rs.rgroups[rid] = g
+		rs.rids = append(rs.rids, rid)
+		if g == len(rs.rwriters) {
+			rs.rwriters = append(rs.rwriters, chunkWriter{})
+		}
+		rs.rwriters[g].reset(rs.rwriters[g].buf[:0])
+	}
+	rs.rwriters[g].appendItem(it, sig, rec.Topic, rec.Partition, rec.Offset)
+}
+
+// startMessage forgets the groups of the message before.
+func (rs *resolver) startMessage() {
+	clear(rs.rgroups)
+	rs.rids = rs.rids[:0]
+}
+
+// flushMessage sends each group of the message's logs to the task owning
+// its request id.
+func (rs *resolver) flushMessage(t *engine.Task) error {
+	for g, rid := range rs.rids {
+		if err := rs.routeRequest(t, rid, tagLogs, rs.rwriters[g].buf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reportMemory publishes the waiting logs' memory in the gauge.
+func (rs *resolver) reportMemory() {
+	if d := rs.waitingBytes - rs.reportedWaiting; d != 0 {
+		rs.c.WaitingLogBytes.Add(d)
+		rs.reportedWaiting += d
+	}
+}
+
+// close leaves the stage's gauges and forgets its requests.
+func (rs *resolver) close() {
+	rs.c.OpenRequests.Add(-int64(len(rs.requests)))
+	rs.c.WaitingLogBytes.Add(-rs.reportedWaiting)
+	rs.reportedWaiting = 0
+	clear(rs.requests)
+}
+
 // clearWaiting empties r's waiting logs (forwarded, flagged or evicted).
-func (p *processor) clearWaiting(r *request) {
-	p.waitingBytes -= int64(len(r.waiting))
+func (rs *resolver) clearWaiting(r *request) {
+	rs.waitingBytes -= int64(len(r.waiting))
 	r.waiting, r.first = nil, 0
 	r.cleared = true
 }
 
-func (p *processor) requestFor(id string) *request {
-	r := p.requests[id]
+func (rs *resolver) requestFor(id string) *request {
+	r := rs.requests[id]
 	if r == nil {
 		r = &request{id: id}
-		p.requests[id] = r
-		p.requestBytes += int64(requestOverhead + len(id))
-		p.s.counters.OpenRequests.Add(1)
+		rs.requests[id] = r
+		rs.requestBytes += int64(requestOverhead + len(id))
+		rs.c.OpenRequests.Add(1)
 	}
 	return r
 }
@@ -101,46 +183,48 @@ func (p *processor) requestFor(id string) *request {
 // routeRequest sends a resolve record (tag, then payload) to the task
 // owning request id rid; a chunk of logs too large for one record goes as
 // several.
-func (p *processor) routeRequest(t *engine.Task, rid string, tag byte, payload []byte) error {
-	q := otlp.HashPartition([]byte(rid), p.cfg.Partitions)
-	if q == p.partition {
+func (rs *resolver) routeRequest(t *engine.Task, rid string, tag byte, payload []byte) error {
+	q := otlp.HashPartition([]byte(rid), rs.cfg.Partitions)
+	if q == rs.partition {
 		if tag == tagDeclare {
-			return p.resolveDeclare(t, rid, payload)
+			return rs.resolveDeclare(t, rid, payload)
 		}
-		return p.waitOrForward(t, rid, payload)
+		return rs.waitOrForward(t, rid, payload)
 	}
-	p.s.counters.ResolveForwarded.Add(1)
+	rs.c.ResolveForwarded.Add(1)
 	if tag == tagLogs {
-		return p.emitMembers(t, p.cfg.ResolveTopic, q, []byte(rid), []byte{tagLogs}, payload)
+		return rs.emitMembers(t, rs.cfg.ResolveTopic, q, []byte(rid), []byte{tagLogs}, payload)
 	}
 	v := append(make([]byte, 0, 1+len(payload)), tag)
-	t.Emit(&kgo.Record{Topic: p.cfg.ResolveTopic, Partition: q, Key: []byte(rid), Value: append(v, payload...)})
+	t.Emit(&kgo.Record{Topic: rs.cfg.ResolveTopic, Partition: q, Key: []byte(rid), Value: append(v, payload...)})
 	return nil
 }
 
-func (p *processor) processResolve(t *engine.Task, rec *kgo.Record) error {
+// process handles a record of the resolve topic: a declaration, or logs
+// naming a request id this task owns.
+func (rs *resolver) process(t *engine.Task, rec *kgo.Record) error {
 	if len(rec.Key) == 0 || len(rec.Value) == 0 {
-		return p.reject(t, rec, stageResolve, "resolve record without a request id key or value")
+		return rs.reject(t, rec, stageResolve, "resolve record without a request id key or value")
 	}
 	rid, v := string(rec.Key), rec.Value
 	switch v[0] {
 	case tagDeclare:
 		if len(v) < 18 {
-			return p.reject(t, rec, stageResolve, "short request id declaration")
+			return rs.reject(t, rec, stageResolve, "short request id declaration")
 		}
-		return p.resolveDeclare(t, rid, v[1:])
+		return rs.resolveDeclare(t, rid, v[1:])
 	case tagLogs:
 		if err := validChunk(v[1:]); err != nil {
-			return p.reject(t, rec, stageResolve, "resolve record: "+err.Error())
+			return rs.reject(t, rec, stageResolve, "resolve record: "+err.Error())
 		}
-		return p.waitOrForward(t, rid, v[1:])
+		return rs.waitOrForward(t, rid, v[1:])
 	}
-	return p.reject(t, rec, stageResolve, "unknown resolve record tag "+strconv.Quote(string(v[:1])))
+	return rs.reject(t, rec, stageResolve, "unknown resolve record tag "+strconv.Quote(string(v[:1])))
 }
 
 // resolveDeclare applies a declaration: trace id (16 bytes), event time
 // (varint).
-func (p *processor) resolveDeclare(t *engine.Task, rid string, v []byte) error {
+func (rs *resolver) resolveDeclare(t *engine.Task, rid string, v []byte) error {
 	if len(v) < 17 {
 		return fmt.Errorf("fuse: short declaration for request %q", rid)
 	}
@@ -150,53 +234,53 @@ func (p *processor) resolveDeclare(t *engine.Task, rid string, v []byte) error {
 	if n <= 0 {
 		ts = 0 // a corrupt time: the declaration still stands
 	}
-	return p.declare(t, rid, id, ts)
+	return rs.declare(t, rid, id, ts)
 }
 
-func (p *processor) declare(t *engine.Task, rid string, id [16]byte, ts int64) error {
-	r := p.requestFor(rid)
+func (rs *resolver) declare(t *engine.Task, rid string, id [16]byte, ts int64) error {
+	r := rs.requestFor(rid)
 	if r.declared && r.trace != id {
 		// A request id reused by another trace (a client retry with the
 		// same id): the first declaration stands.
-		p.s.counters.RequestIDConflicts.Add(1)
+		rs.c.RequestIDConflicts.Add(1)
 		return nil
 	}
 	if !r.declared {
-		p.s.counters.Declared.Add(1)
+		rs.c.Declared.Add(1)
 	}
 	r.declared, r.trace = true, id
 	r.declTime = max(r.declTime, ts)
 	if len(r.waiting) > 0 {
 		chunk := r.waiting
-		p.clearWaiting(r)
-		if err := p.forward(t, r, chunk); err != nil {
+		rs.clearWaiting(r)
+		if err := rs.forward(t, r, chunk); err != nil {
 			return err
 		}
 	}
-	p.requestChanged(r)
+	rs.requestChanged(r)
 	return nil
 }
 
 // waitOrForward handles logs naming request r: forwarded when the request
 // is declared, else kept until it is or allowed lateness runs out.
-func (p *processor) waitOrForward(t *engine.Task, rid string, chunk []byte) error {
-	r := p.requestFor(rid)
+func (rs *resolver) waitOrForward(t *engine.Task, rid string, chunk []byte) error {
+	r := rs.requestFor(rid)
 	if r.declared {
-		return p.forward(t, r, chunk)
+		return rs.forward(t, r, chunk)
 	}
 	wm := t.Watermark()
 	err := readMembers(chunk, func(m *member) error {
-		if p.isLate(m.time, wm) {
-			p.unresolved(t, rid, m)
+		if rs.isLate(m.time, wm) {
+			rs.unresolved(t, rid, m)
 			return nil
 		}
 		w := chunkWriter{buf: r.waiting}
 		w.appendMember(m)
 		if len(r.waiting) == 0 || m.time < r.first {
 			r.first = m.time
-			p.waitHeap.push(waitEntry{first: m.time, r: r})
+			rs.waitHeap.push(waitEntry{first: m.time, r: r})
 		}
-		p.waitingBytes += int64(len(w.buf) - len(r.waiting))
+		rs.waitingBytes += int64(len(w.buf) - len(r.waiting))
 		r.waiting = w.buf
 		return nil
 	})
@@ -204,12 +288,12 @@ func (p *processor) waitOrForward(t *engine.Task, rid string, chunk []byte) erro
 		return err
 	}
 	if len(r.waiting) == 0 && !r.stored {
-		p.forget(r)
+		rs.forget(r)
 		return nil
 	}
-	p.requestChanged(r)
-	err = p.enforceWaitingBudget(t)
-	p.reportMemory()
+	rs.requestChanged(r)
+	err = rs.enforceWaitingBudget(t)
+	rs.reportMemory()
 	return err
 }
 
@@ -217,36 +301,36 @@ func (p *processor) waitOrForward(t *engine.Task, rid string, chunk []byte) erro
 // request whose earliest waiting log is oldest, then the next) to the late
 // topic with reason "memory budget" while the waiting logs exceed
 // MaxWaitingLogBytes.
-func (p *processor) enforceWaitingBudget(t *engine.Task) error {
-	for p.waitingBytes > p.cfg.MaxWaitingLogBytes && len(p.waitHeap) > 0 {
-		e := p.waitHeap.pop()
+func (rs *resolver) enforceWaitingBudget(t *engine.Task) error {
+	for rs.waitingBytes > rs.cfg.MaxWaitingLogBytes && len(rs.waitHeap) > 0 {
+		e := rs.waitHeap.pop()
 		r := e.r
-		if p.requests[r.id] != r || len(r.waiting) == 0 || r.first != e.first {
+		if rs.requests[r.id] != r || len(r.waiting) == 0 || r.first != e.first {
 			continue // stale
 		}
 		err := readMembers(r.waiting, func(m *member) error {
-			p.s.counters.WaitingEvicted.Add(1)
-			p.s.counters.Late.Add(1)
-			p.sendLate(t, []byte(r.id), m, "memory budget")
+			rs.c.WaitingEvicted.Add(1)
+			rs.c.Late.Add(1)
+			rs.sendLate(t, []byte(r.id), m, "memory budget")
 			return nil
 		})
 		if err != nil {
 			return err
 		}
-		p.clearWaiting(r)
-		p.requestChanged(r)
+		rs.clearWaiting(r)
+		rs.requestChanged(r)
 	}
 	// Stale entries: rebuild when they dominate.
-	if len(p.waitHeap) > 1024 && len(p.waitHeap) > 4*len(p.requests) {
-		live := p.waitHeap[:0]
-		for _, e := range p.waitHeap {
-			if p.requests[e.r.id] == e.r && len(e.r.waiting) > 0 && e.r.first == e.first {
+	if len(rs.waitHeap) > 1024 && len(rs.waitHeap) > 4*len(rs.requests) {
+		live := rs.waitHeap[:0]
+		for _, e := range rs.waitHeap {
+			if rs.requests[e.r.id] == e.r && len(e.r.waiting) > 0 && e.r.first == e.first {
 				live = append(live, e)
 			}
 		}
-		clear(p.waitHeap[len(live):])
-		p.waitHeap = live
-		p.waitHeap.init()
+		clear(rs.waitHeap[len(live):])
+		rs.waitHeap = live
+		rs.waitHeap.init()
 	}
 	return nil
 }
@@ -265,106 +349,104 @@ func (a waitEntry) before(b waitEntry) bool {
 }
 
 // forward sends resolved logs to the fuse task of r's trace.
-func (p *processor) forward(t *engine.Task, r *request, chunk []byte) error {
+func (rs *resolver) forward(t *engine.Task, r *request, chunk []byte) error {
 	n := 0
 	if err := readMembers(chunk, func(*member) error { n++; return nil }); err != nil {
 		return err
 	}
-	p.s.counters.Resolved.Add(int64(n))
-	p.key = otlp.AppendTraceIDHex(p.key[:0], r.trace)
-	q := otlp.HashPartition(p.key, p.cfg.Partitions)
-	if q == p.partition {
-		return p.add(t, r.trace, chunk)
+	rs.c.Resolved.Add(int64(n))
+	rs.key = otlp.AppendTraceIDHex(rs.key[:0], r.trace)
+	q := otlp.HashPartition(rs.key, rs.cfg.Partitions)
+	if q == rs.partition {
+		return rs.deliver(t, r.trace, chunk)
 	}
-	p.s.counters.Repartitioned.Add(1)
-	return p.emitMembers(t, p.cfg.RepartitionTopic, q, append([]byte(nil), p.key...), nil, chunk)
+	rs.c.Repartitioned.Add(1)
+	return rs.emitMembers(t, rs.cfg.RepartitionTopic, q, append([]byte(nil), rs.key...), nil, chunk)
 }
 
-func (p *processor) unresolved(t *engine.Task, rid string, m *member) {
-	p.s.counters.Unresolved.Add(1)
-	p.sendLate(t, []byte(rid), m, "unresolved request id "+rid+": no span declared it within allowed lateness")
+func (rs *resolver) unresolved(t *engine.Task, rid string, m *member) {
+	rs.c.Unresolved.Add(1)
+	rs.sendLate(t, []byte(rid), m, "unresolved request id "+rid+": no span declared it within allowed lateness")
 }
 
-func (p *processor) requestChanged(r *request) {
+func (rs *resolver) requestChanged(r *request) {
 	if !r.changed {
 		r.changed = true
-		p.changedReqs = append(p.changedReqs, r)
+		rs.changedReqs = append(rs.changedReqs, r)
 	}
-	p.scheduleRequest(r)
+	rs.scheduleRequest(r)
 }
 
 // requestAction is when r's waiting logs are flagged or r is forgotten.
-func (p *processor) requestAction(r *request) int64 {
+func (rs *resolver) requestAction(r *request) int64 {
 	if len(r.waiting) > 0 {
-		return satAdd(r.first, int64(p.cfg.AllowedLateness)+1)
+		return satAdd(r.first, int64(rs.cfg.AllowedLateness)+1)
 	}
-	return satAdd(r.declTime, int64(p.cfg.IdleGap)+int64(p.cfg.AllowedLateness))
+	return satAdd(r.declTime, int64(rs.cfg.IdleGap)+int64(rs.cfg.AllowedLateness))
 }
 
-func (p *processor) scheduleRequest(r *request) {
-	at := p.requestAction(r)
+func (rs *resolver) scheduleRequest(r *request) {
+	at := rs.requestAction(r)
 	if r.timerAt != 0 && r.timerAt <= at {
 		return
 	}
 	r.timerAt = at
-	p.reqTimers.push(reqTimer{at: at, r: r})
+	rs.reqTimers.push(reqTimer{at: at, r: r})
 }
 
-// fireRequests flags and forgets requests due at wm; it shares the timer
-// slice budget with the trace timers.
-func (p *processor) fireRequests(t *engine.Task, wm int64, budget int) (int, error) {
-	fired := 0
-	for len(p.reqTimers) > 0 && p.reqTimers[0].at <= wm {
+// fire flags and forgets requests due at wm, at most budget of
+// them (the trace timers share the slice); more: some due are left.
+func (rs *resolver) fire(t *engine.Task, wm int64, budget int) (fired int, more bool, err error) {
+	for len(rs.reqTimers) > 0 && rs.reqTimers[0].at <= wm {
 		if fired == budget {
-			p.backlog = true
-			return fired, nil
+			return fired, true, nil
 		}
 		fired++
-		tm := p.reqTimers.pop()
+		tm := rs.reqTimers.pop()
 		r := tm.r
-		if p.requests[r.id] != r || r.timerAt != tm.at {
+		if rs.requests[r.id] != r || r.timerAt != tm.at {
 			continue
 		}
 		r.timerAt = 0
-		if at := p.requestAction(r); at > wm {
-			p.scheduleRequest(r)
+		if at := rs.requestAction(r); at > wm {
+			rs.scheduleRequest(r)
 			continue
 		}
 		if len(r.waiting) > 0 {
 			err := readMembers(r.waiting, func(m *member) error {
-				p.unresolved(t, r.id, m)
+				rs.unresolved(t, r.id, m)
 				return nil
 			})
 			if err != nil {
-				return fired, err
+				return fired, false, err
 			}
-			p.clearWaiting(r)
+			rs.clearWaiting(r)
 			if r.declared {
-				p.requestChanged(r)
+				rs.requestChanged(r)
 				continue
 			}
 		}
-		p.forget(r)
+		rs.forget(r)
 		if r.stored {
-			if err := p.deleteRequest(t, r); err != nil {
-				return fired, err
+			if err := rs.deleteRequest(t, r); err != nil {
+				return fired, false, err
 			}
 		}
 	}
-	return fired, nil
+	return fired, false, nil
 }
 
 // deleteRequest deletes r's record and waiting-log chunks.
-func (p *processor) deleteRequest(t *engine.Task, r *request) error {
-	if err := p.deleteWaitingChunks(t, r); err != nil {
+func (rs *resolver) deleteRequest(t *engine.Task, r *request) error {
+	if err := rs.deleteWaitingChunks(t, r); err != nil {
 		return err
 	}
-	return t.State.Delete(requestKey(p.key[:0], r.id))
+	return t.State.Delete(requestKey(rs.key[:0], r.id))
 }
 
-func (p *processor) deleteWaitingChunks(t *engine.Task, r *request) error {
+func (rs *resolver) deleteWaitingChunks(t *engine.Task, r *request) error {
 	for c := uint32(0); c < r.chunks; c++ {
-		if err := t.State.Delete(waitingKey(p.key[:0], r.id, c)); err != nil {
+		if err := t.State.Delete(waitingKey(rs.key[:0], r.id, c)); err != nil {
 			return err
 		}
 	}
@@ -372,11 +454,11 @@ func (p *processor) deleteWaitingChunks(t *engine.Task, r *request) error {
 	return nil
 }
 
-func (p *processor) forget(r *request) {
-	delete(p.requests, r.id)
-	p.waitingBytes -= int64(len(r.waiting))
-	p.requestBytes -= int64(requestOverhead + len(r.id))
-	p.s.counters.OpenRequests.Add(-1)
+func (rs *resolver) forget(r *request) {
+	delete(rs.requests, r.id)
+	rs.waitingBytes -= int64(len(r.waiting))
+	rs.requestBytes -= int64(requestOverhead + len(r.id))
+	rs.c.OpenRequests.Add(-1)
 }
 
 func requestKey(dst []byte, id string) []byte { return append(append(dst, prefixRequest), id...) }
@@ -388,32 +470,32 @@ func waitingKey(dst []byte, id string, chunk uint32) []byte {
 	return binary.BigEndian.AppendUint32(dst, chunk)
 }
 
-// checkpointRequests writes the changed requests' records.
-func (p *processor) checkpointRequests(t *engine.Task) error {
-	for _, r := range p.changedReqs {
+// prepareCheckpoint writes the changed requests' records.
+func (rs *resolver) prepareCheckpoint(t *engine.Task) error {
+	for _, r := range rs.changedReqs {
 		r.changed = false
-		if p.requests[r.id] != r {
+		if rs.requests[r.id] != r {
 			continue
 		}
 		if r.cleared || len(r.waiting) < r.storedTo {
-			if err := p.deleteWaitingChunks(t, r); err != nil {
+			if err := rs.deleteWaitingChunks(t, r); err != nil {
 				return err
 			}
 			r.cleared = false
 		}
 		for rest := r.waiting[r.storedTo:]; len(rest) > 0; {
-			n, err := chunkPrefix(rest, p.chunkBytes())
+			n, err := chunkPrefix(rest, rs.chunkBytes())
 			if err != nil {
 				return err
 			}
-			if err := t.State.Set(waitingKey(p.key[:0], r.id, r.chunks), rest[:n]); err != nil {
+			if err := t.State.Set(waitingKey(rs.key[:0], r.id, r.chunks), rest[:n]); err != nil {
 				return fmt.Errorf("fuse: write waiting logs: %w", err)
 			}
 			r.chunks++
 			rest = rest[n:]
 		}
 		r.storedTo = len(r.waiting)
-		b := p.scratch[:0]
+		b := rs.scratch[:0]
 		flags := byte(0)
 		if r.declared {
 			flags = 1
@@ -423,27 +505,27 @@ func (p *processor) checkpointRequests(t *engine.Task) error {
 		b = binary.AppendVarint(b, r.declTime)
 		b = binary.AppendVarint(b, r.first)
 		b = binary.AppendUvarint(b, uint64(r.chunks))
-		p.scratch = b
-		if err := t.State.Set(requestKey(p.key[:0], r.id), b); err != nil {
+		rs.scratch = b
+		if err := t.State.Set(requestKey(rs.key[:0], r.id), b); err != nil {
 			return fmt.Errorf("fuse: write request record: %w", err)
 		}
 		r.stored = true
 	}
-	clear(p.changedReqs)
-	p.changedReqs = p.changedReqs[:0]
+	clear(rs.changedReqs)
+	rs.changedReqs = rs.changedReqs[:0]
 	return nil
 }
 
-// restoreRequests reloads every request record.
-func (p *processor) restoreRequests(t *engine.Task) error {
-	p.s.counters.OpenRequests.Add(-int64(len(p.requests)))
-	defer func() { p.s.counters.OpenRequests.Add(int64(len(p.requests))) }()
-	clear(p.requests)
-	p.reqTimers = p.reqTimers[:0]
-	p.changedReqs = p.changedReqs[:0]
-	clear(p.waitHeap)
-	p.waitHeap = p.waitHeap[:0]
-	p.waitingBytes, p.requestBytes = 0, 0
+// restore reloads every request record.
+func (rs *resolver) restore(t *engine.Task) error {
+	rs.c.OpenRequests.Add(-int64(len(rs.requests)))
+	defer func() { rs.c.OpenRequests.Add(int64(len(rs.requests))) }()
+	clear(rs.requests)
+	rs.reqTimers = rs.reqTimers[:0]
+	rs.changedReqs = rs.changedReqs[:0]
+	clear(rs.waitHeap)
+	rs.waitHeap = rs.waitHeap[:0]
+	rs.waitingBytes, rs.requestBytes = 0, 0
 	return eachKey(t, prefixRequest, func(k, v []byte) error {
 		r := &request{id: string(k[1:]), stored: true}
 		if len(v) < 18 || (v[0] != 1 && v[0] != 2) {
@@ -466,7 +548,7 @@ func (p *processor) restoreRequests(t *engine.Task) error {
 			// Waiting logs inline; the next checkpoint writes them as chunks.
 			r.waiting = append([]byte(nil), v...)
 			r.cleared = len(r.waiting) > 0
-			p.requestChanged(r)
+			rs.requestChanged(r)
 		} else {
 			chunks, n := binary.Uvarint(v)
 			if n <= 0 || chunks > 1<<31 {
@@ -475,7 +557,7 @@ func (p *processor) restoreRequests(t *engine.Task) error {
 			for c := uint32(0); c < uint32(chunks); c++ {
 				var ok bool
 				var err error
-				if r.waiting, ok, err = t.State.Get(r.waiting, waitingKey(p.key[:0], r.id, c)); err != nil {
+				if r.waiting, ok, err = t.State.Get(r.waiting, waitingKey(rs.key[:0], r.id, c)); err != nil {
 					return err
 				} else if !ok {
 					return fmt.Errorf("fuse: request %q: waiting-log chunk %d of %d missing", r.id, c, chunks)
@@ -483,13 +565,13 @@ func (p *processor) restoreRequests(t *engine.Task) error {
 			}
 			r.chunks, r.storedTo = uint32(chunks), len(r.waiting)
 		}
-		p.requests[r.id] = r
-		p.requestBytes += int64(requestOverhead + len(r.id))
-		p.waitingBytes += int64(len(r.waiting))
+		rs.requests[r.id] = r
+		rs.requestBytes += int64(requestOverhead + len(r.id))
+		rs.waitingBytes += int64(len(r.waiting))
 		if len(r.waiting) > 0 {
-			p.waitHeap.push(waitEntry{first: r.first, r: r})
+			rs.waitHeap.push(waitEntry{first: r.first, r: r})
 		}
-		p.scheduleRequest(r)
+		rs.scheduleRequest(r)
 		return nil
 	})
 }
