@@ -26,6 +26,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/braidlabs/braid/connectors/simulator"
@@ -110,7 +111,7 @@ func Suite(short bool) ([]Scenario, Scenario) {
 // Options choose what Build runs.
 type Options struct {
 	Short     bool          // minutes of event time per scenario, a 5-minute clean run
-	Trigger   string        // only this trigger's scenarios; "none": the clean run alone
+	Trigger   string        // only these triggers' scenarios, comma separated; "none": the clean run alone
 	Seeds     int           // every scenario under this many seeds
 	GPUs      int           // GPUs per scenario; 0: the suite's
 	Clean     time.Duration // event time of the clean run; 0: the suite's
@@ -171,8 +172,15 @@ func Build(o Options, dir string, log func(string)) (Report, error) {
 		}
 	}
 	var rep Report
+	var want map[string]bool // nil: every trigger
+	if only != "" {
+		want = map[string]bool{}
+		for _, tr := range strings.Split(only, ",") {
+			want[strings.TrimSpace(tr)] = true
+		}
+	}
 	for _, sc := range scs {
-		if only != "" && only != string(sc.Trigger) {
+		if want != nil && !want[string(sc.Trigger)] {
 			continue
 		}
 		r, err := Run(sc, filepath.Join(dir, "state"))
@@ -223,7 +231,7 @@ func main() {
 	var o Options
 	flag.BoolVar(&o.Short, "short", false, "minutes of event time per scenario and a 5-minute clean run")
 	out := flag.String("out", "benchmarks/results/kvaccuracy.json", "write the report here (\"\" for none)")
-	flag.StringVar(&o.Trigger, "trigger", "", "run only this trigger's scenarios (and the clean run); none: the clean run alone")
+	flag.StringVar(&o.Trigger, "trigger", "", "run only these triggers' scenarios, comma separated (and the clean run); none: the clean run alone")
 	flag.IntVar(&o.Seeds, "seeds", 1, "run every scenario under this many seeds")
 	flag.IntVar(&o.GPUs, "gpus", 0, "GPUs per scenario (0: the suite's, 4)")
 	flag.DurationVar(&o.Clean, "clean", 0, "event time of the clean run (0: the suite's, 1h; 5m with -short)")
