@@ -29,6 +29,19 @@
 // points without exemplars) are counted as unjoined: they belong to the
 // resolve and resources stages.
 //
+// A task runs the stages the engine's topology routes its inputs to, each
+// an operator of its own holding its own state: the resolve stage
+// (resolver, resolve.go: request ids, their declarations and waiting
+// logs), the KV-cache stage (kvStage, kv.go: KV events routed to the
+// task of their host, held until the watermark, and the kvgraph
+// detector), and fuse (processor: the open traces, their timers and the
+// closed-trace tombstones), which also reads the source topics and routes
+// what each member is to the stage it belongs to. The stages share the
+// task's outputs (dead-letter and late copies, records cut to the size
+// limit) and pass work on through the internal topics or, within the
+// task, by a call: resolved logs to fuse (resolver.deliver), incident
+// tags to fuse (kvgraph.Config.OnIncident).
+//
 // Nothing in the input stops the job. A record a stage cannot handle (an
 // undecodable message, a malformed internal record, a member larger than
 // MaxRecordBytes allows) goes unchanged to braid.dlq with braid.reason
