@@ -205,13 +205,10 @@ type processor struct {
 	emitter   emitter
 	deriver   semconv.Deriver
 
-	// resources stage: samples of the current message per identity
-	samples     map[semconv.Identity][]byte
-	sampleIDs   []semconv.Identity
-	attrs       []semconv.KV
-	pattrs      []semconv.KV
-	sampleRes   []semconv.KV // attributes of sampleResOf
-	sampleResOf []byte       // the resource last read, this message
+	// resources stage: its own state (resourceSampler)
+	resSampler *resourceSampler
+	// scratch of the alerts stage's observations
+	attrs, pattrs []semconv.KV
 
 	// memory share (MaxOpenTraceBytes)
 	openBytes    int64               // traceOverhead per trace in memory + pending members
@@ -253,7 +250,6 @@ func newProcessor(s *Stage, p int32) *processor {
 		traces:    map[[16]byte]*trace{},
 		closed:    map[[16]byte]uint32{},
 		groups:    map[[16]byte]int{},
-		samples:   map[semconv.Identity][]byte{},
 	}
 	kc := s.cfg.KVGraph
 	kc.Counters = &s.kvCounters
@@ -263,6 +259,7 @@ func newProcessor(s *Stage, p int32) *processor {
 		kc.Context = s.incidentContext
 	}
 	pr.res = newResolver(pr.outputs, p, pr.add)
+	pr.resSampler = &resourceSampler{outputs: pr.outputs, observe: pr.observeSample, samples: map[semconv.Identity][]byte{}}
 	pr.kvs = &kvStage{outputs: pr.outputs, partition: p, input: pr.kvInput(), kv: kvgraph.NewProcessor(kc, p)}
 	if s.cfg.Alerts != nil {
 		pr.alerts = s.cfg.Alerts.NewProcessor(p)
@@ -345,7 +342,7 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 					}
 				}
 				p.s.counters.UnjoinedLogs.Add(1)
-			} else if p.s.table == nil || !p.resourceSample(t, it) {
+			} else if p.s.table == nil || !p.resSampler.sample(t, it) {
 				p.s.counters.UnjoinedPoint.Add(1)
 			}
 			continue
@@ -372,7 +369,7 @@ func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
 		}
 		p.writers[g].appendItem(it, src.Signal, rec.Topic, rec.Partition, rec.Offset)
 	}
-	p.flushSamples(t)
+	p.resSampler.flush(t)
 	if err := p.kvs.flush(t); err != nil {
 		return err
 	}

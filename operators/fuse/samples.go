@@ -13,11 +13,29 @@ import (
 	"github.com/braidlabs/braid/operators/semconv"
 )
 
-// resourceSample turns a metric point without an exemplar into a sample of
+// resourceSampler is the resources stage's ingest side in a task: metric
+// points without an exemplar become samples of their resource's series,
+// written to the resources topic once per identity per message (the
+// resources table of every instance reads them). Used on the task's
+// goroutine only.
+type resourceSampler struct {
+	outputs
+	// observe hands each sample on: to the derived LLM metrics and the
+	// alerts stage.
+	observe func(t *engine.Task, id *semconv.Identity, name string, v float64, at int64)
+
+	samples map[semconv.Identity][]byte // the message's samples per identity
+	ids     []semconv.Identity          // in the order they first appeared
+	res     []semconv.KV                // attributes of resOf
+	resOf   []byte                      // the resource last read, this message
+	pattrs  []semconv.KV
+}
+
+// sample turns a metric point without an exemplar into a sample of
 // its resource's series, buffered until the end of the message; false if
 // its name is not in braid's vocabulary or it is a histogram (resource
 // series are gauges, counters and info metrics).
-func (p *processor) resourceSample(t *engine.Task, it *otlp.Item) bool {
+func (r *resourceSampler) sample(t *engine.Task, it *otlp.Item) bool {
 	if it.PointType != otlp.PointGauge && it.PointType != otlp.PointSum {
 		return false
 	}
@@ -37,44 +55,44 @@ func (p *processor) resourceSample(t *engine.Task, it *otlp.Item) bool {
 	}
 	// The points of one ResourceMetrics share its resource bytes: read
 	// its attributes once per resource, not once per point.
-	if !sameBytes(it.Resource, p.sampleResOf) {
-		p.sampleRes = semconv.AppendAttrs(p.sampleRes[:0], it.Resource, semconv.ResourceAttrs)
-		p.sampleResOf = it.Resource
+	if !sameBytes(it.Resource, r.resOf) {
+		r.res = semconv.AppendAttrs(r.res[:0], it.Resource, semconv.ResourceAttrs)
+		r.resOf = it.Resource
 	}
-	p.pattrs = semconv.AppendAttrs(p.pattrs[:0], it.Payload, semconv.NumberDataPointAttrs)
-	id := semconv.IdentityOf(p.sampleRes, p.pattrs)
-	b, seen := p.samples[id]
+	r.pattrs = semconv.AppendAttrs(r.pattrs[:0], it.Payload, semconv.NumberDataPointAttrs)
+	id := semconv.IdentityOf(r.res, r.pattrs)
+	b, seen := r.samples[id]
 	if !seen {
-		p.sampleIDs = append(p.sampleIDs, id)
+		r.ids = append(r.ids, id)
 		b = resources.AppendIdentity(nil, id)
-	} else if len(b) > p.cfg.MaxRecordBytes/2 && len(b)+len(m.Name)+64 > p.room([]byte(id.String()), nil) {
+	} else if len(b) > r.cfg.MaxRecordBytes/2 && len(b)+len(m.Name)+64 > r.room([]byte(id.String()), nil) {
 		// One record per identity per message, unless that exceeds the
 		// record limit: then the samples so far go now.
-		p.emitSamples(t, id, b)
+		r.emit(t, id, b)
 		b = resources.AppendIdentity(nil, id)
 	}
-	p.samples[id] = resources.AppendSample(b, m.Name, m.Kind == semconv.Counter, resources.Sample{T: it.Time, V: v})
-	p.observeSample(t, &id, m.Name, v, it.Time)
-	p.s.counters.ResourcePoint.Add(1)
+	r.samples[id] = resources.AppendSample(b, m.Name, m.Kind == semconv.Counter, resources.Sample{T: it.Time, V: v})
+	r.observe(t, &id, m.Name, v, it.Time)
+	r.c.ResourcePoint.Add(1)
 	return true
 }
 
-// flushSamples writes the message's samples to the resources topic, one
+// flush writes the message's samples to the resources topic, one
 // record per identity, in the order identities first appeared.
-func (p *processor) flushSamples(t *engine.Task) {
-	for _, id := range p.sampleIDs {
-		p.emitSamples(t, id, p.samples[id])
-		delete(p.samples, id)
+func (r *resourceSampler) flush(t *engine.Task) {
+	for _, id := range r.ids {
+		r.emit(t, id, r.samples[id])
+		delete(r.samples, id)
 	}
-	p.sampleIDs = p.sampleIDs[:0]
-	p.sampleResOf = nil // the message's bytes may be reused
+	r.ids = r.ids[:0]
+	r.resOf = nil // the message's bytes may be reused
 }
 
-func (p *processor) emitSamples(t *engine.Task, id semconv.Identity, b []byte) {
+func (r *resourceSampler) emit(t *engine.Task, id semconv.Identity, b []byte) {
 	key := []byte(id.String())
 	t.Emit(&kgo.Record{
-		Topic:     p.cfg.ResourcesTopic,
-		Partition: otlp.HashPartition(key, p.cfg.Partitions),
+		Topic:     r.cfg.ResourcesTopic,
+		Partition: otlp.HashPartition(key, r.cfg.Partitions),
 		Key:       key,
 		Value:     b,
 	})
