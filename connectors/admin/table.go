@@ -39,8 +39,9 @@ type Metric struct {
 type Table []Metric
 
 // Validate reports every malformed row at once: a row without a Value or
-// without both a name and a log key, a family whose rows disagree on their type or label, a first row
-// without help, a (name, label value) given twice, a log key given twice.
+// without both a name and a log key, a family whose rows disagree on
+// their type or label, a first row without help, a (name, label value)
+// given twice, a log key given twice.
 func (t Table) Validate() error {
 	var errs []error
 	first := map[string]Metric{}
@@ -99,14 +100,16 @@ func (t Table) LogArgs() []any {
 // 3674  …".
 func (t Table) Line() string {
 	var b strings.Builder
-	args := t.LogArgs()
-	for i := 0; i < len(args); i += 2 {
-		if i > 0 {
+	for _, m := range t {
+		if m.Log == "" {
+			continue
+		}
+		if b.Len() > 0 {
 			b.WriteString("  ")
 		}
-		b.WriteString(strings.ReplaceAll(args[i].(string), "_", " "))
+		b.WriteString(strings.ReplaceAll(m.Log, "_", " "))
 		b.WriteByte(' ')
-		b.WriteString(strconv.FormatInt(args[i+1].(int64), 10))
+		b.WriteString(strconv.FormatInt(m.Value(), 10))
 	}
 	return b.String()
 }

@@ -185,9 +185,8 @@ type touch struct {
 }
 
 type processor struct {
-	outputs
+	outputs   // cfg, the stage's configuration, and the writes every stage shares
 	s         *Stage
-	cfg       *Config
 	partition int32
 	dec       *otlp.Decoder
 	traces    map[[16]byte]*trace
@@ -244,7 +243,6 @@ func newProcessor(s *Stage, p int32) *processor {
 	pr := &processor{
 		outputs:   outputs{cfg: &s.cfg, c: &s.counters},
 		s:         s,
-		cfg:       &s.cfg,
 		partition: p,
 		dec:       otlp.NewDecoder(),
 		traces:    map[[16]byte]*trace{},

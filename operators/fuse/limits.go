@@ -88,12 +88,8 @@ const recordOverhead = 64
 
 // room returns how many value bytes a record with key and headers may
 // carry.
-func (o *outputs) room(key []byte, headers []kgo.RecordHeader) int { return o.cfg.room(key, headers) }
-
-// room is how many value bytes a record with key and headers has within
-// MaxRecordBytes.
-func (c *Config) room(key []byte, headers []kgo.RecordHeader) int {
-	n := c.MaxRecordBytes - len(key) - recordOverhead
+func (o *outputs) room(key []byte, headers []kgo.RecordHeader) int {
+	n := o.cfg.MaxRecordBytes - len(key) - recordOverhead
 	for _, h := range headers {
 		n -= len(h.Key) + len(h.Value) + 8
 	}
@@ -127,23 +123,14 @@ func (o *outputs) emitChunked(t *engine.Task, r *kgo.Record) {
 	}
 }
 
-// emitMembers is emitMembers with o's configuration and counters.
 func (o *outputs) emitMembers(t *engine.Task, topic string, partition int32, key, prefix, chunk []byte) error {
-	return emitMembers(t, o.cfg, o.c, topic, partition, key, prefix, chunk)
-}
-
-// emitMembers emits chunk (members of one trace or one request) to topic
-// under key, as one record with value prefix+chunk or, when that does not
-// fit MaxRecordBytes, as several cut at member boundaries (each member that
-// starts a record restates its resource). chunk is copied.
-func emitMembers(t *engine.Task, cfg *Config, c *Counters, topic string, partition int32, key, prefix, chunk []byte) error {
-	room := cfg.room(key, nil) - len(prefix)
+	room := o.room(key, nil) - len(prefix)
 	if len(chunk) <= room {
 		v := make([]byte, 0, len(prefix)+len(chunk))
 		t.Emit(&kgo.Record{Topic: topic, Partition: partition, Key: key, Value: append(append(v, prefix...), chunk...)})
 		return nil
 	}
-	c.Split.Add(1)
+	o.c.Split.Add(1)
 	w := chunkWriter{buf: append([]byte(nil), prefix...)}
 	flush := func() {
 		if w.n > 0 {
