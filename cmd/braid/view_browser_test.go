@@ -39,7 +39,6 @@ func TestViewInBrowser(t *testing.T) {
 	if raceEnabled {
 		t.Skip("runs without -race, in make test's second pass (a demo and a browser under the detector fall minutes behind)")
 	}
-	t.Parallel() // beside the other two of make test's demo pass
 	if testing.Short() {
 		t.Skip("runs the demo and a browser for a minute or two")
 	}
