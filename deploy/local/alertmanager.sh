@@ -214,6 +214,11 @@ cmd_start() {
     if ! is_ours "$pid"; then
       log_tail
       rm -f "$PIDFILE"
+      # Taken between the check above and the bind: say so, so that a
+      # caller picking free ports (amtest) tries another.
+      if grep -q 'address already in use' "$LOGFILE" 2>/dev/null; then
+        die "port $PORT on $HOST is taken by another process (set BRAID_ALERTMANAGER_PORT)"
+      fi
       die "Alertmanager exited during start"
     fi
     if ((SECONDS >= deadline)); then
