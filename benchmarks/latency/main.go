@@ -52,6 +52,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/braidlabs/braid/benchmarks/internal/braidproc"
+	"github.com/braidlabs/braid/benchmarks/internal/outputs"
 	"github.com/braidlabs/braid/benchmarks/internal/machine"
 	"github.com/braidlabs/braid/cmd/braid/job"
 	"github.com/braidlabs/braid/connectors/simulator"
@@ -309,6 +310,13 @@ type Incidents struct {
 	Flagged int `json:"victims_flagged"`
 	// Unflagged: the victims without the flag (at most 10).
 	Unflagged []string `json:"unflagged,omitempty"`
+	// The same against the independent reference model (kvaccuracy/kvref)
+	// replaying the logs topic's KV events: the requests it finds
+	// polluted in the window, counted as Victims are.
+	RefPolluted  int      `json:"ref_polluted"` // in the whole run
+	RefVictims   int      `json:"ref_victims"`
+	RefFlagged   int      `json:"ref_victims_flagged"`
+	RefUnflagged []string `json:"ref_unflagged,omitempty"`
 }
 
 // FaultLat is one realised fault and its incident.
@@ -361,7 +369,7 @@ func runOne(o options, bin string, rate float64, mode string, ck time.Duration) 
 	prefix := "lat-" + suffix
 	group := "braid-lat-" + suffix
 	inputs := []string{prefix + "-spans", prefix + "-logs", prefix + "-metrics"}
-	outputs := []string{prefix + "-fused", prefix + "-late", prefix + "-dlq", prefix + "-pollution", prefix + "-incidents"}
+	outTopics := []string{prefix + "-fused", prefix + "-late", prefix + "-dlq", prefix + "-pollution", prefix + "-incidents"}
 
 	tr := newTracker()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(o.brokers...), kgo.RecordPartitioner(simulator.Partitioner()),
@@ -389,7 +397,7 @@ func runOne(o options, bin string, rate float64, mode string, ck time.Duration) 
 	defer os.RemoveAll(stateDir)
 	cfgPath := filepath.Join(stateDir, "braid.yaml")
 	cfg := braidproc.Config{Brokers: o.brokers, Group: group, Instance: "lat-0",
-		Inputs: [3]string(inputs), Outputs: [5]string(outputs),
+		Inputs: [3]string(inputs), Outputs: [5]string(outTopics),
 		StateDir: filepath.Join(stateDir, "data"), CheckpointInterval: ck, Admin: o.admin}.YAML()
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return nil, err
@@ -408,13 +416,13 @@ func runOne(o options, bin string, rate float64, mode string, ck time.Duration) 
 		return nil, err
 	}
 	defer b.Kill()
-	if err := waitReady(ctx, adm, b, group, outputs[0], outputs[4]); err != nil {
+	if err := waitReady(ctx, adm, b, group, outTopics[0], outTopics[4]); err != nil {
 		return nil, err
 	}
 
 	// The reader: read_committed, from the start of the fused and incidents
 	// topics; a record's time is when its fetch returned.
-	rd, err := kgo.NewClient(kgo.SeedBrokers(o.brokers...), kgo.ConsumeTopics(outputs[0], outputs[4]),
+	rd, err := kgo.NewClient(kgo.SeedBrokers(o.brokers...), kgo.ConsumeTopics(outTopics[0], outTopics[4]),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(100*time.Millisecond))
 	if err != nil {
@@ -432,7 +440,7 @@ func runOne(o options, bin string, rate float64, mode string, ck time.Duration) 
 				return
 			}
 			fs.EachRecord(func(r *kgo.Record) {
-				if r.Topic == outputs[0] {
+				if r.Topic == outTopics[0] {
 					tr.readFused(now, r.Value)
 				} else {
 					tr.readIncident(now, r.Value)
@@ -593,7 +601,13 @@ loop:
 	w.Sustained = w.ProducerBehind.Count > 0 && w.ProducerBehind.P99Ms < 1000 && w.EndLag >= 0 && w.EndLag <= w.LagAllowance
 
 	fusedResult(res, tr, winFrom, winTo)
-	incidentResult(res, tr, truth, inputs[1], winFrom, winTo)
+	var ref map[string]outputs.RefPollution
+	if len(truth.KV.Faults) > 0 {
+		if ref, err = outputs.RefPolluted(ctx, o.brokers, inputs[1]); err != nil {
+			return nil, fmt.Errorf("reference model over %s: %w", inputs[1], err)
+		}
+	}
+	incidentResult(res, tr, truth, ref, inputs[1], winFrom, winTo)
 	p := &res.Pass
 	p.FusedWithinBound = res.Fused.Measured > 0 && res.Fused.Missed == 0 && res.Fused.Complete.P99Ms <= bounds.FusedBoundS*1000
 	p.IncidentWithinBound = res.Incidents.Measured > 0 && res.Incidents.Missed == 0 && res.Incidents.Latency.P99Ms <= bounds.IncidentBoundS*1000
@@ -892,7 +906,7 @@ func fusedResult(res *Result, tr *tracker, from, to time.Time) {
 // most a second before the fault and within 10 s after it. The latency
 // starts at the ack of the latest input record named as evidence of that
 // edge.
-func incidentResult(res *Result, tr *tracker, truth simulator.Truth, logsTopic string, from, to time.Time) {
+func incidentResult(res *Result, tr *tracker, truth simulator.Truth, ref map[string]outputs.RefPollution, logsTopic string, from, to time.Time) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	r := &res.Incidents
@@ -975,13 +989,29 @@ func incidentResult(res *Result, tr *tracker, truth simulator.Truth, logsTopic s
 			continue
 		}
 		r.Victims++
-		if t.flagged {
+		if top := tr.tops[v.TraceID]; top != nil && top.Flagged {
 			r.Flagged++
 		} else if len(r.Unflagged) < 10 {
 			r.Unflagged = append(r.Unflagged, fmt.Sprintf("%s (trace %s, %s via %s, fault %d, %.1fs into the window; %d revisions read)",
 				v.RequestID, v.TraceID, v.Trigger, v.Via, v.Fault, v.Time.Sub(from).Seconds(), len(t.revs)))
 		}
 	}
+	r.RefPolluted = len(ref)
+	for req, p := range ref {
+		id := p.TraceID
+		t := tr.traces[id]
+		if !in(p.Time, from, to) || t == nil || t.want.spans == 0 || !in(t.first, from, to) {
+			continue
+		}
+		r.RefVictims++
+		if top := tr.tops[id]; top != nil && top.Flagged {
+			r.RefFlagged++
+		} else if len(r.RefUnflagged) < 10 {
+			r.RefUnflagged = append(r.RefUnflagged, fmt.Sprintf("%s (trace %s on %s, %s from %q at block %d layer %d, %.1fs into the window; %d revisions read)",
+				req, id, p.GPU, p.Via, p.From, p.Block, p.Layer, p.Time.Sub(from).Seconds(), len(t.revs)))
+		}
+	}
+	slices.Sort(r.RefUnflagged)
 }
 
 func report(res *Result) {
@@ -997,6 +1027,12 @@ func report(res *Result) {
 		in.FaultsScheduled, in.FaultsRealised, in.Measured, in.Missed, in.IncidentsRead, in.Latency.P50Ms, in.Latency.P99Ms, in.Latency.MaxMs, in.Flagged, in.Victims)
 	for _, u := range in.Unflagged {
 		fmt.Printf("  victim without FLAG_POLLUTED: %s\n", u)
+	}
+	if in.RefVictims > 0 || len(res.Incidents.Faults) > 0 {
+		fmt.Printf("against the reference model (%d polluted requests in the run): FLAG_POLLUTED on %d of %d victims' traces\n", in.RefPolluted, in.RefFlagged, in.RefVictims)
+	}
+	for _, u := range in.RefUnflagged {
+		fmt.Printf("  reference victim without FLAG_POLLUTED: %s\n", u)
 	}
 	for _, fl := range in.Faults {
 		if fl.Missed != "" {

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/braidlabs/braid/benchmarks/internal/outputs"
 	"github.com/braidlabs/braid/operators/braidpb"
 )
 
@@ -137,101 +138,6 @@ func each(b []byte, num protowire.Number, f func([]byte)) {
 	}
 }
 
-// fusedHead is what the benchmark reads of a FusedTrace record.
-type fusedHead struct {
-	traceID             string // hex
-	revision            uint32
-	part, parts         uint32
-	spans, logs, points int
-	polluted            bool // flags hold FLAG_POLLUTED
-}
-
-// Field numbers of FusedTrace (operators/braidpb/braid/v1/braid.proto).
-const (
-	fTraceID  = 1
-	fRevision = 2
-	fSpans    = 6
-	fLogs     = 7
-	fPoints   = 8
-	fPart     = 15
-	fParts    = 16
-	fFlags    = 10
-
-	flagPolluted = 7 // braidpb.Flag_FLAG_POLLUTED
-)
-
-// readFused reads the head of a FusedTrace without decoding its members.
-func readFused(b []byte) (fusedHead, bool) {
-	var h fusedHead
-	for len(b) > 0 {
-		n, typ, l := protowire.ConsumeTag(b)
-		if l < 0 {
-			return h, false
-		}
-		b = b[l:]
-		switch {
-		case typ == protowire.BytesType && (n == fTraceID || n == fSpans || n == fLogs || n == fPoints):
-			v, l := protowire.ConsumeBytes(b)
-			if l < 0 {
-				return h, false
-			}
-			switch n {
-			case fTraceID:
-				h.traceID = hex.EncodeToString(v)
-			case fSpans:
-				h.spans++
-			case fLogs:
-				h.logs++
-			case fPoints:
-				h.points++
-			}
-			b = b[l:]
-		case n == fFlags && typ == protowire.BytesType: // packed
-			v, l := protowire.ConsumeBytes(b)
-			if l < 0 {
-				return h, false
-			}
-			for len(v) > 0 {
-				f, k := protowire.ConsumeVarint(v)
-				if k < 0 {
-					return h, false
-				}
-				h.polluted = h.polluted || f == flagPolluted
-				v = v[k:]
-			}
-			b = b[l:]
-		case n == fFlags && typ == protowire.VarintType:
-			f, l := protowire.ConsumeVarint(b)
-			if l < 0 {
-				return h, false
-			}
-			h.polluted = h.polluted || f == flagPolluted
-			b = b[l:]
-		case typ == protowire.VarintType && (n == fRevision || n == fPart || n == fParts):
-			v, l := protowire.ConsumeVarint(b)
-			if l < 0 {
-				return h, false
-			}
-			switch n {
-			case fRevision:
-				h.revision = uint32(v)
-			case fPart:
-				h.part = uint32(v)
-			case fParts:
-				h.parts = uint32(v)
-			}
-			b = b[l:]
-		default:
-			l = protowire.ConsumeFieldValue(n, typ, b)
-			if l < 0 {
-				return h, false
-			}
-			b = b[l:]
-		}
-	}
-	return h, len(h.traceID) == 32
-}
-
 // trace is what the benchmark knows of one trace: what was written of it
 // (members and when) and the FusedTrace revisions read.
 type trace struct {
@@ -242,10 +148,6 @@ type trace struct {
 
 	revs      map[uint32]*revision
 	firstRead time.Time // first FusedTrace record of any revision
-	// top: the highest revision read (what a consumer keeps); flagged:
-	// it carries FLAG_POLLUTED.
-	top     uint32
-	flagged bool
 }
 
 // done reports whether a revision holding every member written so far was
@@ -297,12 +199,15 @@ type tracker struct {
 	// live there), for the incidents' evidence.
 	logAcks   map[offsetKey]time.Time
 	incidents []incidentRead
+	// tops: each trace's highest revision read (what a consumer keeps)
+	// and whether it carries FLAG_POLLUTED.
+	tops      outputs.TopRevisions
 	fused     int // FusedTrace records read
 	undecoded int // output records that did not decode
 }
 
 func newTracker() *tracker {
-	return &tracker{traces: map[string]*trace{}, logAcks: map[offsetKey]time.Time{}}
+	return &tracker{traces: map[string]*trace{}, logAcks: map[offsetKey]time.Time{}, tops: outputs.TopRevisions{}}
 }
 
 // written records that a message carrying m of each trace id was handed
@@ -343,7 +248,7 @@ func (t *tracker) acked(now time.Time, ids []string, logs bool, key offsetKey) {
 
 // readFused records a FusedTrace record read at now.
 func (t *tracker) readFused(now time.Time, v []byte) {
-	h, ok := readFused(v)
+	h, ok := outputs.ReadFusedHead(v)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !ok {
@@ -351,29 +256,24 @@ func (t *tracker) readFused(now time.Time, v []byte) {
 		return
 	}
 	t.fused++
-	tr := t.traces[h.traceID]
+	tr := t.traces[h.TraceID]
 	if tr == nil {
 		// A trace whose members this run did not write: none.
 		tr = &trace{revs: map[uint32]*revision{}}
-		t.traces[h.traceID] = tr
+		t.traces[h.TraceID] = tr
 	}
 	if tr.firstRead.IsZero() {
 		tr.firstRead = now
 	}
-	if len(tr.revs) == 0 || h.revision > tr.top {
-		tr.top, tr.flagged = h.revision, false
-	}
-	if h.revision == tr.top && h.polluted {
-		tr.flagged = true
-	}
-	r := tr.revs[h.revision]
+	t.tops.Add(h)
+	r := tr.revs[h.Revision]
 	if r == nil {
-		r = &revision{parts: h.parts}
-		tr.revs[h.revision] = r
+		r = &revision{parts: h.Parts}
+		tr.revs[h.Revision] = r
 	}
-	r.got.spans += h.spans
-	r.got.logs += h.logs
-	r.got.points += h.points
+	r.got.spans += h.Spans
+	r.got.logs += h.Logs
+	r.got.points += h.Points
 	r.seen++
 	r.readAt = now
 }

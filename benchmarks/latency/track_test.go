@@ -1,15 +1,10 @@
 package main
 
 import (
-	"encoding/hex"
-	"slices"
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/braidlabs/braid/connectors/simulator"
-	"github.com/braidlabs/braid/operators/braidpb"
 )
 
 // TestMembersMatchTruth: the members counted in the simulator's messages
@@ -62,39 +57,6 @@ func TestMembersMatchTruth(t *testing.T) {
 	for id := range got {
 		if _, ok := truth.Traces[id]; !ok {
 			t.Errorf("counted members of %s, which the truth does not know", id)
-		}
-	}
-}
-
-func TestReadFused(t *testing.T) {
-	id, _ := hex.DecodeString("0102030405060708090a0b0c0d0e0f10")
-	ft := &braidpb.FusedTrace{TraceId: id, Revision: 3, Part: 1, Parts: 2,
-		Spans:   []*braidpb.FusedSpan{{}, {}},
-		Logs:    []*braidpb.FusedLog{{}},
-		Points:  []*braidpb.FusedPoint{{}, {}, {}},
-		Summary: &braidpb.Summary{SpanCount: 9}}
-	b, err := proto.Marshal(ft)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, ok := readFused(b)
-	want := fusedHead{traceID: hex.EncodeToString(id), revision: 3, part: 1, parts: 2, spans: 2, logs: 1, points: 3}
-	if !ok || h != want {
-		t.Fatalf("readFused = %+v, %v; want %+v", h, ok, want)
-	}
-	if _, ok := readFused(b[:len(b)-1]); ok {
-		t.Fatal("a truncated record reads")
-	}
-	// Flags, packed as proto3 writes them: FLAG_POLLUTED among others.
-	for _, flags := range [][]braidpb.Flag{{braidpb.Flag_FLAG_POLLUTED}, {braidpb.Flag_FLAG_NO_ROOT_SPAN, braidpb.Flag_FLAG_POLLUTED}, {braidpb.Flag_FLAG_NO_ROOT_SPAN}} {
-		ft.Flags = flags
-		b, err := proto.Marshal(ft)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h, ok := readFused(b)
-		if want := slices.Contains(flags, braidpb.Flag_FLAG_POLLUTED); !ok || h.polluted != want {
-			t.Errorf("flags %v: polluted %v (ok %v), want %v", flags, h.polluted, ok, want)
 		}
 	}
 }

@@ -4,16 +4,12 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
-	logspb "go.opentelemetry.io/proto/otlp/logs/v1"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/braidlabs/braid/benchmarks/kvaccuracy/kvref"
+	"github.com/braidlabs/braid/benchmarks/internal/outputs"
 	"github.com/braidlabs/braid/connectors/simulator"
 	"github.com/braidlabs/braid/operators/braidpb"
 )
@@ -42,17 +38,29 @@ type KVScore struct {
 	// RootsMissed: the faults (trigger, GPU, source request) no incident
 	// names as root, with the roots braid named on that GPU.
 	RootsMissed []string `json:"roots_missed,omitempty"`
+	// FLAG_POLLUTED on the polluted requests' traces (those with spans),
+	// read from the fused topic: the victims (by the simulator's truth, by
+	// the reference model) whose highest revision read carries the flag,
+	// and the reference's victims without it (at most 20).
+	TruthTraced    int      `json:"victims_traced"`
+	TruthFlagged   int      `json:"victims_flagged"`
+	RefTraced      int      `json:"ref_victims_traced"`
+	RefFlagged     int      `json:"ref_victims_flagged"`
+	RefUnflagged   []string `json:"ref_unflagged,omitempty"`
+	FusedUndecoded int      `json:"fused_undecoded"`
 }
 
 // scoreKV reads the incidents topic to its end (read_committed) and
-// scores it against truth.
-func scoreKV(ctx context.Context, brokers []string, topic, logsTopic string, truth []simulator.KVFaultTruth) (KVScore, error) {
+// scores it against truth and the reference model, then reads the fused
+// topic for FLAG_POLLUTED on the victims' traces (traces: the simulator's
+// requests by trace id).
+func scoreKV(ctx context.Context, brokers []string, topic, logsTopic, fusedTopic string, truth []simulator.KVFaultTruth, traces map[string]simulator.TraceTruth) (KVScore, error) {
 	var sc KVScore
 	roots := map[string]bool{}     // gpu/request
 	byGPU := map[string][]string{} // gpu → roots named there
 	named := map[string]bool{}
 	ids := map[string]bool{}
-	err := readToEnd(ctx, brokers, topic, time.Minute, func(r *kgo.Record) {
+	err := outputs.ReadToEnd(ctx, brokers, topic, time.Minute, func(r *kgo.Record) {
 		inc := &braidpb.Incident{}
 		if proto.Unmarshal(r.Value, inc) != nil {
 			return
@@ -89,7 +97,7 @@ func scoreKV(ctx context.Context, brokers []string, topic, logsTopic string, tru
 			sc.NamedNotTruth++
 		}
 	}
-	ref, err := refPolluted(ctx, brokers, logsTopic)
+	ref, err := outputs.RefPolluted(ctx, brokers, logsTopic)
 	if err != nil {
 		return sc, err
 	}
@@ -104,134 +112,73 @@ func scoreKV(ctx context.Context, brokers []string, topic, logsTopic string, tru
 	for r, p := range ref {
 		if !named[r] {
 			sc.RefMissed = append(sc.RefMissed, fmt.Sprintf("%s on %s at %s: block %d layer %d, %s from %q",
-				r, p.gpu, p.Time.UTC().Format("15:04:05.000"), p.Block, p.Layer, p.Via, p.From))
+				r, p.GPU, p.Time.UTC().Format("15:04:05.000"), p.Block, p.Layer, p.Via, p.From))
 		}
 	}
 	slices.Sort(sc.RefMissed)
+
+	traceOf := make(map[string]string, len(traces)) // request id → trace id, for requests with spans
+	for id, t := range traces {
+		if t.Spans > 0 {
+			traceOf[t.RequestID] = id
+		}
+	}
+	want := map[string]bool{}
+	for r := range victims {
+		if id, ok := traceOf[r]; ok {
+			want[id] = true
+		}
+	}
+	for r := range ref {
+		if id, ok := traceOf[r]; ok {
+			want[id] = true
+		}
+	}
+	tops := outputs.TopRevisions{}
+	err = outputs.ReadToEnd(ctx, brokers, fusedTopic, 10*time.Minute, func(r *kgo.Record) {
+		h, ok := outputs.ReadFusedHead(r.Value)
+		if !ok {
+			sc.FusedUndecoded++
+		} else if want[h.TraceID] {
+			tops.Add(h)
+		}
+	})
+	if err != nil {
+		return sc, err
+	}
+	flagged := func(req string) (traced, flag bool) {
+		id, ok := traceOf[req]
+		if !ok {
+			return false, false // no spans: no fused trace to carry the flag
+		}
+		top := tops[id]
+		return true, top != nil && top.Flagged
+	}
+	for r := range victims {
+		if traced, flag := flagged(r); traced {
+			sc.TruthTraced++
+			if flag {
+				sc.TruthFlagged++
+			}
+		}
+	}
+	for r, p := range ref {
+		traced, flag := flagged(r)
+		if !traced {
+			continue
+		}
+		sc.RefTraced++
+		if flag {
+			sc.RefFlagged++
+		} else if len(sc.RefUnflagged) < 20 {
+			rev := "no fused record read"
+			if top := tops[traceOf[r]]; top != nil {
+				rev = fmt.Sprintf("highest revision read %d", top.Revision)
+			}
+			sc.RefUnflagged = append(sc.RefUnflagged, fmt.Sprintf("%s (trace %s) on %s at %s: %s", r, traceOf[r], p.GPU, p.Time.UTC().Format("15:04:05.000"), rev))
+		}
+	}
+	slices.Sort(sc.RefUnflagged)
 	return sc, nil
 }
 
-// refPolluted reads every KV event of the logs topic back, and replays
-// each GPU's (by gpu.uuid) in event-time order, ties in the order read,
-// through the reference model: the requests it finds polluted.
-// refPollution is a polluted request's first foreign read, on GPU gpu.
-type refPollution struct {
-	kvref.Pollution
-	gpu string
-}
-
-func refPolluted(ctx context.Context, brokers []string, topic string) (map[string]refPollution, error) {
-	byGPU := map[string][]simulator.KVEvent{}
-	err := readToEnd(ctx, brokers, topic, 10*time.Minute, func(r *kgo.Record) {
-		var ld logspb.LogsData // the wire layout of an export request
-		if proto.Unmarshal(r.Value, &ld) != nil {
-			return
-		}
-		for _, rl := range ld.ResourceLogs {
-			ra := attrMap(rl.Resource.GetAttributes())
-			gpu, inst := attrStr(ra["gpu.uuid"]), attrStr(ra["service.instance.id"])
-			for _, sl := range rl.ScopeLogs {
-				for _, l := range sl.LogRecords {
-					a := attrMap(l.Attributes)
-					op := attrStr(a["kv.op"])
-					if op == "" || gpu == "" {
-						continue
-					}
-					byGPU[gpu] = append(byGPU[gpu], simulator.KVEvent{Time: time.Unix(0, int64(l.TimeUnixNano)), Op: op,
-						Block: int(attrInt(a["kv.block.id"], -1)), Hash: attrStr(a["kv.block.hash"]), RefCnt: int(attrInt(a["kv.block.ref_cnt"], -1)),
-						Layer: int(attrInt(a["kv.layer.index"], -1)), LayerCount: int(attrInt(a["kv.layer.count"], 0)),
-						Addr: attrInt(a["kv.write.addr"], -1), Bytes: attrInt(a["kv.write.bytes"], -1),
-						LayerBase: attrInt(a["kv.layer.base"], 0), LayerSize: attrInt(a["kv.layer.size"], 0),
-						RequestID: attrStr(a["gen_ai.request.id"]), Instance: inst})
-				}
-			}
-		}
-	})
-	if err != nil {
-		return nil, err
-	}
-	polluted := map[string]refPollution{}
-	for gpu, evs := range byGPU {
-		slices.SortStableFunc(evs, func(a, b simulator.KVEvent) int { return a.Time.Compare(b.Time) })
-		m, inst := kvref.New(), evs[0].Instance
-		for _, ev := range evs {
-			if ev.Instance != inst {
-				m.Restart(0) // a new server process: a fresh pool
-				inst = ev.Instance
-			}
-			m.Apply(ev)
-		}
-		for r, p := range m.Polluted() {
-			polluted[r] = refPollution{p, gpu}
-		}
-	}
-	return polluted, nil
-}
-
-func attrMap(kvs []*commonpb.KeyValue) map[string]*commonpb.AnyValue {
-	m := make(map[string]*commonpb.AnyValue, len(kvs))
-	for _, kv := range kvs {
-		m[kv.Key] = kv.Value
-	}
-	return m
-}
-
-func attrInt(v *commonpb.AnyValue, def int64) int64 {
-	switch x := v.GetValue().(type) {
-	case *commonpb.AnyValue_IntValue:
-		return x.IntValue
-	case *commonpb.AnyValue_StringValue:
-		if n, err := strconv.ParseInt(x.StringValue, 10, 64); err == nil {
-			return n
-		}
-	}
-	return def
-}
-
-func attrStr(v *commonpb.AnyValue) string {
-	switch x := v.GetValue().(type) {
-	case *commonpb.AnyValue_StringValue:
-		return x.StringValue
-	case *commonpb.AnyValue_IntValue:
-		return strconv.FormatInt(x.IntValue, 10)
-	}
-	return ""
-}
-
-// readToEnd hands fn every record of topic (read_committed) up to the end
-// offsets it had when called, within limit.
-func readToEnd(ctx context.Context, brokers []string, topic string, limit time.Duration, fn func(*kgo.Record)) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords()) // a transaction's marker may end a partition
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
-	if err != nil {
-		return fmt.Errorf("%s end offsets: %w", topic, err)
-	}
-	left := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			left[o.Partition] = o.Offset
-		}
-	})
-	ctx, cancel := context.WithTimeout(ctx, limit)
-	defer cancel()
-	for len(left) > 0 {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("read %s: %w", topic, err)
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			if end, ok := left[r.Partition]; ok && r.Offset+1 >= end {
-				delete(left, r.Partition)
-			}
-			if !r.Attrs.IsControl() {
-				fn(r)
-			}
-		})
-	}
-	return nil
-}

@@ -335,7 +335,7 @@ func run(o options) error {
 		return err
 	}
 	if !o.steady && res.Workload.KVEvents {
-		if res.KV, err = scoreKV(ctx, o.brokers, prefix+"-incidents", inputs[1], res.Workload.KVTruth); err != nil {
+		if res.KV, err = scoreKV(ctx, o.brokers, prefix+"-incidents", inputs[1], prefix+"-fused", res.Workload.KVTruth, sim.Truth().Traces); err != nil {
 			return err
 		}
 	}
@@ -776,6 +776,11 @@ func report(o options, res *Result) {
 				res.KV.RefVictims, res.KV.RefNamed, res.KV.NamedNotRef)
 			for _, m := range res.KV.RefMissed {
 				fmt.Println("  polluted, not named:", m)
+			}
+			fmt.Printf("FLAG_POLLUTED on the victims' traces (those with spans): %d of %d by the simulator's truth, %d of %d by the reference model\n",
+				res.KV.TruthFlagged, res.KV.TruthTraced, res.KV.RefFlagged, res.KV.RefTraced)
+			for _, m := range res.KV.RefUnflagged {
+				fmt.Println("  polluted, trace not flagged:", m)
 			}
 			for _, m := range res.KV.RootsMissed {
 				fmt.Println("  root missed:", m)
