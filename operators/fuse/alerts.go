@@ -18,21 +18,85 @@ import (
 // stage cannot read.
 const stageAlerts = "alerts"
 
-// processAlerts merges a partial aggregate of the alerts stage.
-func (p *processor) processAlerts(t *engine.Task, rec *kgo.Record) error {
-	if p.alerts == nil {
+// alertsStage is the alerts stage of a task (operators/alerts: its
+// windows, partial aggregates and rule evaluation, nil when alerts are
+// off) and the feed of the derived LLM metrics (Config.LLM): it observes
+// the traces the fuse stage emits, the resource samples and the incidents,
+// and merges the partial aggregates of the alerts topic. Used on the
+// task's goroutine only.
+type alertsStage struct {
+	outputs
+	proc    *alerts.Processor // nil when off
+	scratch []byte
+}
+
+func newAlertsStage(o outputs, partition int32) *alertsStage {
+	a := &alertsStage{outputs: o}
+	if o.cfg.Alerts != nil {
+		a.proc = o.cfg.Alerts.NewProcessor(partition)
+	}
+	return a
+}
+
+// process implements stage: a partial aggregate of the alerts topic.
+func (a *alertsStage) process(t *engine.Task, rec *kgo.Record, _ int) error {
+	if a.proc == nil {
 		return nil
 	}
-	err := p.alerts.Process(t, rec)
+	err := a.proc.Process(t, rec)
 	if ie := (*alerts.InvalidError)(nil); errors.As(err, &ie) {
-		return p.reject(t, rec, stageAlerts, ie.Cause)
+		return a.reject(t, rec, stageAlerts, ie.Cause)
 	}
 	return err
 }
 
+// onWatermark implements stage: the rules are evaluated at the watermark
+// of every input, the partial aggregates' included (Task.WatermarkAll).
+func (a *alertsStage) onWatermark(t *engine.Task, _ int64) (bool, error) {
+	if a.proc == nil {
+		return false, nil
+	}
+	return false, a.proc.OnWatermark(t, t.WatermarkAll())
+}
+
+func (a *alertsStage) prepareCheckpoint(t *engine.Task) error {
+	if a.proc == nil {
+		return nil
+	}
+	return a.proc.PrepareCheckpoint(t)
+}
+
+func (a *alertsStage) restore(t *engine.Task) error {
+	if a.proc == nil {
+		return nil
+	}
+	return a.proc.Restore(t)
+}
+
+func (a *alertsStage) close() {
+	if a.proc != nil {
+		a.proc.Close()
+	}
+}
+
+// wantsTraces reports whether emitted traces are observed at all.
+func (a *alertsStage) wantsTraces() bool { return a.proc != nil || a.cfg.LLM != nil }
+
+// emittedTrace is what the fuse stage hands the alerts stage and the LLM
+// metrics of a trace it emits (with spans).
+type emittedTrace struct {
+	id       [16]byte
+	last     int64 // its last event time
+	identity semconv.Identity
+	derived  *braidpb.Derived // nil when not derived
+	errors   bool
+	polluted bool    // an incident names it
+	kvUsage  float64 // NaN: unknown
+}
+
 // traceIdentity is where the trace ran: the root span's place, else its
 // first span's (cached for the emission in progress).
-func (p *processor) traceIdentity(sum *summary) semconv.Identity {
+func (p *fuser) traceIdentity(sum *summary) semconv.Identity {
 	e := &p.emitter
 	if e.haveID {
 		return e.identity
@@ -78,26 +142,34 @@ func gpuOf(id *semconv.Identity) string {
 // observeTrace hands the trace being emitted to the alerts stage and the
 // LLM metrics, and reports whether it did: not before the trace has spans
 // (where it ran and its figures come from them).
-func (p *processor) observeTrace(t *engine.Task, tr *trace, sum *summary) bool {
-	if p.alerts == nil && p.cfg.LLM == nil {
+func (p *fuser) observeTrace(t *engine.Task, tr *trace, sum *summary) bool {
+	if !p.observe.wantsTraces() {
 		return true
 	}
-	e := &p.emitter
 	if tr.spans == 0 {
 		return false
 	}
-	id := p.traceIdentity(sum)
-	traceID := string(otlp.AppendTraceIDHex(p.scratch[:0], tr.id))
-	if p.cfg.LLM != nil {
-		lt := llmmetrics.FromDerived(e.derived, instanceOf(&id), traceID, tr.last)
-		lt.Error = sum.errors > 0
-		p.cfg.LLM.ObserveTrace(lt)
+	e := &p.emitter
+	p.observe.trace(t, &emittedTrace{id: tr.id, last: tr.last, identity: p.traceIdentity(sum), derived: e.derived,
+		errors: sum.errors > 0, polluted: len(e.incidents) > 0, kvUsage: e.kvUsage})
+	return true
+}
+
+// trace observes an emitted trace.
+func (a *alertsStage) trace(t *engine.Task, tr *emittedTrace) {
+	id := &tr.identity
+	traceID := string(otlp.AppendTraceIDHex(a.scratch[:0], tr.id))
+	if a.cfg.LLM != nil {
+		lt := llmmetrics.FromDerived(tr.derived, instanceOf(id), traceID, tr.last)
+		lt.Error = tr.errors
+		a.cfg.LLM.ObserveTrace(lt)
 	}
-	if p.alerts == nil {
-		return true
+	if a.proc == nil {
+		return
 	}
+	cfg := a.cfg.Alerts
 	o := alerts.NewTraceObs()
-	o.Labels = alerts.Labels{Model: id.Model, Instance: instanceOf(&id), Host: id.Host, GPU: gpuOf(&id), Service: id.Service}
+	o.Labels = alerts.Labels{Model: id.Model, Instance: instanceOf(id), Host: id.Host, GPU: gpuOf(id), Service: id.Service}
 	// A trace is observed when it is emitted, at its end — or, when its
 	// emission came late (the resources table's watermark held it back
 	// while a backlog is read), at the task's watermark less the stage's
@@ -106,11 +178,11 @@ func (p *processor) observeTrace(t *engine.Task, tr *trace, sum *summary) bool {
 	// dropped as late.
 	o.Time = tr.last
 	if wm := t.Watermark(); knownTime(wm) {
-		o.Time = max(o.Time, wm-int64(p.s.cfg.Alerts.Config().Delay))
-		p.s.cfg.Alerts.Counters().NoteShift(o.Time - tr.last)
+		o.Time = max(o.Time, wm-int64(cfg.Config().Delay))
+		cfg.Counters().NoteShift(o.Time - tr.last)
 	}
 	o.TraceID = traceID
-	if d := e.derived; d != nil {
+	if d := tr.derived; d != nil {
 		if o.Labels.Model == "" {
 			o.Labels.Model = d.Model
 		}
@@ -136,22 +208,21 @@ func (p *processor) observeTrace(t *engine.Task, tr *trace, sum *summary) bool {
 			o.Values[alerts.FigCacheHit] = *d.KvCacheHitRatio
 		}
 		if ttft := o.Values[alerts.FigTTFT]; !math.IsNaN(ttft) {
-			o.Values[alerts.FigSlow] = b2f(ttft > p.s.cfg.Alerts.SlowTTFT().Seconds())
+			o.Values[alerts.FigSlow] = b2f(ttft > cfg.SlowTTFT().Seconds())
 		}
 	}
-	o.Values[alerts.FigError] = b2f(sum.errors > 0)
-	o.Values[alerts.FigPolluted] = b2f(len(e.incidents) > 0)
-	if !math.IsNaN(e.kvUsage) {
-		o.Values[alerts.FigKVUsage] = e.kvUsage
+	o.Values[alerts.FigError] = b2f(tr.errors)
+	o.Values[alerts.FigPolluted] = b2f(tr.polluted)
+	if !math.IsNaN(tr.kvUsage) {
+		o.Values[alerts.FigKVUsage] = tr.kvUsage
 	}
 	blocked := false
-	if d := e.derived; d != nil {
+	if d := tr.derived; d != nil {
 		o.Labels.Tenant = d.Tenant
 		blocked = quality(&o, d)
 	}
-	o.Values[alerts.FigSuccess] = b2f(sum.errors == 0 && !blocked)
-	p.alerts.ObserveTrace(t, &o)
-	return true
+	o.Values[alerts.FigSuccess] = b2f(!tr.errors && !blocked)
+	a.proc.ObserveTrace(t, &o)
 }
 
 // quality sets the figures of the trace's verdicts: per kind, 1 when a
@@ -210,8 +281,8 @@ func b2f(b bool) float64 {
 
 // observeSample hands a resource sample of canonical metric name to the
 // alerts stage, when a rule reads it.
-func (p *processor) observeSample(t *engine.Task, id *semconv.Identity, name string, v float64, at int64) {
-	if llm := p.cfg.LLM; llm != nil {
+func (a *alertsStage) observeSample(t *engine.Task, id *semconv.Identity, name string, v float64, at int64) {
+	if llm := a.cfg.LLM; llm != nil {
 		switch name {
 		case semconv.KVCacheUsage:
 			llm.SetKVFigure(gpuOf(id), instanceOf(id), llmmetrics.KVUtilisation, v)
@@ -219,20 +290,20 @@ func (p *processor) observeSample(t *engine.Task, id *semconv.Identity, name str
 			llm.SetKVFigure(gpuOf(id), instanceOf(id), llmmetrics.KVFragmentation, v)
 		}
 	}
-	if p.alerts == nil || !p.s.cfg.Alerts.Wants(name) {
+	if a.proc == nil || !a.cfg.Alerts.Wants(name) {
 		return
 	}
 	l := alerts.Labels{Model: id.Model, Instance: instanceOf(id), Host: id.Host, GPU: gpuOf(id), Service: id.Service}
-	p.alerts.ObserveSample(t, &l, name, v, at)
+	a.proc.ObserveSample(t, &l, name, v, at)
 }
 
 // observeIncident hands a new incident to the alerts stage, timed at the
 // task's watermark less the stage's delay (see alerts.ObserveIncident).
-func (p *processor) observeIncident(t *engine.Task, inc *braidpb.Incident) {
-	if p.cfg.LLM != nil && inc.Revision == 0 {
-		p.cfg.LLM.ObserveIncident(inc.Pattern.String())
+func (a *alertsStage) observeIncident(t *engine.Task, inc *braidpb.Incident) {
+	if a.cfg.LLM != nil && inc.Revision == 0 {
+		a.cfg.LLM.ObserveIncident(inc.Pattern.String())
 	}
-	if p.alerts == nil || inc.Revision != 0 || !p.s.cfg.Alerts.WantsIncidents() {
+	if a.proc == nil || inc.Revision != 0 || !a.cfg.Alerts.WantsIncidents() {
 		return
 	}
 	wm := t.Watermark()
@@ -241,5 +312,5 @@ func (p *processor) observeIncident(t *engine.Task, inc *braidpb.Incident) {
 	}
 	gpu := inc.Gpu
 	l := alerts.Labels{GPU: gpu, Host: inc.Host, Instance: inc.Host, Pattern: inc.Pattern.String()}
-	p.alerts.ObserveIncident(t, &l, inc.Id, wm-int64(p.s.cfg.Alerts.Config().Delay))
+	a.proc.ObserveIncident(t, &l, inc.Id, wm-int64(a.cfg.Alerts.Config().Delay))
 }

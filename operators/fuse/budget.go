@@ -22,7 +22,7 @@ const evictedOverhead = 32
 // is free. An evicted trace stays in state; a member that arrives for it
 // loads it back and revises it, and it is purged when the watermark passes
 // its last event time plus IdleGap plus AllowedLateness, as any other.
-func (p *processor) relieve(t *engine.Task, wm int64) error {
+func (p *fuser) relieve(t *engine.Task, wm int64) error {
 	p.s.counters.Spills.Add(1)
 	for _, tr := range p.changed {
 		if p.traces[tr.id] != tr || len(tr.pending) == 0 {
@@ -49,7 +49,7 @@ func (p *processor) relieve(t *engine.Task, wm int64) error {
 
 // evict emits tr if it changed since its last emission and drops it from
 // memory, leaving it in state.
-func (p *processor) evict(t *engine.Task, tr *trace, wm int64) error {
+func (p *fuser) evict(t *engine.Task, tr *trace, wm int64) error {
 	p.s.counters.Evicted.Add(1)
 	if tr.dirty {
 		if err := p.emit(t, tr, wm); err != nil {
@@ -68,7 +68,7 @@ func (p *processor) evict(t *engine.Task, tr *trace, wm int64) error {
 }
 
 // reload loads evicted trace id back from state; nil if it is not there.
-func (p *processor) reload(t *engine.Task, id [16]byte) (*trace, error) {
+func (p *fuser) reload(t *engine.Task, id [16]byte) (*trace, error) {
 	v, ok, err := t.State.Get(p.scratch[:0], metaKey(p.key[:0], id))
 	if err != nil || !ok {
 		return nil, err
@@ -86,7 +86,7 @@ func (p *processor) reload(t *engine.Task, id [16]byte) (*trace, error) {
 
 // fireEvicted purges the evicted traces due at wm; fired counts against
 // the timer slice.
-func (p *processor) fireEvicted(t *engine.Task, wm int64, fired int) (int, error) {
+func (p *fuser) fireEvicted(t *engine.Task, wm int64, fired int) (int, error) {
 	for ; len(p.evictTimers) > 0 && p.evictTimers[0].at <= wm; fired++ {
 		if fired >= timerSlice {
 			p.backlog = true

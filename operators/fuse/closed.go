@@ -68,10 +68,10 @@ func closedKey(dst []byte, seq uint32) []byte {
 }
 
 // closedPerBucket is the most tombstones of one bucket value.
-func (p *processor) closedPerBucket() int { return p.chunkBytes() / closedEntryBytes }
+func (p *fuser) closedPerBucket() int { return p.chunkBytes() / closedEntryBytes }
 
 // closeTrace records the tombstone of tr, purged at watermark wm.
-func (p *processor) closeTrace(t *engine.Task, tr *trace, wm int64) error {
+func (p *fuser) closeTrace(t *engine.Task, tr *trace, wm int64) error {
 	if p.cfg.ClosedRetention <= 0 || !tr.emitted {
 		return nil
 	}
@@ -99,7 +99,7 @@ func (p *processor) closeTrace(t *engine.Task, tr *trace, wm int64) error {
 
 // dropClosed forgets the oldest tombstone, and deletes its bucket from
 // state when it was the bucket's last.
-func (p *processor) dropClosed(t *engine.Task) error {
+func (p *fuser) dropClosed(t *engine.Task) error {
 	e := p.closedQ[p.closedHead]
 	p.closedQ[p.closedHead] = closedEntry{}
 	p.closedHead++
@@ -131,7 +131,7 @@ func (p *processor) dropClosed(t *engine.Task) error {
 
 // expireClosed forgets the tombstones due at wm; fired counts against the
 // timer slice.
-func (p *processor) expireClosed(t *engine.Task, wm int64, fired int) (int, error) {
+func (p *fuser) expireClosed(t *engine.Task, wm int64, fired int) (int, error) {
 	for ; p.closedHead < len(p.closedQ) && p.closedQ[p.closedHead].at <= wm; fired++ {
 		if fired >= timerSlice {
 			p.backlog = true
@@ -147,7 +147,7 @@ func (p *processor) expireClosed(t *engine.Task, wm int64, fired int) (int, erro
 // checkpointClosed writes the buckets of the tombstones added since the
 // last checkpoint: the live tombstones of the unstored buckets, which are
 // the last of the queue.
-func (p *processor) checkpointClosed(t *engine.Task) error {
+func (p *fuser) checkpointClosed(t *engine.Task) error {
 	first, tail := len(p.closedBuckets), 0
 	for first > p.bucketHead && !p.closedBuckets[first-1].stored {
 		first--
@@ -173,7 +173,7 @@ func (p *processor) checkpointClosed(t *engine.Task) error {
 }
 
 // lateClosed sends m, a member of closed trace id, to the late topic.
-func (p *processor) lateClosed(t *engine.Task, id [16]byte, next uint32, m *member) {
+func (p *fuser) lateClosed(t *engine.Task, id [16]byte, next uint32, m *member) {
 	p.s.counters.Late.Add(1)
 	p.s.counters.ClosedLate.Add(1)
 	key := otlp.AppendTraceIDHex(make([]byte, 0, 32), id)
@@ -191,7 +191,7 @@ func revisionHeader(next uint32) []kgo.RecordHeader {
 
 // restoreClosed reloads the tombstones, bucket by bucket in the order
 // they were written (which is expiry order).
-func (p *processor) restoreClosed(t *engine.Task) error {
+func (p *fuser) restoreClosed(t *engine.Task) error {
 	clear(p.closed)
 	clear(p.closedQ)
 	p.closedQ, p.closedHead = p.closedQ[:0], 0

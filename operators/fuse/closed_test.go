@@ -339,7 +339,7 @@ func TestClosedOverheadCoversTheHeap(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	p := &processor{closed: map[[16]byte]uint32{}}
+	p := &fuser{closed: map[[16]byte]uint32{}}
 	for i := range n {
 		id := [16]byte{byte(i), byte(i >> 8), byte(i >> 16), 7}
 		p.closed[id] = uint32(i)

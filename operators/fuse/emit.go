@@ -103,7 +103,7 @@ type emitMember struct {
 }
 
 // emit writes the FusedTrace of tr with its current revision.
-func (p *processor) emit(t *engine.Task, tr *trace, wm int64) error {
+func (p *fuser) emit(t *engine.Task, tr *trace, wm int64) error {
 	e := &p.emitter
 	e.chunks = e.chunks[:0]
 	e.members = e.members[:0]
@@ -274,7 +274,7 @@ func (p *processor) emit(t *engine.Task, tr *trace, wm int64) error {
 		b = protowire.AppendTag(b, fIncidents, protowire.BytesType)
 		b = protowire.AppendString(b, id)
 	}
-	if p.sampler != nil {
+	if p.sampling != nil {
 		var err error
 		if b, err = p.sample(t, tr, &sum, b); err != nil {
 			return err
@@ -301,7 +301,7 @@ func (p *processor) emit(t *engine.Task, tr *trace, wm int64) error {
 
 // emitTrace writes the FusedTrace b of tr: one record, or parts with the
 // same key when it does not fit MaxRecordBytes (see FusedTrace.part).
-func (p *processor) emitTrace(t *engine.Task, tr *trace, b []byte) error {
+func (p *fuser) emitTrace(t *engine.Task, tr *trace, b []byte) error {
 	key := otlp.AppendTraceIDHex(make([]byte, 0, 32), tr.id)
 	headers := []kgo.RecordHeader{{Key: "braid.revision", Value: strconv.AppendUint(nil, uint64(tr.revision), 10)}}
 	room := p.room(key, headers)
@@ -362,7 +362,7 @@ func (p *processor) emitTrace(t *engine.Task, tr *trace, b []byte) error {
 
 // partHeader returns part i of n of tr's FusedTrace: trace_id, revision,
 // part and parts, then the part's fields.
-func (p *processor) partHeader(tr *trace, i, n int, part []byte) []byte {
+func (p *fuser) partHeader(tr *trace, i, n int, part []byte) []byte {
 	v := protowire.AppendTag(make([]byte, 0, 40+len(part)), fTraceID, protowire.BytesType)
 	v = protowire.AppendBytes(v, tr.id[:])
 	if tr.revision > 0 {
@@ -378,7 +378,7 @@ func (p *processor) partHeader(tr *trace, i, n int, part []byte) []byte {
 
 // encodeTrace returns the record value of FusedTrace b: b itself, or its
 // protojson.
-func (p *processor) encodeTrace(b []byte) ([]byte, error) {
+func (p *fuser) encodeTrace(b []byte) ([]byte, error) {
 	if !p.cfg.JSON {
 		return b, nil
 	}
@@ -418,7 +418,7 @@ func cutFields(b []byte, limit int) [][]byte {
 
 // appendDerived appends field 12, the LLM-serving figures of the members
 // (semconv.Deriver), and returns the number of invalid alignment anchors.
-func (p *processor) appendDerived(b []byte, tr *trace) ([]byte, int, error) {
+func (p *fuser) appendDerived(b []byte, tr *trace) ([]byte, int, error) {
 	d := &p.deriver
 	d.Reset()
 	if ids, ok := p.cfg.RequestIDs.(*semconv.RequestIDs); ok {
@@ -462,7 +462,7 @@ func marshalRepaired(m proto.Message) ([]byte, error) {
 // appendResourceContext appends field 13: the resource series in force
 // during the request — the root span's window at the root span's place,
 // else the trace's window at its first span's place.
-func (p *processor) appendResourceContext(b []byte, sum *summary, start, end int64) ([]byte, error) {
+func (p *fuser) appendResourceContext(b []byte, sum *summary, start, end int64) ([]byte, error) {
 	id := p.traceIdentity(sum)
 	if !p.emitter.haveSpan {
 		return b, nil
@@ -615,7 +615,7 @@ func (s *summary) append(b []byte) []byte {
 }
 
 // late sends m to the late topic as a one-item OTLP message of its signal.
-func (p *processor) late(t *engine.Task, id [16]byte, m *member) {
+func (p *fuser) late(t *engine.Task, id [16]byte, m *member) {
 	key := otlp.AppendTraceIDHex(make([]byte, 0, 32), id)
 	p.s.counters.Late.Add(1)
 	p.sendLate(t, key, m, "event time "+strconv.FormatInt(m.time, 10)+" is beyond allowed lateness at watermark "+strconv.FormatInt(t.Watermark(), 10))

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 
 	"github.com/braidlabs/braid/connectors/otlp"
 	"github.com/braidlabs/braid/engine"
-	"github.com/braidlabs/braid/operators/alerts"
 	"github.com/braidlabs/braid/operators/kvgraph"
 	"github.com/braidlabs/braid/operators/resources"
 	"github.com/braidlabs/braid/operators/sampling"
@@ -103,6 +101,16 @@ func New(cfg Config) (*Stage, error) {
 	return s, nil
 }
 
+// closingWatermark is the event time up to which a task's timers may
+// fire at watermark wm: a trace is emitted with the resource values of its
+// window only once the resources table has them all (nil table: wm).
+func (s *Stage) closingWatermark(t *engine.Task, wm int64) int64 {
+	if s.table != nil {
+		wm = min(wm, s.table.Watermark(t.Now()))
+	}
+	return wm
+}
+
 // Resources is the resources stage's table; nil when it is off.
 func (s *Stage) Resources() *resources.Table { return s.table }
 
@@ -145,7 +153,7 @@ func (s *Stage) Topology() engine.Topology {
 		Partitions: s.cfg.Partitions,
 		Changelog:  s.cfg.ChangelogTopic,
 		NewProcessor: func(t *engine.Task) (engine.Processor, error) {
-			return newProcessor(s, t.Partition), nil
+			return newTask(s, t.Partition), nil
 		},
 	}
 }
@@ -184,30 +192,25 @@ type touch struct {
 	tr *trace
 }
 
-type processor struct {
+type fuser struct {
 	outputs   // cfg, the stage's configuration, and the writes every stage shares
 	s         *Stage
 	partition int32
-	dec       *otlp.Decoder
 	traces    map[[16]byte]*trace
 	timers    minHeap[timer]
-	backlog   bool    // due timers remain after the last slice
-	lastInput int64   // processing time of the last record, ns
+	backlog   bool // due timers remain after the last slice
+	// lastInput: the processing time, ns, of the task's last record that
+	// may keep traces open (every input but the alerts stage's).
+	lastInput *int64
 	touched   []touch // in processing-time order; head at touchedHead
 	touchHead int
 	changed   []*trace
-	groups    map[[16]byte]int
-	writers   []chunkWriter
-	ids       [][16]byte
 	key       []byte
 	scratch   []byte
 	emitter   emitter
 	deriver   semconv.Deriver
-
-	// resources stage: its own state (resourceSampler)
-	resSampler *resourceSampler
-	// scratch of the alerts stage's observations
-	attrs, pattrs []semconv.KV
+	attrs     []semconv.KV // scratch of traceIdentity
+	pattrs    []semconv.KV
 
 	// memory share (MaxOpenTraceBytes)
 	openBytes    int64               // traceOverhead per trace in memory + pending members
@@ -224,229 +227,17 @@ type processor struct {
 	closedSeq      uint32 // number of the next bucket
 	reportedClosed int64  // tombstones the gauges hold of this task
 
-	// alerts stage (nil when off)
-	alerts *alerts.Processor
-
-	// sampling stage (nil when off)
-	sampler *sampling.Processor
-	sampEnc sampling.Encoder
-	sampMem []sampling.Member
-
-	// KV-cache stage: its own state (kvStage)
-	kvs *kvStage
-
-	// resolve stage: its own state (resolver)
-	res *resolver
+	// Where an emitted trace goes besides braid.fused: the alerts stage
+	// and the derived LLM metrics (observe), and the sampling stage (nil
+	// when off), which decides whether trace stores keep it.
+	observe  *alertsStage
+	sampling *samplingStage
+	sampMem  []sampling.Member // the members handed to sampling
 }
 
-func newProcessor(s *Stage, p int32) *processor {
-	pr := &processor{
-		outputs:   outputs{cfg: &s.cfg, c: &s.counters},
-		s:         s,
-		partition: p,
-		dec:       otlp.NewDecoder(),
-		traces:    map[[16]byte]*trace{},
-		closed:    map[[16]byte]uint32{},
-		groups:    map[[16]byte]int{},
-	}
-	kc := s.cfg.KVGraph
-	kc.Counters = &s.kvCounters
-	kc.OnIncident = pr.onIncident
-	kc.DLQTopic, kc.DLQPartitions = s.cfg.DLQTopic, s.cfg.DLQPartitions // rejected KV events
-	if s.table != nil {
-		kc.Context = s.incidentContext
-	}
-	pr.res = newResolver(pr.outputs, p, pr.add)
-	pr.resSampler = &resourceSampler{outputs: pr.outputs, observe: pr.observeSample, samples: map[semconv.Identity][]byte{}}
-	pr.kvs = &kvStage{outputs: pr.outputs, partition: p, input: pr.kvInput(), kv: kvgraph.NewProcessor(kc, p)}
-	if s.cfg.Alerts != nil {
-		pr.alerts = s.cfg.Alerts.NewProcessor(p)
-	}
-	if s.cfg.Sampling != nil {
-		pr.sampler = s.cfg.Sampling.NewProcessor()
-	}
-	return pr
-}
-
-// Input indexes of the internal topics (after the sources).
-func (p *processor) resolveInput() int     { return len(p.cfg.Sources) }
-func (p *processor) kvInput() int          { return len(p.cfg.Sources) + 1 }
-func (p *processor) repartitionInput() int { return len(p.cfg.Sources) + 2 }
-func (p *processor) alertsInput() int      { return len(p.cfg.Sources) + 3 }
-
-// Process implements engine.Processor.
-func (p *processor) Process(t *engine.Task, rec *kgo.Record, input int) error {
-	if input == p.alertsInput() {
-		// Partial aggregates of what the tasks emitted: not input that
-		// keeps traces open (flushIdle).
-		return p.processAlerts(t, rec)
-	}
-	p.lastInput = t.Now().UnixNano()
-	switch input {
-	case p.resolveInput():
-		return p.res.process(t, rec)
-	case p.kvInput():
-		return p.kvs.process(t, rec)
-	case p.repartitionInput():
-		return p.processRepartitioned(t, rec)
-	}
-	src := &p.cfg.Sources[input]
-	p.s.counters.Messages.Add(1)
-	items, err := p.dec.Decode(src.Signal, src.Encoding, rec.Value)
-	if p.s.probing(input) {
-		p.s.probeDecode(input, rec.Value, err)
-	}
-	if err != nil {
-		t.Touch(input)
-		return p.reject(t, rec, stageIngest, err.Error())
-	}
-	p.s.counters.Members.Add(int64(len(items)))
-	p.s.counters.RepairedUTF8.Add(int64(p.dec.Repaired()))
-	recTime, checkSkew := rec.Timestamp.UnixNano(), !rec.Timestamp.IsZero()
-	clear(p.groups)
-	p.ids = p.ids[:0]
-	p.kvs.drop()
-	p.res.startMessage()
-	rids := p.cfg.RequestIDs
-	for i := range items {
-		it := &items[i]
-		if size := memberSizeOf(it); size > p.maxMemberBytes() {
-			if err := p.tooLarge(t, it, src.Signal, rec, size); err != nil {
-				return err
-			}
-			continue
-		}
-		if checkSkew && it.Time > satAdd(recTime, int64(p.cfg.MaxClockSkew)) {
-			p.s.counters.Future.Add(1)
-			if p.cfg.FuturePolicy != FutureRestamp {
-				p.future(t, it, src.Signal, rec)
-				continue
-			}
-			it.Time = recTime
-		}
-		t.Observe(input, it.Time)
-		if src.Signal == otlp.SignalLogs && isKVLog(it.Payload) {
-			if err := p.kvs.route(t, it, rec); err != nil {
-				return err
-			}
-			continue
-		}
-		if it.TraceID == ([16]byte{}) {
-			if src.Signal == otlp.SignalLogs {
-				if rids != nil {
-					if rid, ok := rids.FromLog(it.Payload); ok && len(rid) <= maxRequestIDBytes {
-						p.res.waitingLog(rid, it, src.Signal, rec)
-						continue
-					}
-				}
-				p.s.counters.UnjoinedLogs.Add(1)
-			} else if p.s.table == nil || !p.resSampler.sample(t, it) {
-				p.s.counters.UnjoinedPoint.Add(1)
-			}
-			continue
-		}
-		if src.Signal == otlp.SignalSpans && rids != nil {
-			if rid, ok := rids.FromSpan(it.Payload); ok && len(rid) <= maxRequestIDBytes {
-				v := append(p.scratch[:0], it.TraceID[:]...)
-				v = binary.AppendVarint(v, it.Time)
-				p.scratch = v
-				if err := p.res.routeRequest(t, rid, tagDeclare, v); err != nil {
-					return err
-				}
-			}
-		}
-		g, ok := p.groups[it.TraceID]
-		if !ok {
-			g = len(p.ids)
-			p.groups[it.TraceID] = g
-			p.ids = append(p.ids, it.TraceID)
-			if g == len(p.writers) {
-				p.writers = append(p.writers, chunkWriter{})
-			}
-			p.writers[g].reset(p.writers[g].buf[:0])
-		}
-		p.writers[g].appendItem(it, src.Signal, rec.Topic, rec.Partition, rec.Offset)
-	}
-	p.resSampler.flush(t)
-	if err := p.kvs.flush(t); err != nil {
-		return err
-	}
-	if err := p.res.flushMessage(t); err != nil {
-		return err
-	}
-	for g, id := range p.ids {
-		p.key = otlp.AppendTraceIDHex(p.key[:0], id)
-		q := otlp.HashPartition(p.key, p.cfg.Partitions)
-		if q == p.partition {
-			p.s.counters.Local.Add(1)
-			if err := p.add(t, id, p.writers[g].buf); err != nil {
-				return err
-			}
-			continue
-		}
-		p.s.counters.Repartitioned.Add(1)
-		if err := p.emitMembers(t, p.cfg.RepartitionTopic, q, append([]byte(nil), p.key...), nil, p.writers[g].buf); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// memberSizeOf is the size of it's bytes in a member.
-func memberSizeOf(it *otlp.Item) int {
-	n := len(it.Payload) + len(it.Resource) + len(it.Scope)
-	if it.Signal == otlp.SignalMetrics {
-		n += len(it.Name) + len(it.MetricDescription) + len(it.MetricUnit)
-	}
-	return n
-}
-
-// tooLarge handles a member that no record could carry: the ingest error
-// action, with the member alone (as a one-item OTLP message) as the
-// dead-letter copy.
-func (p *processor) tooLarge(t *engine.Task, it *otlp.Item, sig otlp.Signal, rec *kgo.Record, size int) error {
-	p.s.counters.TooLarge.Add(1)
-	cause := "member of " + strconv.Itoa(size) + " bytes exceeds the record limit of " + strconv.Itoa(p.maxMemberBytes()) + " bytes"
-	switch p.cfg.ErrorPolicy.Ingest {
-	case Skip:
-		p.s.counters.Skipped.Add(1)
-		return nil
-	case Fail:
-		return fmt.Errorf("fuse: %s: %s (topic %s, partition %d, offset %d)", stageIngest, cause, rec.Topic, rec.Partition, rec.Offset)
-	}
-	p.s.counters.DLQ.Add(1)
-	w := chunkWriter{}
-	w.appendItem(it, sig, rec.Topic, rec.Partition, rec.Offset)
-	return readMembers(w.buf, func(m *member) error {
-		p.emitChunked(t, &kgo.Record{
-			Topic:     p.cfg.DLQTopic,
-			Partition: rec.Partition % p.cfg.DLQPartitions,
-			Key:       rec.Key,
-			Value:     oneItemMessage(m),
-			Headers:   append(originHeaders(stageIngest+": "+cause, rec.Topic, rec.Partition, rec.Offset), kgo.RecordHeader{Key: "braid.signal", Value: []byte(sig.String())}),
-		})
-		return nil
-	})
-}
-
-// future sends a member whose event time is too far ahead of its record's
-// timestamp to the late topic (FutureLate).
-func (p *processor) future(t *engine.Task, it *otlp.Item, sig otlp.Signal, rec *kgo.Record) {
-	p.s.counters.Late.Add(1)
-	w := chunkWriter{buf: p.scratch[:0]}
-	w.appendItem(it, sig, rec.Topic, rec.Partition, rec.Offset)
-	p.scratch = w.buf
-	key := rec.Key
-	if it.TraceID != ([16]byte{}) {
-		key = otlp.AppendTraceIDHex(make([]byte, 0, 32), it.TraceID)
-	}
-	_ = readMembers(w.buf, func(m *member) error {
-		p.sendLate(t, key, m, "future event time")
-		return nil
-	})
-}
-
-func (p *processor) processRepartitioned(t *engine.Task, rec *kgo.Record) error {
+// process implements stage: the repartition topic's chunks of members,
+// keyed by trace id (from ingest, resolve and incident tags of other tasks).
+func (p *fuser) process(t *engine.Task, rec *kgo.Record, _ int) error {
 	id, ok := otlp.ParseTraceIDHex(rec.Key)
 	if !ok {
 		return p.reject(t, rec, stageFuse, "repartition record without a trace id key")
@@ -458,7 +249,7 @@ func (p *processor) processRepartitioned(t *engine.Task, rec *kgo.Record) error 
 }
 
 // add fuses a chunk of members of trace id.
-func (p *processor) add(t *engine.Task, id [16]byte, chunk []byte) error {
+func (p *fuser) add(t *engine.Task, id [16]byte, chunk []byte) error {
 	wm := t.Watermark()
 	tr := p.traces[id]
 	next, closed := uint32(0), false
@@ -542,12 +333,11 @@ func (p *processor) add(t *engine.Task, id [16]byte, chunk []byte) error {
 }
 
 // reportMemory publishes the task's memory shares in the gauges.
-func (p *processor) reportMemory() {
+func (p *fuser) reportMemory() {
 	if d := p.openBytes + int64(p.evicted)*evictedOverhead - p.reportedOpen; d != 0 {
 		p.s.counters.OpenTraceBytes.Add(d)
 		p.reportedOpen += d
 	}
-	p.res.reportMemory()
 	if d := int64(len(p.closed)) - p.reportedClosed; d != 0 {
 		p.s.counters.ClosedTraces.Add(d)
 		p.s.counters.ClosedTraceBytes.Add(d * closedOverhead)
@@ -555,7 +345,7 @@ func (p *processor) reportMemory() {
 	}
 }
 
-func (p *processor) capped(tr *trace, m *member) bool {
+func (p *fuser) capped(tr *trace, m *member) bool {
 	if int(tr.bytes)+len(m.body)+len(m.resource) > p.cfg.MaxBytes {
 		return true
 	}
@@ -569,7 +359,7 @@ func (p *processor) capped(tr *trace, m *member) bool {
 	}
 }
 
-func (p *processor) markChanged(tr *trace) {
+func (p *fuser) markChanged(tr *trace) {
 	if !tr.changed {
 		tr.changed = true
 		p.changed = append(p.changed, tr)
@@ -577,7 +367,7 @@ func (p *processor) markChanged(tr *trace) {
 }
 
 // schedule makes sure tr has a timer at or before its next action.
-func (p *processor) schedule(tr *trace) {
+func (p *fuser) schedule(tr *trace) {
 	at := p.nextAction(tr)
 	if tr.timerAt != 0 && tr.timerAt <= at {
 		return // the pending timer fires first and reschedules
@@ -587,41 +377,32 @@ func (p *processor) schedule(tr *trace) {
 }
 
 // nextAction is the event time at which tr is emitted (dirty) or purged.
-func (p *processor) nextAction(tr *trace) int64 {
+func (p *fuser) nextAction(tr *trace) int64 {
 	if tr.dirty {
 		return satAdd(tr.last, int64(p.cfg.IdleGap))
 	}
 	return satAdd(satAdd(tr.last, int64(p.cfg.IdleGap)), int64(p.cfg.AllowedLateness))
 }
 
-// OnWatermark implements engine.WatermarkHandler: fires due timers in order,
-// then flushes traces idle in processing time.
-func (p *processor) OnWatermark(t *engine.Task, wm int64) error {
+// onWatermark implements stage: fires due timers in order, then flushes
+// traces idle in processing time.
+func (p *fuser) onWatermark(t *engine.Task, wm int64) (bool, error) {
 	defer p.reportMemory()
-	if err := p.kvs.onWatermark(t, wm, 4*timerSlice); err != nil {
-		return err
-	}
 	if err := p.fireTimers(t, wm); err != nil {
-		return err
+		return p.backlog, err
 	}
-	if err := p.flushIdle(t, wm); err != nil {
-		return err
-	}
-	if p.alerts != nil {
-		return p.alerts.OnWatermark(t, t.WatermarkAll())
-	}
-	return nil
+	return p.backlog, p.flushIdle(t, wm)
 }
 
 // flushIdle emits the dirty traces that received nothing for FlushAfter,
 // once the task itself has received nothing for that long and the
 // instance is live (engine.Task.Live).
-func (p *processor) flushIdle(t *engine.Task, wm int64) error {
+func (p *fuser) flushIdle(t *engine.Task, wm int64) error {
 	if p.cfg.FlushAfter <= 0 {
 		return nil
 	}
 	deadline := t.Now().UnixNano() - int64(p.cfg.FlushAfter)
-	if p.lastInput > deadline || !t.Live() {
+	if *p.lastInput > deadline || !t.Live() {
 		// Input is still flowing (perhaps a backlog far behind in event
 		// time), or it stopped only because the job is behind (a task
 		// reading a backlog, the poll loop held by backpressure): the
@@ -656,26 +437,17 @@ func (p *processor) flushIdle(t *engine.Task, wm int64) error {
 	return nil
 }
 
-// timerSlice bounds the emissions of one OnWatermark call; the engine calls
-// again while Backlog reports more (see engine.Backlogger).
+// timerSlice bounds the emissions of one OnWatermark call of a stage; the
+// engine calls again while Backlog reports more (see engine.Backlogger).
 const timerSlice = 512
 
-// Backlog implements engine.Backlogger.
-func (p *processor) Backlog() bool { return p.backlog || p.kvs.backlogged() }
-
-func (p *processor) fireTimers(t *engine.Task, wm int64) error {
+func (p *fuser) fireTimers(t *engine.Task, wm int64) error {
 	p.backlog = false
-	if p.s.table != nil {
-		// A trace is emitted with the resource values of its window only
-		// once the table has them all.
-		wm = min(wm, p.s.table.Watermark(t.Now()))
-	}
-	fired, more, err := p.res.fire(t, wm, timerSlice)
-	p.backlog = more
+	// A trace is emitted with the resource values of its window only once
+	// the table has them all.
+	wm = p.s.closingWatermark(t, wm)
+	fired, err := p.fireEvicted(t, wm, 0)
 	if err != nil || p.backlog {
-		return err
-	}
-	if fired, err = p.fireEvicted(t, wm, fired); err != nil || p.backlog {
 		return err
 	}
 	for ; len(p.timers) > 0 && p.timers[0].at <= wm; fired++ {
@@ -724,7 +496,7 @@ func dataKey(dst []byte, id [16]byte, chunk uint32) []byte {
 }
 
 // purge deletes tr, due at watermark wm, and keeps its tombstone.
-func (p *processor) purge(t *engine.Task, tr *trace, wm int64) error {
+func (p *fuser) purge(t *engine.Task, tr *trace, wm int64) error {
 	// The chunk keys are known: point deletes, no range tombstone (which
 	// Pebble's indexed batch would re-fragment on every later read) and no
 	// iterator.
@@ -752,27 +524,11 @@ const maxChunk = 256 << 10
 // (members are at most maxMemberBytes).
 func (o *outputs) chunkBytes() int { return min(maxChunk, o.cfg.MaxRecordBytes/4) }
 
-// PrepareCheckpoint implements engine.Checkpointer: pending members become
-// a chunk, and every changed trace's record is written.
-func (p *processor) PrepareCheckpoint(t *engine.Task) error {
-	if err := p.res.prepareCheckpoint(t); err != nil {
-		return err
-	}
-	if err := p.kvs.prepareCheckpoint(t); err != nil {
-		return err
-	}
+// prepareCheckpoint implements stage: pending members become a chunk,
+// and every changed trace's record is written.
+func (p *fuser) prepareCheckpoint(t *engine.Task) error {
 	if err := p.checkpointClosed(t); err != nil {
 		return err
-	}
-	if p.alerts != nil {
-		if err := p.alerts.PrepareCheckpoint(t); err != nil {
-			return err
-		}
-	}
-	if p.sampler != nil {
-		if err := p.sampler.PrepareCheckpoint(t); err != nil {
-			return err
-		}
 	}
 	for _, tr := range p.changed {
 		tr.changed = false
@@ -790,7 +546,7 @@ func (p *processor) PrepareCheckpoint(t *engine.Task) error {
 }
 
 // flushTrace writes tr's pending members as chunks, and its record.
-func (p *processor) flushTrace(t *engine.Task, tr *trace) error {
+func (p *fuser) flushTrace(t *engine.Task, tr *trace) error {
 	for rest := tr.pending; len(rest) > 0; {
 		n, err := chunkPrefix(rest, p.chunkBytes())
 		if err != nil {
@@ -811,14 +567,13 @@ func (p *processor) flushTrace(t *engine.Task, tr *trace) error {
 	return nil
 }
 
-// Restore implements engine.Restorer: reloads every open trace's record
-// and rebuilds what works from it in memory — event-time timers, and the
+// restore implements stage: reloads every open trace's record and
+// rebuilds what works from it in memory — event-time timers, and the
 // processing-time flush queue (FlushAfter), in which a restored trace
 // that changed since its last emission counts as touched now, so that it
-// is emitted FlushAfter after the restart even if no input comes — the
-// resolve stage's requests, the held KV events, the tombstones of closed
-// traces and the kvgraph stage's state.
-func (p *processor) Restore(t *engine.Task) error {
+// is emitted FlushAfter after the restart even if no input comes — and
+// the tombstones of closed traces.
+func (p *fuser) restore(t *engine.Task) error {
 	defer p.reportMemory()
 	p.s.counters.OpenTraces.Add(-int64(len(p.traces) + p.evicted))
 	clear(p.traces)
@@ -828,28 +583,11 @@ func (p *processor) Restore(t *engine.Task) error {
 	clear(p.touched)
 	p.touched, p.touchHead = p.touched[:0], 0
 	p.changed = p.changed[:0]
-	if err := p.res.restore(t); err != nil {
-		return err
-	}
-	if err := p.kvs.restore(t); err != nil {
-		return err
-	}
-	if p.alerts != nil {
-		if err := p.alerts.Restore(t); err != nil {
-			return err
-		}
-	}
-	if p.sampler != nil {
-		if err := p.sampler.Restore(t); err != nil {
-			return err
-		}
-	}
 	if err := p.restoreClosed(t); err != nil {
 		return err
 	}
 	defer func() { p.s.counters.OpenTraces.Add(int64(len(p.traces))) }()
 	now := t.Now().UnixNano()
-	p.lastInput = 0
 	err := eachKey(t, prefixMeta, func(k, v []byte) error {
 		if len(k) != 17 {
 			return nil
@@ -990,24 +728,15 @@ func (a timer) before(b timer) bool {
 	return string(a.tr.id[:]) < string(b.tr.id[:])
 }
 
-// Close implements engine.Closer: the task leaves the stage's gauges (its
+// close implements stage: the task leaves the stage's gauges (its
 // partition was revoked, or the job stops).
-func (p *processor) Close() error {
+func (p *fuser) close() {
 	c := &p.s.counters
 	c.OpenTraces.Add(-int64(len(p.traces) + p.evicted))
-	p.kvs.close()
 	c.OpenTraceBytes.Add(-p.reportedOpen)
-	p.res.close()
 	c.ClosedTraces.Add(-p.reportedClosed)
 	c.ClosedTraceBytes.Add(-p.reportedClosed * closedOverhead)
 	p.reportedOpen, p.reportedClosed = 0, 0
 	clear(p.traces)
 	p.evicted = 0
-	if p.alerts != nil {
-		p.alerts.Close()
-	}
-	if p.sampler != nil {
-		p.sampler.Close()
-	}
-	return nil
 }

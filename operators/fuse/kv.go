@@ -64,11 +64,16 @@ type kvStage struct {
 	backlog         bool // release left events due for the next call
 }
 
-// onWatermark releases the held events up to wm (at most budget of them)
-// and advances the detector's event time, never past an event still held
-// (a backlog beyond this call's budget): it would expire and close on
-// state those events still change.
-func (k *kvStage) onWatermark(t *engine.Task, wm int64, budget int) error {
+// onWatermark implements stage: it releases the held events up to wm
+// (at most 4 slices of them) and advances the detector's event time,
+// never past an event still held (a backlog beyond this call's budget):
+// it would expire and close on state those events still change.
+func (k *kvStage) onWatermark(t *engine.Task, wm int64) (bool, error) {
+	err := k.advance(t, wm, 4*timerSlice)
+	return k.backlogged(), err
+}
+
+func (k *kvStage) advance(t *engine.Task, wm int64, budget int) error {
 	if err := k.release(t, wm, budget); err != nil {
 		return err
 	}
@@ -202,7 +207,7 @@ const kvSlimBytes = 4096
 
 // process buffers KV logs routed here for the kvgraph processor, each
 // read (for KVGraph.LiveHold) when the task that forwarded it read it.
-func (k *kvStage) process(t *engine.Task, rec *kgo.Record) error {
+func (k *kvStage) process(t *engine.Task, rec *kgo.Record, _ int) error {
 	read := forwardedAt(t)
 	return readMembers(rec.Value, func(m *member) error {
 		w := chunkWriter{}
@@ -667,13 +672,13 @@ func (a *kvEvent) before(b *kvEvent) bool {
 	return a.seq < b.seq
 }
 
-// onIncident tags the traces of an incident's polluted requests (those
-// not given before: kvgraph hands each over once), each at the event time
-// it was polluted (within its request, so the trace is
-// revised, not reopened). It runs inside p.kv's calls, on the task's
+// tag tags the traces of an incident's polluted requests (those not
+// given before: kvgraph hands each over once), each at the event time it
+// was polluted (within its request, so the trace is revised, not
+// reopened): in place, or through the repartition topic to the task of
+// the trace. It runs inside the kvgraph processor's calls, on the task's
 // goroutine, which return its error.
-func (p *processor) onIncident(t *engine.Task, inc *braidpb.Incident) error {
-	p.observeIncident(t, inc)
+func (p *fuser) tag(t *engine.Task, inc *braidpb.Incident) error {
 	for _, v := range inc.Polluted {
 		if len(v.TraceId) != 16 {
 			continue

@@ -157,7 +157,7 @@ func memberBound(m *member) int { return 1 + 10 + 10 + len(m.resource) + 10 + le
 
 // maxMemberBytes is the largest member (body and resource) ingest accepts:
 // one must fit a record with its framing and a fused trace part's header.
-func (p *processor) maxMemberBytes() int { return p.cfg.MaxRecordBytes - 1024 }
+func (o *outputs) maxMemberBytes() int { return o.cfg.MaxRecordBytes - 1024 }
 
 // satAdd returns a+b, saturated at the int64 range (b ≥ 0).
 func satAdd(a, b int64) int64 {

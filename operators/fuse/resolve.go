@@ -88,6 +88,7 @@ const requestOverhead = 160
 // task's goroutine only.
 type resolver struct {
 	outputs
+	s         *Stage
 	partition int32
 	// deliver hands resolved logs, members of trace id, to this task's
 	// fuse stage.
@@ -109,8 +110,8 @@ type resolver struct {
 	key, scratch []byte
 }
 
-func newResolver(o outputs, partition int32, deliver func(*engine.Task, [16]byte, []byte) error) *resolver {
-	return &resolver{outputs: o, partition: partition, deliver: deliver, requests: map[string]*request{}, rgroups: map[string]int{}}
+func newResolver(s *Stage, o outputs, partition int32, deliver func(*engine.Task, [16]byte, []byte) error) *resolver {
+	return &resolver{outputs: o, s: s, partition: partition, deliver: deliver, requests: map[string]*request{}, rgroups: map[string]int{}}
 }
 
 // waitingLog adds a trace-less log naming request rid to the message's
@@ -202,7 +203,7 @@ func (rs *resolver) routeRequest(t *engine.Task, rid string, tag byte, payload [
 
 // process handles a record of the resolve topic: a declaration, or logs
 // naming a request id this task owns.
-func (rs *resolver) process(t *engine.Task, rec *kgo.Record) error {
+func (rs *resolver) process(t *engine.Task, rec *kgo.Record, _ int) error {
 	if len(rec.Key) == 0 || len(rec.Value) == 0 {
 		return rs.reject(t, rec, stageResolve, "resolve record without a request id key or value")
 	}
@@ -394,8 +395,16 @@ func (rs *resolver) scheduleRequest(r *request) {
 	rs.reqTimers.push(reqTimer{at: at, r: r})
 }
 
+// onWatermark implements stage: the requests due at wm (held, like the
+// traces, until the resources table covers it) are flagged and forgotten,
+// a slice at a time.
+func (rs *resolver) onWatermark(t *engine.Task, wm int64) (bool, error) {
+	_, more, err := rs.fire(t, rs.s.closingWatermark(t, wm), timerSlice)
+	return more, err
+}
+
 // fire flags and forgets requests due at wm, at most budget of
-// them (the trace timers share the slice); more: some due are left.
+// them; more: some due are left.
 func (rs *resolver) fire(t *engine.Task, wm int64, budget int) (fired int, more bool, err error) {
 	for len(rs.reqTimers) > 0 && rs.reqTimers[0].at <= wm {
 		if fired == budget {

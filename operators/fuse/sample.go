@@ -13,22 +13,43 @@ import (
 	"github.com/braidlabs/braid/operators/semconv"
 )
 
+// samplingStage is the sampling stage of a task (operators/sampling): it
+// decides, for each trace the fuse stage emits, whether trace stores keep
+// it, and writes a kept trace's members not written before to the sampled
+// topics. Its state is the sampler's (latency estimates per tenant). Used
+// on the task's goroutine only.
+type samplingStage struct {
+	outputs
+	stateless
+	proc *sampling.Processor
+	enc  sampling.Encoder
+}
+
+func (s *samplingStage) prepareCheckpoint(t *engine.Task) error { return s.proc.PrepareCheckpoint(t) }
+func (s *samplingStage) restore(t *engine.Task) error           { return s.proc.Restore(t) }
+func (s *samplingStage) close()                                 { s.proc.Close() }
+func (s *samplingStage) config() *sampling.Config               { return s.proc.Config() }
+
+// decide is the decision for trace st, being emitted: first, its first
+// emission; reason and rate, the decision that kept it before (none: not
+// kept so far) — it stays kept for the same reason, and its new members
+// carry the same decision.
+func (s *samplingStage) decide(st *sampling.Trace, first bool, reason sampling.Reason, rate float64) sampling.Decision {
+	if reason == sampling.ReasonNone {
+		return s.proc.Decide(st, first)
+	}
+	return s.proc.Again(st, reason, rate)
+}
+
 // sample decides whether tr, being emitted, is kept for trace stores
-// (operators/sampling), writes the members not yet written to the sampled
-// topics if so, and appends the decision to FusedTrace b (field 17).
-func (p *processor) sample(t *engine.Task, tr *trace, sum *summary, b []byte) ([]byte, error) {
+// (samplingStage), hands the members not yet written to it if so, and
+// appends the decision to FusedTrace b (field 17).
+func (p *fuser) sample(t *engine.Task, tr *trace, sum *summary, b []byte) ([]byte, error) {
 	e := &p.emitter
-	var d sampling.Decision
 	st := p.sampleTrace(tr, sum)
-	if tr.sampled == sampling.ReasonNone {
-		d = p.sampler.Decide(&st, !tr.emitted)
-		if d.Kept() {
-			tr.sampled, tr.sampleRate = d.Reason, d.Rate
-		}
-	} else {
-		// Kept before: stays kept for the same reason; its new members
-		// carry the same decision.
-		d = p.sampler.Again(&st, tr.sampled, tr.sampleRate)
+	d := p.sampling.decide(&st, !tr.emitted, tr.sampled, tr.sampleRate)
+	if d.Kept() && tr.sampled == sampling.ReasonNone {
+		tr.sampled, tr.sampleRate = d.Reason, d.Rate
 	}
 	if d.Kept() {
 		p.sampMem = p.sampMem[:0]
@@ -43,7 +64,7 @@ func (p *processor) sample(t *engine.Task, tr *trace, sum *summary, b []byte) ([
 			p.sampMem = append(p.sampMem, sampling.Member{Log: m.kind == kindLog, Resource: m.resource, Scope: scope, Payload: payload})
 		}
 		if len(p.sampMem) > 0 {
-			p.writeSampled(t, tr, d)
+			p.sampling.write(t, tr.id, p.sampMem, d)
 		}
 		tr.sent = n
 	}
@@ -73,19 +94,18 @@ func (p *processor) sample(t *engine.Task, tr *trace, sum *summary, b []byte) ([
 	return b, nil
 }
 
-// writeSampled writes p.sampMem, tr's members not yet written, to the
-// sampled topics.
-func (p *processor) writeSampled(t *engine.Task, tr *trace, d sampling.Decision) {
-	cfg := p.sampler.Config()
-	key := otlp.AppendTraceIDHex(make([]byte, 0, 32), tr.id)
+// write writes members of trace id, kept by d, to the sampled topics.
+func (s *samplingStage) write(t *engine.Task, id [16]byte, members []sampling.Member, d sampling.Decision) {
+	cfg := s.proc.Config()
+	key := otlp.AppendTraceIDHex(make([]byte, 0, 32), id)
 	// Room for the key and record overhead, as for fused records.
-	room := p.room(key, nil)
-	spans, logs, unwritable := p.sampEnc.Encode(tr.id, p.sampMem, d, room)
+	room := s.room(key, nil)
+	spans, logs, unwritable := s.enc.Encode(id, members, d, room)
 	if unwritable > 0 {
-		p.sampler.Unwritable(unwritable)
+		s.proc.Unwritable(unwritable)
 	}
 	n, size := 0, 0
-	partition := otlp.HashPartition(key, p.cfg.FusedPartitions)
+	partition := otlp.HashPartition(key, s.cfg.FusedPartitions)
 	for _, out := range []struct {
 		topic  string
 		values [][]byte
@@ -96,12 +116,12 @@ func (p *processor) writeSampled(t *engine.Task, tr *trace, d sampling.Decision)
 			size += len(v)
 		}
 	}
-	p.sampler.Written(n, size)
+	s.proc.Written(n, size)
 }
 
 // sampleTrace is what the sampling decision reads of tr.
-func (p *processor) sampleTrace(tr *trace, sum *summary) sampling.Trace {
-	cfg := p.sampler.Config()
+func (p *fuser) sampleTrace(tr *trace, sum *summary) sampling.Trace {
+	cfg := p.sampling.config()
 	e := &p.emitter
 	st := sampling.Trace{ID: tr.id, Last: tr.last, Error: sum.errors > 0, Polluted: len(e.incidents) > 0}
 	if d := e.derived; d != nil {

@@ -20,6 +20,7 @@ import (
 // goroutine only.
 type resourceSampler struct {
 	outputs
+	stateless
 	// observe hands each sample on: to the derived LLM metrics and the
 	// alerts stage.
 	observe func(t *engine.Task, id *semconv.Identity, name string, v float64, at int64)

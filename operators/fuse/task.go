@@ -1,0 +1,232 @@
+package fuse
+
+import (
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/braidlabs/braid/connectors/otlp"
+	"github.com/braidlabs/braid/engine"
+	"github.com/braidlabs/braid/operators/braidpb"
+	"github.com/braidlabs/braid/operators/kvgraph"
+	"github.com/braidlabs/braid/operators/semconv"
+)
+
+// stage is one operator of a fuse task. Each holds its own state and
+// hands work on to the next by a call to its entry point (in the task) or
+// a record on an internal topic (to another task). Every method runs on
+// the task's goroutine; an error aborts the task's epoch.
+type stage interface {
+	// process handles one record of an input the topology routes to
+	// the stage (input: its index among the task's inputs).
+	process(t *engine.Task, rec *kgo.Record, input int) error
+	// onWatermark does what the task's watermark wm makes due, a slice
+	// at a time; more: some is left (engine.Backlogger).
+	onWatermark(t *engine.Task, wm int64) (more bool, err error)
+	// prepareCheckpoint writes what changed since the last checkpoint
+	// to the task's keyspace.
+	prepareCheckpoint(t *engine.Task) error
+	// restore rebuilds the stage's memory from the task's keyspace.
+	restore(t *engine.Task) error
+	// close leaves the stage's gauges (the task's partition was revoked,
+	// or the job stops).
+	close()
+}
+
+// stateless is the part of stage a stage without state or timers has.
+type stateless struct{}
+
+func (stateless) process(*engine.Task, *kgo.Record, int) error  { return nil }
+func (stateless) onWatermark(*engine.Task, int64) (bool, error) { return false, nil }
+func (stateless) prepareCheckpoint(*engine.Task) error          { return nil }
+func (stateless) restore(*engine.Task) error                    { return nil }
+func (stateless) close()                                        {}
+
+// memoryReporter is a stage with a share of the memory budget, published
+// in the gauges after each of the task's calls.
+type memoryReporter interface{ reportMemory() }
+
+// link is one stage of a task's topology: the inputs routed to it, and
+// whether the stages after it wait for it (gate): while it has due work
+// left at a watermark, they see that watermark only at the engine's next
+// call.
+type link struct {
+	name   string
+	stage  stage
+	inputs []int
+	gate   bool
+}
+
+// topology is the fuse task, declared: its stages in the order a record
+// passes them (and in which the watermark, a checkpoint and a restore
+// reach them), and which input feeds which. A span read from a source
+// goes ingest → fuse (in place, or through the repartition topic to the
+// fuse stage of its trace's task); a log naming only a request id ingest
+// → resolve → fuse; a KV event ingest → kv (here or in its host's task)
+// → kvgraph's incidents → fuse (tags) and alerts; a metric point without
+// an exemplar ingest → resources (the table of every instance) → alerts.
+// An emitted trace goes on to alerts (and the LLM metrics) and sampling.
+func topology(s *Stage, partition int32, lastInput *int64) []link {
+	o := outputs{cfg: &s.cfg, c: &s.counters}
+	alerts := newAlertsStage(o, partition)
+	var sampling *samplingStage
+	if s.cfg.Sampling != nil {
+		sampling = &samplingStage{outputs: o, proc: s.cfg.Sampling.NewProcessor()}
+	}
+	fuse := &fuser{
+		outputs:   o,
+		s:         s,
+		partition: partition,
+		traces:    map[[16]byte]*trace{},
+		closed:    map[[16]byte]uint32{},
+		lastInput: lastInput,
+		observe:   alerts,
+		sampling:  sampling,
+	}
+	resolve := newResolver(s, o, partition, fuse.add)
+	kc := s.cfg.KVGraph
+	kc.Counters = &s.kvCounters
+	kc.OnIncident = func(t *engine.Task, inc *braidpb.Incident) error {
+		alerts.observeIncident(t, inc)
+		return fuse.tag(t, inc)
+	}
+	kc.DLQTopic, kc.DLQPartitions = s.cfg.DLQTopic, s.cfg.DLQPartitions // rejected KV events
+	if s.table != nil {
+		kc.Context = s.incidentContext
+	}
+	sources := len(s.cfg.Sources)
+	kv := &kvStage{outputs: o, partition: partition, input: sources + 1, kv: kvgraph.NewProcessor(kc, partition)}
+	var samples *resourceSampler
+	if s.table != nil {
+		samples = &resourceSampler{outputs: o, observe: alerts.observeSample, samples: map[semconv.Identity][]byte{}}
+	}
+	in := &ingest{outputs: o, s: s, partition: partition, dec: otlp.NewDecoder(), groups: map[[16]byte]int{},
+		kv: kv, resolve: resolve, samples: samples, fuse: fuse.add}
+
+	ls := []link{{name: "ingest", stage: in, inputs: seq(0, sources)}}
+	if samples != nil {
+		ls = append(ls, link{name: "resources", stage: samples})
+	}
+	ls = append(ls,
+		link{name: "kv", stage: kv, inputs: []int{sources + 1}},
+		link{name: "resolve", stage: resolve, inputs: []int{sources}, gate: true},
+		link{name: "fuse", stage: fuse, inputs: []int{sources + 2}},
+		link{name: "alerts", stage: alerts})
+	if s.cfg.Alerts != nil {
+		ls[len(ls)-1].inputs = []int{sources + 3}
+	}
+	if sampling != nil {
+		ls = append(ls, link{name: "sampling", stage: sampling})
+	}
+	return ls
+}
+
+// seq is from, from+1, …, to-1.
+func seq(from, to int) []int {
+	s := make([]int, 0, to-from)
+	for i := from; i < to; i++ {
+		s = append(s, i)
+	}
+	return s
+}
+
+// task runs a topology as the engine's processor of one partition.
+type task struct {
+	links     []link
+	route     []stage // by input index
+	reporters []memoryReporter
+	// alertsInput: the alerts stage's partial aggregates, which are not
+	// input that keeps traces open (fuser.flushIdle).
+	alertsInput int
+	lastInput   int64 // processing time of the last other record, ns
+	backlog     bool
+}
+
+func newTask(s *Stage, partition int32) *task {
+	tk := &task{alertsInput: -1}
+	if s.cfg.Alerts != nil {
+		tk.alertsInput = len(s.cfg.Sources) + 3
+	}
+	tk.links = topology(s, partition, &tk.lastInput)
+	for _, l := range tk.links {
+		for _, i := range l.inputs {
+			for len(tk.route) <= i {
+				tk.route = append(tk.route, nil)
+			}
+			tk.route[i] = l.stage
+		}
+		if r, ok := l.stage.(memoryReporter); ok {
+			tk.reporters = append(tk.reporters, r)
+		}
+	}
+	return tk
+}
+
+// Process implements engine.Processor: the record goes to the stage its
+// input is routed to.
+func (tk *task) Process(t *engine.Task, rec *kgo.Record, input int) error {
+	if input != tk.alertsInput {
+		tk.lastInput = t.Now().UnixNano()
+	}
+	err := tk.route[input].process(t, rec, input)
+	tk.reportMemory()
+	return err
+}
+
+// OnWatermark implements engine.WatermarkHandler: each stage in order
+// does what wm makes due; a gate with work left holds back the rest.
+func (tk *task) OnWatermark(t *engine.Task, wm int64) error {
+	defer tk.reportMemory()
+	tk.backlog = false
+	for _, l := range tk.links {
+		more, err := l.stage.onWatermark(t, wm)
+		if err != nil {
+			return err
+		}
+		if more {
+			tk.backlog = true
+			if l.gate {
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+// Backlog implements engine.Backlogger.
+func (tk *task) Backlog() bool { return tk.backlog }
+
+// PrepareCheckpoint implements engine.Checkpointer.
+func (tk *task) PrepareCheckpoint(t *engine.Task) error {
+	defer tk.reportMemory()
+	for _, l := range tk.links {
+		if err := l.stage.prepareCheckpoint(t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Restore implements engine.Restorer.
+func (tk *task) Restore(t *engine.Task) error {
+	defer tk.reportMemory()
+	tk.lastInput = 0
+	for _, l := range tk.links {
+		if err := l.stage.restore(t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close implements engine.Closer.
+func (tk *task) Close() error {
+	for _, l := range tk.links {
+		l.stage.close()
+	}
+	return nil
+}
+
+func (tk *task) reportMemory() {
+	for _, r := range tk.reporters {
+		r.reportMemory()
+	}
+}
