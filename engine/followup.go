@@ -215,9 +215,16 @@ func (t *Task) checkFollow() {
 // otherwise be released only by that checkpoint's markers and committed
 // by its follow-ups, later still. So a trace whose watermark came just
 // after a regular checkpoint waits an interval less the follow-ups' head
-// start, not an interval plus their chain.
+// start, not an interval plus their chain. A processor's held watermark
+// (WatermarkHolder) caps it.
 func (t *Task) markerFor(k int) (int64, bool) {
-	return t.up[k].w.Current(t.now), t.up[k].w.Idle(t.now)
+	wm, idle := t.up[k].w.Current(t.now), t.up[k].w.Idle(t.now)
+	if h, ok := t.proc.(WatermarkHolder); ok {
+		if held := h.HeldWatermark(t.e.inputIndex[t.e.internal[k]]); held < wm {
+			return held, false
+		}
+	}
+	return wm, idle
 }
 
 // markersMoved reports whether a marker the task would send now on some

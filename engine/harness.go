@@ -147,6 +147,16 @@ func (h *Harness) Restart() error {
 	return h.open()
 }
 
+// Marker decodes r if it is a watermark marker a task wrote on an
+// internal topic: the task that wrote it and the watermark it carries.
+func Marker(r *kgo.Record) (task int32, wm int64, ok bool) {
+	if r.Value != nil || len(r.Headers) != 1 || r.Headers[0].Key != markerHeader {
+		return 0, 0, false
+	}
+	task, wm, _, ok = decodeMarker(r.Headers[0].Value)
+	return task, wm, ok
+}
+
 // Watermark is the task's watermark.
 func (h *Harness) Watermark() int64 { return h.t.lastWM }
 

@@ -28,6 +28,22 @@ type Backlogger interface {
 	Backlog() bool
 }
 
+// WatermarkHolder is implemented by processors that may still write, to
+// an internal topic, records timed behind the watermark the task sends on
+// it: work held until a watermark passed it, which a slice (Backlogger)
+// left for a later call, or which a watermark the processor has not been
+// handed yet makes due. The markers the task sends on that topic carry at
+// most HeldWatermark, so that the tasks reading it have not closed, by
+// their watermark, what those records still change. The work itself must
+// be released by a watermark that does not cover the topic it holds
+// (Task.UpstreamWatermark), or the hold would hold its own release.
+type WatermarkHolder interface {
+	// HeldWatermark returns, for an internal input (an index into
+	// Topology.Inputs), the earliest event time such a record may have;
+	// math.MaxInt64 when none is held.
+	HeldWatermark(input int) int64
+}
+
 // Checkpointer is implemented by processors that hold state in memory: at a
 // checkpoint they write it into t.State before the transaction commits.
 type Checkpointer interface {

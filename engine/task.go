@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -759,6 +760,21 @@ func (t *Task) sourceIndex(input int) int { return t.e.srcIndex[input] }
 // Watermark is the task's current watermark: the one that fires timers,
 // over every input but the Aside ones.
 func (t *Task) Watermark() int64 { return t.lastWM }
+
+// UpstreamWatermark returns, for an internal input (an index into
+// Topology.Inputs), the watermark the task would send on it now: that of
+// its sources and of the internal inputs in its From — what may still
+// bring the records the task forwards to it. Work that ends on that topic
+// may be released at this watermark rather than Watermark, which also
+// covers the topic's own markers (and so what a WatermarkHolder holds on
+// it). It is MinTime for an input that is not internal.
+func (t *Task) UpstreamWatermark(input int) int64 {
+	if input < 0 || input >= len(t.e.topo.Inputs) || !t.e.topo.Inputs[input].Internal {
+		return windows.MinTime
+	}
+	k := slices.Index(t.e.internal, t.e.topo.Inputs[input].Topic)
+	return t.up[k].w.Current(t.now)
+}
 
 // WatermarkAll is the watermark over every input, Aside ones included:
 // Watermark for a topology without them, and never ahead of it.

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -212,5 +213,62 @@ func TestFollowUpMarkersOfIdleSources(t *testing.T) {
 	}
 	if got := step(40e9); got != 40e9 {
 		t.Errorf("follow-up: b=%d, want a's 40s", got)
+	}
+}
+
+// holding observes record timestamps as event times and holds its
+// markers on input 2 ("b") at held (WatermarkHolder).
+type holding struct{ held int64 }
+
+func (p *holding) Process(t *Task, r *kgo.Record, input int) error {
+	t.Observe(input, r.Timestamp.UnixNano())
+	return nil
+}
+
+func (p *holding) HeldWatermark(input int) int64 {
+	if input == 2 {
+		return p.held
+	}
+	return math.MaxInt64
+}
+
+// TestHeldWatermarkCapsMarkers: a processor that may still forward work
+// to a topic timed behind the watermark holds the markers it sends on that
+// topic at that time — only there, and only below the watermark it would
+// send anyway; released, the markers follow the watermark again. The
+// watermark upstream of the held topic is not held.
+func TestHeldWatermarkCapsMarkers(t *testing.T) {
+	p := &holding{held: 30e9}
+	topo := abTopology(1)
+	topo.NewProcessor = func(*Task) (Processor, error) { return p, nil }
+	h := upstreamHarness(t, topo, time.Unix(1000, 0))
+	if err := h.Process(0, &kgo.Record{Timestamp: time.Unix(0, 50e9)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Process(1, marker(0, 40e9)); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		held  int64
+		wantB int64 // From a: 40s
+	}{
+		{30e9, 30e9},
+		{45e9, 40e9},
+		{math.MaxInt64, 40e9},
+	} {
+		p.held = c.held
+		h.Out = h.Out[:0]
+		if err := h.Checkpoint(); err != nil {
+			t.Fatal(err)
+		}
+		if got := markersOut(h); got["a"] != 49e9 || got["b"] != c.wantB {
+			t.Errorf("held %d: markers a=%d b=%d, want 49s (sources) and %d", c.held, got["a"], got["b"], c.wantB)
+		}
+		if wm := h.Task().UpstreamWatermark(2); wm != 40e9 {
+			t.Errorf("held %d: upstream watermark of b %d, want 40s", c.held, wm)
+		}
+	}
+	if wm := h.Task().UpstreamWatermark(0); wm != math.MinInt64 {
+		t.Errorf("upstream watermark of a source %d, want MinTime", wm)
 	}
 }

@@ -39,6 +39,11 @@ type kvStage struct {
 	outputs   // the stage's configuration and counters (KVLogs, KVBuffered, …); the detector's are kv.Counters()
 	partition int32
 	input     int // the KV topic's input index (engine.Task.MarkerHorizon)
+	// tagsInput: the repartition topic's input index, where the tags of
+	// the incidents go (engine.Task.UpstreamWatermark); wm the watermark
+	// held events were released by.
+	tagsInput int
+	wm        int64
 	kv        *kvgraph.Processor
 
 	// The KV events of the record being processed that go to other
@@ -64,12 +69,20 @@ type kvStage struct {
 	backlog         bool // release left events due for the next call
 }
 
-// onWatermark implements stage: it releases the held events up to wm
-// (at most 4 slices of them) and advances the detector's event time,
-// never past an event still held (a backlog beyond this call's budget):
-// it would expire and close on state those events still change.
+// onWatermark implements stage: it releases the held events (at most 4
+// slices of them) and advances the detector's event time, never past an
+// event still held (a backlog beyond this call's budget): it would expire
+// and close on state those events still change. What releases them is the
+// watermark of what may still bring a KV event — the sources and the
+// tasks that forward to the KV topic — not the task's, which also covers
+// the repartition topic: its markers wait for the tags of the incidents
+// those events show (held).
 func (k *kvStage) onWatermark(t *engine.Task, wm int64) (bool, error) {
-	err := k.advance(t, wm, 4*timerSlice)
+	if up := t.UpstreamWatermark(k.tagsInput); up != windows.MinTime {
+		wm = max(wm, up)
+	}
+	k.wm = max(k.wm, wm)
+	err := k.advance(t, k.wm, 4*timerSlice)
 	return k.backlogged(), err
 }
 
@@ -95,10 +108,24 @@ func (k *kvStage) prepareCheckpoint(t *engine.Task) error {
 
 // restore reloads the held events and the detector.
 func (k *kvStage) restore(t *engine.Task) error {
+	k.wm = windows.MinTime
 	if err := k.restoreBuffer(t); err != nil {
 		return err
 	}
 	return k.kv.Restore(t)
+}
+
+// held implements holder: the earliest event held (the tags of the
+// incidents it and later events show are timed at their victims' reads,
+// at or after it). It holds a watermark only once that watermark has
+// passed it: the events a slice left due, or due by a watermark the stage
+// has not been handed yet (a task's markers carry its inputs' watermark
+// of the moment).
+func (k *kvStage) held() int64 {
+	if ts, _, ok := k.next(); ok {
+		return ts
+	}
+	return math.MaxInt64
 }
 
 // backlogged reports whether events are due that the last call left.

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/braidlabs/braid/connectors/otlp"
+	"github.com/braidlabs/braid/engine"
 	"github.com/braidlabs/braid/operators/braidpb"
 	"github.com/braidlabs/braid/operators/kvgraph/kvlog"
 )
@@ -841,4 +842,110 @@ func kvFixture() (kvlog.Pool, func(int64) int64, kvlog.Where) {
 	return kvlog.Pool{Layers: 2, Blocks: 8, BlockBytes: 1024},
 		func(n int64) int64 { return base.UnixNano() + n*int64(time.Millisecond) },
 		kvlog.Where{Host: "node-a", GPUUUID: "GPU-0", GPUIndex: 0}
+}
+
+// TestKVBacklogTagsTheVictimBeforeItsTraceCloses: read as a backlog, the
+// watermark jumps far past 60,000 KV events at once, which the stage
+// releases a slice at a time. The victim's trace must not close by that
+// watermark before the incident its read shows has tagged it: the KV
+// stage holds the watermark its task's markers on the repartition topic
+// carry (what the fuse stages of other tasks close traces by) at its
+// earliest event held, and the watermark its own fuse stage sees. The
+// victim's trace is emitted once, with FLAG_POLLUTED; no tag is late.
+func TestKVBacklogTagsTheVictimBeforeItsTraceCloses(t *testing.T) {
+	for _, n := range []int32{1, 3} {
+		t.Run(strconv.Itoa(int(n))+" tasks", func(t *testing.T) {
+			c := newCluster(t, n, nil)
+			pool := kvlog.Pool{Layers: 2, Blocks: 8, BlockBytes: 1024}
+			where := kvlog.Where{Host: hostOn(0, n), GPUUUID: "GPU-0", GPUIndex: 0, Instance: "vllm-0"}
+			ms := func(x int64) int64 { return base.UnixNano() + x*int64(time.Millisecond) }
+			var victim [16]byte
+			victim[0] = 0xab
+			for otlp.HashPartition(otlp.AppendTraceIDHex(nil, victim), n) != n-1 {
+				victim[15]++ // on the last task: another than the host's when n > 1
+			}
+			c.advance(2) // every task has every marker
+			// 60,000 clean events, then r2 reads what r1 left in block 1.
+			const lifecycles = 12000
+			start := int64(5000)
+			ops := cleanLifecycles(pool, func(x int64) int64 { return ms(start + x) }, lifecycles)
+			at := func(x int64) int64 { return ms(start + 4*lifecycles + 100 + x) }
+			ops = append(ops, kvlog.Op{Time: at(0), Op: "alloc", Request: "r1", Block: 1})
+			for l := range pool.Layers {
+				ops = append(ops, pool.Write(at(1), "r1", 1, l, 0, pool.BlockBytes))
+			}
+			ops = append(ops, kvlog.Op{Time: at(3), Op: "free", Request: "r1", Block: 1},
+				kvlog.Op{Time: at(5), Op: "alloc", Request: "r2", Block: 1, TraceID: victim},
+				pool.Read(at(7), "r2", 1, 1, 0, 1024))
+			for i := range ops {
+				ops[i].Layers = pool.Layers
+			}
+			for i := 0; i < len(ops); i += 1000 {
+				c.feed(0, inLogs, nil, kvlog.Marshal(where, ops[i:min(i+1000, len(ops))]...))
+			}
+			c.feed(int(n-1), inSpans, nil, spansMsg(requestSpan(victim, "r2", time.Unix(0, at(5)), time.Unix(0, at(8)))))
+			// Then the backlog's next input, minutes of event time later,
+			// on every task: the watermark passes the victim's trace's
+			// close (idle gap, allowed lateness) by far.
+			jump := func(k int64) {
+				next := base.Add(time.Duration(k) * 5 * time.Minute)
+				for p := range c.hs {
+					var id [16]byte
+					id[0], id[1], id[2] = 0xee, byte(k), byte(p)
+					c.feed(p, inSpans, nil, spansMsg(requestSpan(id, "other", next, next)))
+					c.feed(p, inLogs, nil, logsMsg(engineLog(next, "tick")))
+				}
+			}
+			jump(1)
+			// The host's task, a slice of its events released: its
+			// markers on the repartition topic hold at its earliest.
+			h := c.hs[0]
+			if h.stage.Counters().KVBuffered.Load() == 0 {
+				t.Fatal("every KV event released at once: no backlog to hold")
+			}
+			h.Out = nil
+			if err := h.Checkpoint(); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range h.Out {
+				if _, wm, ok := engine.Marker(r); ok && r.Topic == "braid.fuse-repartition" && wm > at(7) {
+					t.Errorf("repartition marker at %v while the victim's read (%v) is held", time.Unix(0, wm), time.Unix(0, at(7)))
+				}
+			}
+			c.drain()
+			// Checkpoints while the host's task works through its
+			// events, a slice per call (no Advance loop): the other
+			// tasks' markers pass the victim's trace's close meanwhile.
+			for k := int64(2); k <= 4; k++ {
+				jump(k)
+				for _, h := range c.hs {
+					h.now = h.now.Add(600 * time.Millisecond)
+					h.SetNow(h.now)
+					if err := h.Checkpoint(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				c.drain()
+			}
+			for k := int64(5); k <= 7; k++ {
+				jump(k)
+				c.checkpoint(600 * time.Millisecond)
+			}
+			if len(c.incidents()) == 0 {
+				t.Fatal("no incident")
+			}
+			var late, tags int64
+			for _, h := range c.hs {
+				late += h.stage.Counters().IncidentTagsLate.Load()
+				tags += h.stage.Counters().IncidentTags.Load()
+			}
+			ft := c.fused()[string(otlp.AppendTraceIDHex(nil, victim))]
+			if ft == nil {
+				t.Fatal("victim's trace not emitted")
+			}
+			if !hasFlag(ft, braidpb.Flag_FLAG_POLLUTED) || ft.Revision != 0 || late != 0 || tags == 0 {
+				t.Errorf("victim's trace revision %d flags %v; %d tags, %d late: want revision 0 with FLAG_POLLUTED, none late", ft.Revision, ft.Flags, tags, late)
+			}
+		})
+	}
 }

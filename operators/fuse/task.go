@@ -1,6 +1,8 @@
 package fuse
 
 import (
+	"math"
+
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/braidlabs/braid/connectors/otlp"
@@ -8,6 +10,7 @@ import (
 	"github.com/braidlabs/braid/operators/braidpb"
 	"github.com/braidlabs/braid/operators/kvgraph"
 	"github.com/braidlabs/braid/operators/semconv"
+	"github.com/braidlabs/braid/windows"
 )
 
 // stage is one operator of a fuse task. Each holds its own state and
@@ -39,6 +42,14 @@ func (stateless) onWatermark(*engine.Task, int64) (bool, error) { return false, 
 func (stateless) prepareCheckpoint(*engine.Task) error          { return nil }
 func (stateless) restore(*engine.Task) error                    { return nil }
 func (stateless) close()                                        {}
+
+// holder is a stage that may still hand the fuse stage work timed behind
+// the task's watermark: held is the earliest event time of that work
+// (math.MaxInt64: none). The stages after it see the watermark capped at
+// held, and so do the tasks that read the task's repartition topic
+// (engine.WatermarkHolder): neither closes, by the watermark, a trace that
+// work still tags.
+type holder interface{ held() int64 }
 
 // memoryReporter is a stage with a share of the memory budget, published
 // in the gauges after each of the task's calls.
@@ -93,7 +104,7 @@ func topology(s *Stage, partition int32, lastInput *int64) []link {
 		kc.Context = s.incidentContext
 	}
 	sources := len(s.cfg.Sources)
-	kv := &kvStage{outputs: o, partition: partition, input: sources + 1, kv: kvgraph.NewProcessor(kc, partition)}
+	kv := &kvStage{outputs: o, partition: partition, input: sources + 1, tagsInput: sources + 2, wm: windows.MinTime, kv: kvgraph.NewProcessor(kc, partition)}
 	var samples *resourceSampler
 	if s.table != nil {
 		samples = &resourceSampler{outputs: o, observe: alerts.observeSample, samples: map[semconv.Identity][]byte{}}
@@ -135,13 +146,14 @@ type task struct {
 	reporters []memoryReporter
 	// alertsInput: the alerts stage's partial aggregates, which are not
 	// input that keeps traces open (fuser.flushIdle).
-	alertsInput int
-	lastInput   int64 // processing time of the last other record, ns
-	backlog     bool
+	alertsInput      int
+	repartitionInput int
+	lastInput        int64 // processing time of the last other record, ns
+	backlog          bool
 }
 
 func newTask(s *Stage, partition int32) *task {
-	tk := &task{alertsInput: -1}
+	tk := &task{alertsInput: -1, repartitionInput: len(s.cfg.Sources) + 2}
 	if s.cfg.Alerts != nil {
 		tk.alertsInput = len(s.cfg.Sources) + 3
 	}
@@ -172,7 +184,8 @@ func (tk *task) Process(t *engine.Task, rec *kgo.Record, input int) error {
 }
 
 // OnWatermark implements engine.WatermarkHandler: each stage in order
-// does what wm makes due; a gate with work left holds back the rest.
+// does what wm makes due, up to what the holders before it have caught
+// up with; a gate with work left holds back the rest.
 func (tk *task) OnWatermark(t *engine.Task, wm int64) error {
 	defer tk.reportMemory()
 	tk.backlog = false
@@ -180,6 +193,9 @@ func (tk *task) OnWatermark(t *engine.Task, wm int64) error {
 		more, err := l.stage.onWatermark(t, wm)
 		if err != nil {
 			return err
+		}
+		if h, ok := l.stage.(holder); ok {
+			wm = min(wm, h.held())
 		}
 		if more {
 			tk.backlog = true
@@ -193,6 +209,21 @@ func (tk *task) OnWatermark(t *engine.Task, wm int64) error {
 
 // Backlog implements engine.Backlogger.
 func (tk *task) Backlog() bool { return tk.backlog }
+
+// HeldWatermark implements engine.WatermarkHolder: the repartition topic's
+// markers, what the fuse stages of other tasks close traces by, are held.
+func (tk *task) HeldWatermark(input int) int64 {
+	h := int64(math.MaxInt64)
+	if input != tk.repartitionInput {
+		return h
+	}
+	for _, l := range tk.links {
+		if s, ok := l.stage.(holder); ok {
+			h = min(h, s.held())
+		}
+	}
+	return h
+}
 
 // PrepareCheckpoint implements engine.Checkpointer.
 func (tk *task) PrepareCheckpoint(t *engine.Task) error {
