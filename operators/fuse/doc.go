@@ -29,18 +29,26 @@
 // points without exemplars) are counted as unjoined: they belong to the
 // resolve and resources stages.
 //
-// A task runs the stages the engine's topology routes its inputs to, each
-// an operator of its own holding its own state: the resolve stage
-// (resolver, resolve.go: request ids, their declarations and waiting
-// logs), the KV-cache stage (kvStage, kv.go: KV events routed to the
-// task of their host, held until the watermark, and the kvgraph
-// detector), and fuse (processor: the open traces, their timers and the
-// closed-trace tombstones), which also reads the source topics and routes
-// what each member is to the stage it belongs to. The stages share the
-// task's outputs (dead-letter and late copies, records cut to the size
-// limit) and pass work on through the internal topics or, within the
-// task, by a call: resolved logs to fuse (resolver.deliver), incident
-// tags to fuse (kvgraph.Config.OnIncident).
+// A task is a topology of stages (task.go), each an operator holding its
+// own state behind one interface — process, onWatermark,
+// prepareCheckpoint, restore, close, every one returning an error — and
+// declared in the order a record passes them: ingest (ingest.go: reads the
+// sources, routes each member to the stage it belongs to), the resources
+// sampler (samples.go), the KV-cache stage (kvStage, kv.go: KV events
+// routed to the task of their host, held until the watermark, and the
+// kvgraph detector), resolve (resolver, resolve.go: request ids, their
+// declarations and waiting logs), fuse (fuser: the open traces, their
+// timers and the closed-trace tombstones), alerts (alertsStage, with the
+// derived LLM metrics' feed) and sampling (samplingStage). The stages
+// share the task's outputs (dead-letter and late copies, records cut to
+// the size limit) and hand work on through the internal topics or, within
+// the task, by a call to the next stage's entry point: resolved logs and
+// incident tags to fuse, emitted traces to alerts and sampling. The
+// watermark reaches the stages in that order; the KV-cache stage holds
+// the watermark the stages after it see, and the one its task's markers
+// on the repartition topic carry, at the earliest KV event it holds
+// (engine.WatermarkHolder), so that no trace closes before the tags of the
+// incidents those events show.
 //
 // Nothing in the input stops the job. A record a stage cannot handle (an
 // undecodable message, a malformed internal record, a member larger than
