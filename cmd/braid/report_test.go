@@ -41,6 +41,7 @@ func TestReportFromDemo(t *testing.T) {
 	if raceEnabled {
 		t.Skip("runs without -race, in make test's second pass (the demo under the detector falls minutes behind)")
 	}
+	t.Parallel() // beside the other two of make test's demo pass
 	if testing.Short() {
 		t.Skip("runs the demo for about three minutes")
 	}

@@ -64,6 +64,7 @@ func TestSamplingToCollector(t *testing.T) {
 		// makes it several times slower and the paced input late.
 		t.Skip("runs without -race, in make test's second pass")
 	}
+	t.Parallel() // beside the other two of make test's demo pass
 	const partitions = 4
 	brokers := kafkatest.Brokers(t)
 	in := kafkatest.NewTopics(t, brokers, partitions, "otlp_spans", "otlp_logs", "otlp_metrics")

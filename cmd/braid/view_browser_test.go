@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/braidlabs/braid/connectors/simulator"
 	"github.com/braidlabs/braid/connectors/view"
+	"github.com/braidlabs/braid/operators/braidpb"
 )
 
 // TestViewInBrowser drives a real headless Chromium through the view of a
@@ -39,6 +41,7 @@ func TestViewInBrowser(t *testing.T) {
 	if raceEnabled {
 		t.Skip("runs without -race, in make test's second pass (a demo and a browser under the detector fall minutes behind)")
 	}
+	t.Parallel() // beside the other two of make test's demo pass
 	if testing.Short() {
 		t.Skip("runs the demo and a browser for a minute or two")
 	}
@@ -301,6 +304,17 @@ func TestViewInBrowser(t *testing.T) {
 		t.Fatalf("no victim of %s links to its trace: %v", inc.ID, inc.Victims)
 	}
 	victim := inc.Traced[0]
+	// Its trace is fused once its request has ended and event time has
+	// closed it, which may come after the incident names it: wait for
+	// the record with its spans and the incident's flag.
+	var href string
+	eval(fmt.Sprintf(`document.querySelector('#victims tr[data-request=%q] a.trace-link').getAttribute('href')`, victim), &href)
+	waitFor(t, time.Minute, "the victim's trace to be fused with FLAG_POLLUTED", func() bool {
+		demoEnded()
+		var tp view.TracePage
+		getJSON(t, base+"api/trace/"+path.Base(href), &tp)
+		return len(tp.Spans) > 0 && slices.Contains(tp.Flags, braidpb.Flag_FLAG_POLLUTED.String())
+	})
 	do("open a victim's trace", 30*time.Second, chromedp.Navigate(base+"incident/"+url.PathEscape(inc.ID)), ready("incident"),
 		chromedp.Click(chromedp.CSS(fmt.Sprintf(`#victims tr[data-request=%q] a.trace-link`, victim))), ready("trace"))
 	var tr struct {

@@ -230,9 +230,25 @@ type fuser struct {
 	// Where an emitted trace goes besides braid.fused: the alerts stage
 	// and the derived LLM metrics (observe), and the sampling stage (nil
 	// when off), which decides whether trace stores keep it.
-	observe  *alertsStage
-	sampling *samplingStage
+	observe  traceObserver
+	sampling traceSampler
 	sampMem  []sampling.Member // the members handed to sampling
+}
+
+// traceObserver is how the fuse stage hands an emitted trace to the
+// alerts stage and the derived LLM metrics (alertsStage).
+type traceObserver interface {
+	wantsTraces() bool
+	trace(t *engine.Task, tr *emittedTrace)
+}
+
+// traceSampler is how the fuse stage asks the sampling stage
+// (samplingStage) whether trace stores keep an emitted trace, and hands it
+// the members of a kept one.
+type traceSampler interface {
+	config() *sampling.Config
+	decide(st *sampling.Trace, first bool, reason sampling.Reason, rate float64) sampling.Decision
+	write(t *engine.Task, id [16]byte, members []sampling.Member, d sampling.Decision)
 }
 
 // process implements stage: the repartition topic's chunks of members,

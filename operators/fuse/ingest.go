@@ -35,11 +35,36 @@ type ingest struct {
 	key     []byte
 	scratch []byte
 
-	// The stages it routes to (their entry points only).
-	kv      *kvStage
-	resolve *resolver
-	samples *resourceSampler // nil when the resources stage is off
+	// The entry points of the stages it routes to.
+	kv      kvRoute
+	resolve requestRoute
+	samples sampleRoute // nil when the resources stage is off
 	fuse    func(t *engine.Task, id [16]byte, chunk []byte) error
+}
+
+// kvRoute is how ingest hands KV logs to the KV-cache stage (kvStage):
+// per message, drop what a failed one left, route each, flush the
+// records for other tasks.
+type kvRoute interface {
+	drop()
+	route(t *engine.Task, it *otlp.Item, rec *kgo.Record) error
+	flush(t *engine.Task) error
+}
+
+// requestRoute is how ingest hands the resolve stage (resolver) the logs
+// that name only a request id and the spans' declarations, per message.
+type requestRoute interface {
+	startMessage()
+	waitingLog(rid string, it *otlp.Item, sig otlp.Signal, rec *kgo.Record)
+	routeRequest(t *engine.Task, rid string, tag byte, payload []byte) error
+	flushMessage(t *engine.Task) error
+}
+
+// sampleRoute is how ingest hands metric points without an exemplar to
+// the resources sampler (resourceSampler), per message.
+type sampleRoute interface {
+	sample(t *engine.Task, it *otlp.Item) bool
+	flush(t *engine.Task)
 }
 
 // process implements stage: one message of source input.

@@ -78,10 +78,6 @@ type link struct {
 func topology(s *Stage, partition int32, lastInput *int64) []link {
 	o := outputs{cfg: &s.cfg, c: &s.counters}
 	alerts := newAlertsStage(o, partition)
-	var sampling *samplingStage
-	if s.cfg.Sampling != nil {
-		sampling = &samplingStage{outputs: o, proc: s.cfg.Sampling.NewProcessor()}
-	}
 	fuse := &fuser{
 		outputs:   o,
 		s:         s,
@@ -90,7 +86,11 @@ func topology(s *Stage, partition int32, lastInput *int64) []link {
 		closed:    map[[16]byte]uint32{},
 		lastInput: lastInput,
 		observe:   alerts,
-		sampling:  sampling,
+	}
+	var sampling *samplingStage
+	if s.cfg.Sampling != nil {
+		sampling = &samplingStage{outputs: o, proc: s.cfg.Sampling.NewProcessor()}
+		fuse.sampling = sampling
 	}
 	resolve := newResolver(s, o, partition, fuse.add)
 	kc := s.cfg.KVGraph
@@ -105,12 +105,13 @@ func topology(s *Stage, partition int32, lastInput *int64) []link {
 	}
 	sources := len(s.cfg.Sources)
 	kv := &kvStage{outputs: o, partition: partition, input: sources + 1, tagsInput: sources + 2, wm: windows.MinTime, kv: kvgraph.NewProcessor(kc, partition)}
+	in := &ingest{outputs: o, s: s, partition: partition, dec: otlp.NewDecoder(), groups: map[[16]byte]int{},
+		kv: kv, resolve: resolve, fuse: fuse.add}
 	var samples *resourceSampler
 	if s.table != nil {
 		samples = &resourceSampler{outputs: o, observe: alerts.observeSample, samples: map[semconv.Identity][]byte{}}
+		in.samples = samples
 	}
-	in := &ingest{outputs: o, s: s, partition: partition, dec: otlp.NewDecoder(), groups: map[[16]byte]int{},
-		kv: kv, resolve: resolve, samples: samples, fuse: fuse.add}
 
 	ls := []link{{name: "ingest", stage: in, inputs: seq(0, sources)}}
 	if samples != nil {
