@@ -12,7 +12,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -307,12 +306,16 @@ func TestViewInBrowser(t *testing.T) {
 	// Its trace is fused once its request has ended and event time has
 	// closed it, which may come after the incident names it: wait for
 	// the record with its spans and the incident's flag.
-	var href string
-	eval(fmt.Sprintf(`document.querySelector('#victims tr[data-request=%q] a.trace-link').getAttribute('href')`, victim), &href)
+	var ip view.IncidentPage
+	getJSON(t, base+"api/incident/"+url.PathEscape(inc.ID), &ip)
+	vi := slices.IndexFunc(ip.Victims, func(v view.Victim) bool { return v.RequestID == victim })
+	if vi < 0 || ip.Victims[vi].TraceID == "" {
+		t.Fatalf("the incident's API names no trace of victim %s: %+v", victim, ip.Victims)
+	}
 	waitFor(t, time.Minute, "the victim's trace to be fused with FLAG_POLLUTED", func() bool {
 		demoEnded()
 		var tp view.TracePage
-		getJSON(t, base+"api/trace/"+path.Base(href), &tp)
+		getJSON(t, base+"api/trace/"+ip.Victims[vi].TraceID, &tp)
 		return len(tp.Spans) > 0 && slices.Contains(tp.Flags, braidpb.Flag_FLAG_POLLUTED.String())
 	})
 	do("open a victim's trace", 30*time.Second, chromedp.Navigate(base+"incident/"+url.PathEscape(inc.ID)), ready("incident"),
