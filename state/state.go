@@ -183,6 +183,7 @@ func (s *Store) Keyspace(name string) (*Keyspace, error) {
 		Cache:                       s.cache,
 		MemTableSize:                uint64(s.memTableSize(len(s.mu.open))),
 		MemTableStopWritesThreshold: 2,
+		Levels:                      uncompressedLevels(),
 		Logger:                      pebbleLogger{log},
 		EventListener:               listener,
 	})
@@ -194,6 +195,25 @@ func (s *Store) Keyspace(name string) (*Keyspace, error) {
 	k.batch = db.NewIndexedBatch()
 	s.mu.open[name] = k
 	return k, nil
+}
+
+// uncompressedLevels are the options of a keyspace's seven levels:
+// Pebble's defaults, without block compression. What tasks keep is
+// short-lived — a trace's chunks are read back once, when it is emitted,
+// and deleted when it is purged — so compressing each block at every flush
+// and compaction, and decompressing it for that one read, cost CPU (a
+// sixth of braid's in the e2e benchmark's profile) to save disk that is
+// soon given back.
+func uncompressedLevels() []pebble.LevelOptions {
+	ls := make([]pebble.LevelOptions, 7)
+	for i := range ls {
+		ls[i].Compression = pebble.NoCompression
+		if i > 0 {
+			ls[i].TargetFileSize = ls[i-1].TargetFileSize * 2
+		}
+		ls[i].EnsureDefaults()
+	}
+	return ls
 }
 
 // MemTableSize is the memtable size a keyspace opened now would get.
