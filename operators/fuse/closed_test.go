@@ -451,3 +451,36 @@ func TestIdleFlushWaitsWhileBehind(t *testing.T) {
 		t.Fatalf("IdleFlushed %d, want %d", n, len(ts))
 	}
 }
+
+// TestIdleFlushIsSliced: the processing-time flush emits at most a slice of
+// traces per call and reports a backlog, so that a checkpoint barrier
+// waits for one slice, not for every idle trace; the engine's calls that
+// follow emit the rest, each trace once.
+func TestIdleFlushIsSliced(t *testing.T) {
+	const flush = 5 * time.Second
+	h := newHarness(t, 1, func(c *Config) { c.FlushAfter = flush })
+	n := 2*timerSlice + 100
+	// Traces at one moment of event time: none closes by the watermark.
+	for i := range n {
+		var id [16]byte
+		id[0], id[1], id[2] = 0xfa, byte(i>>8), byte(i)
+		h.feed(inSpans, nil, spansMsg(requestSpan(id, "r", base, base.Add(time.Millisecond))))
+	}
+	h.MarkCaughtUp()
+	h.SetNow(h.now.Add(2 * flush))
+	if err := h.Step(); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.stage.Counters().IdleFlushed.Load(); got != timerSlice {
+		t.Fatalf("one call flushed %d traces, want a slice of %d", got, timerSlice)
+	}
+	if err := h.Advance(); err != nil { // goes on while the task reports a backlog
+		t.Fatal(err)
+	}
+	if got := h.fused(); len(got) != n {
+		t.Fatalf("%d of %d traces flushed", len(got), n)
+	}
+	if got := h.stage.Counters().IdleFlushed.Load(); got != int64(n) {
+		t.Fatalf("IdleFlushed %d, want %d (each trace once)", got, n)
+	}
+}

@@ -412,7 +412,7 @@ func (p *fuser) onWatermark(t *engine.Task, wm int64) (bool, error) {
 
 // flushIdle emits the dirty traces that received nothing for FlushAfter,
 // once the task itself has received nothing for that long and the
-// instance is live (engine.Task.Live).
+// instance is live (engine.Task.Live), at most timerSlice of them a call.
 func (p *fuser) flushIdle(t *engine.Task, wm int64) error {
 	if p.cfg.FlushAfter <= 0 {
 		return nil
@@ -425,7 +425,13 @@ func (p *fuser) flushIdle(t *engine.Task, wm int64) error {
 		// watermark will close the traces, once, with every member.
 		return nil
 	}
-	for p.touchHead < len(p.touched) && p.touched[p.touchHead].at <= deadline {
+	for flushed := 0; p.touchHead < len(p.touched) && p.touched[p.touchHead].at <= deadline; {
+		if flushed == timerSlice {
+			// A slice at a time, as the timers: a checkpoint barrier
+			// waits for one slice at most (engine.Backlogger).
+			p.backlog = true
+			break
+		}
 		tc := p.touched[p.touchHead]
 		p.touched[p.touchHead] = touch{}
 		p.touchHead++
@@ -436,6 +442,7 @@ func (p *fuser) flushIdle(t *engine.Task, wm int64) error {
 		if err := p.emit(t, tr, wm); err != nil {
 			return err
 		}
+		flushed++
 		p.s.counters.IdleFlushed.Add(1)
 		// Emitted before the resources table has the trace's window (its
 		// samples may still come): still changed, so that the close in
