@@ -52,8 +52,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/braidlabs/braid/benchmarks/internal/braidproc"
-	"github.com/braidlabs/braid/benchmarks/internal/outputs"
 	"github.com/braidlabs/braid/benchmarks/internal/machine"
+	"github.com/braidlabs/braid/benchmarks/internal/outputs"
 	"github.com/braidlabs/braid/cmd/braid/job"
 	"github.com/braidlabs/braid/connectors/simulator"
 	"github.com/braidlabs/braid/engine"

@@ -181,4 +181,3 @@ func scoreKV(ctx context.Context, brokers []string, topic, logsTopic, fusedTopic
 	slices.Sort(sc.RefUnflagged)
 	return sc, nil
 }
-
