@@ -103,8 +103,7 @@ func topology(s *Stage, partition int32, lastInput *int64) []link {
 	if s.table != nil {
 		kc.Context = s.incidentContext
 	}
-	sources := len(s.cfg.Sources)
-	kv := &kvStage{outputs: o, partition: partition, input: sources + 1, tagsInput: sources + 2, wm: windows.MinTime, kv: kvgraph.NewProcessor(kc, partition)}
+	kv := &kvStage{outputs: o, partition: partition, input: s.kvInput(), tagsInput: s.repartitionInput(), wm: windows.MinTime, kv: kvgraph.NewProcessor(kc, partition)}
 	in := &ingest{outputs: o, s: s, partition: partition, dec: otlp.NewDecoder(), groups: map[[16]byte]int{},
 		kv: kv, resolve: resolve, fuse: fuse.add}
 	var samples *resourceSampler
@@ -113,23 +112,30 @@ func topology(s *Stage, partition int32, lastInput *int64) []link {
 		in.samples = samples
 	}
 
-	ls := []link{{name: "ingest", stage: in, inputs: seq(0, sources)}}
+	ls := []link{{name: "ingest", stage: in, inputs: seq(0, len(s.cfg.Sources))}}
 	if samples != nil {
 		ls = append(ls, link{name: "resources", stage: samples})
 	}
 	ls = append(ls,
-		link{name: "kv", stage: kv, inputs: []int{sources + 1}},
-		link{name: "resolve", stage: resolve, inputs: []int{sources}, gate: true},
-		link{name: "fuse", stage: fuse, inputs: []int{sources + 2}},
+		link{name: "kv", stage: kv, inputs: []int{s.kvInput()}},
+		link{name: "resolve", stage: resolve, inputs: []int{s.resolveInput()}, gate: true},
+		link{name: "fuse", stage: fuse, inputs: []int{s.repartitionInput()}},
 		link{name: "alerts", stage: alerts})
 	if s.cfg.Alerts != nil {
-		ls[len(ls)-1].inputs = []int{sources + 3}
+		ls[len(ls)-1].inputs = []int{s.alertsInput()}
 	}
 	if sampling != nil {
 		ls = append(ls, link{name: "sampling", stage: sampling})
 	}
 	return ls
 }
+
+// Input indexes of the internal topics, after the sources, in the order
+// Stage.Topology lists them.
+func (s *Stage) resolveInput() int     { return len(s.cfg.Sources) }
+func (s *Stage) kvInput() int          { return len(s.cfg.Sources) + 1 }
+func (s *Stage) repartitionInput() int { return len(s.cfg.Sources) + 2 }
+func (s *Stage) alertsInput() int      { return len(s.cfg.Sources) + 3 }
 
 // seq is from, from+1, …, to-1.
 func seq(from, to int) []int {
@@ -154,9 +160,9 @@ type task struct {
 }
 
 func newTask(s *Stage, partition int32) *task {
-	tk := &task{alertsInput: -1, repartitionInput: len(s.cfg.Sources) + 2}
+	tk := &task{alertsInput: -1, repartitionInput: s.repartitionInput()}
 	if s.cfg.Alerts != nil {
-		tk.alertsInput = len(s.cfg.Sources) + 3
+		tk.alertsInput = s.alertsInput()
 	}
 	tk.links = topology(s, partition, &tk.lastInput)
 	for _, l := range tk.links {
