@@ -26,8 +26,8 @@ run:
 
 ## test: unit tests and integration tests against a real Kafka 4.x broker
 ## (and the real Alertmanager and Prometheus the tests start).
-## The three passes run at once (deploy/local/parallel.sh, output lines
-## prefixed [race], [norace], [demo]): they spend most of their time
+## The four passes run at once (deploy/local/parallel.sh, output lines
+## prefixed [race], [norace], [demo], [sigterm]): they spend most of their time
 ## waiting on paced input, the broker, a Collector or a browser.
 test:
 	@trap '$(KAFKA) stop' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
@@ -35,7 +35,8 @@ test:
 	  bash deploy/local/parallel.sh \
 	    race "$(GO) test $(GO_TEST_FLAGS) $(RACE_PKGS) && $(GO) test -race -count=1 -run '^TestKfakeSmoke\$$' ./cmd/braid/job" \
 	    norace "$(GO) test -count=1 -parallel 6 -timeout 30m $(NORACE_PKGS)" \
-	    demo "$(GO) test -count=1 -timeout 30m -run '^(TestSamplingToCollector|TestViewInBrowser|TestReportFromDemo|TestSigtermUnderLoad)\$$' ./cmd/braid"
+	    demo "$(GO) test -count=1 -timeout 30m -run '^(TestSamplingToCollector|TestViewInBrowser|TestReportFromDemo)\$$' ./cmd/braid" \
+	    sigterm "$(GO) test -count=1 -timeout 30m -run '^TestSigtermUnderLoad\$$' ./cmd/braid"
 # NORACE_PKGS run without -race. The simulator's, the KV-diagnosis
 # accuracy suite's and the alerting benchmark's tests are single-goroutine
 # generation and scoring, which the detector only slows (15-25 times:
@@ -49,8 +50,8 @@ test:
 # view's browser test drives headless Chromium through a running demo, and
 # the report test renders every incident of a demo with all KV faults.
 # TestSigtermUnderLoad stops and restarts a braid built without the
-# detector 24 times over 90 s of paced input: it runs in the demo pass,
-# beside those three, not on the race pass's longest path.
+# detector 24 times over 90 s of paced input: a pass of its own, off the
+# race pass's longest path.
 NORACE_PKGS := ./cmd/braid/job ./connectors/simulator ./benchmarks/kvaccuracy ./benchmarks/alerts
 MODULE      := github.com/braidlabs/braid
 RACE_PKGS    = $(filter-out $(patsubst ./%,$(MODULE)/%,$(NORACE_PKGS)),$(shell $(GO) list $(PKGS)))
