@@ -27,7 +27,7 @@ run:
 ## test: unit tests and integration tests against a real Kafka 4.x broker
 ## (and the real Alertmanager and Prometheus the tests start).
 ## The four passes run at once (deploy/local/parallel.sh, output lines
-## prefixed [race], [norace], [demo], [sigterm]): they spend most of their time
+## prefixed [race], [norace], [demo], [procs]): they spend most of their time
 ## waiting on paced input, the broker, a Collector or a browser.
 test:
 	@trap '$(KAFKA) stop' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
@@ -36,7 +36,7 @@ test:
 	    race "$(GO) test $(GO_TEST_FLAGS) $(RACE_PKGS) && $(GO) test -race -count=1 -run '^TestKfakeSmoke\$$' ./cmd/braid/job" \
 	    norace "$(GO) test -count=1 -parallel 6 -timeout 30m $(NORACE_PKGS)" \
 	    demo "$(GO) test -count=1 -timeout 30m -run '^(TestSamplingToCollector|TestViewInBrowser|TestReportFromDemo)\$$' ./cmd/braid" \
-	    sigterm "$(GO) test -count=1 -timeout 30m -run '^TestSigtermUnderLoad\$$' ./cmd/braid"
+	    procs "$(GO) test -count=1 -timeout 30m -run '^(TestSigtermUnderLoad|TestLateLogsAfterPurge|TestRestartEmitsOpenTraces)\$$' ./cmd/braid"
 # NORACE_PKGS run without -race. The simulator's, the KV-diagnosis
 # accuracy suite's and the alerting benchmark's tests are single-goroutine
 # generation and scoring, which the detector only slows (15-25 times:
@@ -49,9 +49,11 @@ test:
 # two jobs beside the real Collector over a paced fleet, likewise; the
 # view's browser test drives headless Chromium through a running demo, and
 # the report test renders every incident of a demo with all KV faults.
-# TestSigtermUnderLoad stops and restarts a braid built without the
-# detector 24 times over 90 s of paced input: a pass of its own, off the
-# race pass's longest path.
+# TestSigtermUnderLoad, TestLateLogsAfterPurge and TestRestartEmitsOpenTraces
+# stop and restart a braid built without the detector over paced input
+# (the SIGTERM test 24 times over 90 s): a pass of their own, off the race
+# pass's longest path; the crash and scale tests run a braid built with
+# the detector and stay in the race pass.
 NORACE_PKGS := ./cmd/braid/job ./connectors/simulator ./benchmarks/kvaccuracy ./benchmarks/alerts
 MODULE      := github.com/braidlabs/braid
 RACE_PKGS    = $(filter-out $(patsubst ./%,$(MODULE)/%,$(NORACE_PKGS)),$(shell $(GO) list $(PKGS)))

@@ -101,7 +101,7 @@ func TestSigtermUnderLoad(t *testing.T) {
 	if raceEnabled {
 		// The braid it stops and restarts is built without the detector
 		// either way; the test process only produces and reads.
-		t.Skip("runs without -race, in make test's sigterm pass")
+		t.Skip("runs without -race, in make test's procs pass")
 	}
 	t.Parallel() // waits on paced input and restarts, mostly idle
 	env := newCrashEnv(t)

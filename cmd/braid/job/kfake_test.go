@@ -21,6 +21,7 @@ import (
 )
 
 func TestKfakeSmoke(t *testing.T) {
+	t.Parallel() // on kfake: beside the paced integration tests
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "otlp_spans", "otlp_logs", "otlp_metrics"))
 	if err != nil {
 		t.Fatal(err)

@@ -61,6 +61,7 @@ func (n *notifyBuffer) String() string {
 // A job whose spans topic holds OTLP/JSON while its configuration says
 // otlp_proto warns once, naming the topic and the setting.
 func TestUndecodableWarning(t *testing.T) {
+	t.Parallel() // on kfake: beside the paced integration tests
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "otlp_spans", "otlp_logs", "otlp_metrics"))
 	if err != nil {
 		t.Fatal(err)
