@@ -185,7 +185,7 @@ func TestViewInBrowser(t *testing.T) {
 	// 2. Brush the spike. The range is fixed (the page stops refreshing);
 	// the latency band starts where the rest of the range thins out, as an
 	// SRE reads the heatmap: above the 99th percentile of the columns
-	// outside the regression's window.
+	// clear of the regression's window.
 	from, to := start.UnixMilli(), st.Newest
 	fixed := fmt.Sprintf("%s?from=%d&to=%d", base, from, to)
 	var ov view.Overview
@@ -196,17 +196,27 @@ func TestViewInBrowser(t *testing.T) {
 		b := hm.Times[ti]
 		return b >= selFrom-hm.BucketMs/2 && b+hm.BucketMs <= selTo+hm.BucketMs/2
 	}
+	// The baseline is the columns clear of the regression's window: a
+	// column that straddles one of its ends (wide columns, when the range
+	// is long) holds regressed requests, which would lift the band above
+	// the spike.
+	regStart, regEnd := start.Add(regFrom).UnixMilli(), start.Add(regTo).UnixMilli()
+	outside := func(ti int64) bool {
+		b := hm.Times[ti]
+		return b+hm.BucketMs <= regStart || b >= regEnd
+	}
 	nb := len(hm.Bounds) - 1
 	baseCounts, selCounts := make([]int64, nb), make([]int64, nb)
 	var baseTotal int64
 	var cols []int64
 	for _, c := range hm.Cells {
-		if inWindow(c[0]) {
+		switch {
+		case inWindow(c[0]):
 			selCounts[c[1]] += c[2]
 			if !slices.Contains(cols, c[0]) {
 				cols = append(cols, c[0])
 			}
-		} else {
+		case outside(c[0]):
 			baseCounts[c[1]] += c[2]
 			baseTotal += c[2]
 		}
