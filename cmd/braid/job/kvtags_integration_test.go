@@ -27,6 +27,7 @@ func TestIntegrationPollutedTracesTaggedInABacklog(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the backlog of KV events is too slow under the race detector on 2 cores; make test runs this test without -race")
 	}
+	t.Parallel() // beside the other paced job tests
 	brokers := kafkatest.Brokers(t)
 	outs := kafkatest.NewTopics(t, brokers, 1, "braid.incidents", "braid.pollution")
 	start := time.Now().Add(-10 * time.Minute).Truncate(time.Second)
