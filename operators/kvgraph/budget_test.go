@@ -135,7 +135,7 @@ func TestStateMemoryOfDistinctRequests(t *testing.T) {
 	}
 	msgs := cleanChurn(n)
 	before := heap()
-	h := newHarness(t, func(c *Config) { c.MaxStateBytes = limit; c.BlockTTL = 1 << 40 })
+	h := newDiskHarness(t, func(c *Config) { c.MaxStateBytes = limit; c.BlockTTL = 1 << 40 })
 	for i, ops := range msgs {
 		h.feed(gpu0, ops...)
 		if i%100 == 99 { // the engine checkpoints every commit interval

@@ -34,6 +34,19 @@ type harness struct {
 
 func newHarness(t testing.TB, mod func(*Config)) *harness {
 	t.Helper()
+	return openHarness(t, state.Options{InMemory: true}, mod)
+}
+
+// newDiskHarness is newHarness with its keyspace on disk: for the tests
+// that measure the Go heap, which an in-memory keyspace's files would be
+// part of (as much as Pebble's flushes and compactions leave at the time).
+func newDiskHarness(t testing.TB, mod func(*Config)) *harness {
+	t.Helper()
+	return openHarness(t, state.Options{Dir: t.TempDir()}, mod)
+}
+
+func openHarness(t testing.TB, opts state.Options, mod func(*Config)) *harness {
+	t.Helper()
 	cfg := Config{IncidentWindow: 10 * time.Second, BlockTTL: time.Minute}
 	if mod != nil {
 		mod(&cfg)
@@ -45,7 +58,8 @@ func newHarness(t testing.TB, mod func(*Config)) *harness {
 	}
 	// Small caches: without cgo Pebble keeps them on the Go heap, which
 	// the memory tests measure for the detector's state.
-	store, err := state.Open(state.Options{InMemory: true, CacheBytes: 1 << 20, MemTableBytes: 4 << 20})
+	opts.CacheBytes, opts.MemTableBytes = 1<<20, 4<<20
+	store, err := state.Open(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
