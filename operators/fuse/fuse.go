@@ -344,11 +344,11 @@ func (p *fuser) add(t *engine.Task, id [16]byte, chunk []byte) error {
 	if p.openBytes > p.cfg.MaxOpenTraceBytes {
 		err = p.relieve(t, wm)
 	}
-	p.reportMemory()
 	return err
 }
 
-// reportMemory publishes the task's memory shares in the gauges.
+// reportMemory publishes the task's memory shares in the gauges (the task
+// calls it after each of its calls).
 func (p *fuser) reportMemory() {
 	if d := p.openBytes + int64(p.evicted)*evictedOverhead - p.reportedOpen; d != 0 {
 		p.s.counters.OpenTraceBytes.Add(d)
@@ -403,7 +403,6 @@ func (p *fuser) nextAction(tr *trace) int64 {
 // onWatermark implements stage: fires due timers in order, then flushes
 // traces idle in processing time.
 func (p *fuser) onWatermark(t *engine.Task, wm int64) (bool, error) {
-	defer p.reportMemory()
 	if err := p.fireTimers(t, wm); err != nil {
 		return p.backlog, err
 	}
@@ -564,7 +563,6 @@ func (p *fuser) prepareCheckpoint(t *engine.Task) error {
 	}
 	clear(p.changed)
 	p.changed = p.changed[:0]
-	p.reportMemory()
 	return nil
 }
 
@@ -597,7 +595,6 @@ func (p *fuser) flushTrace(t *engine.Task, tr *trace) error {
 // is emitted FlushAfter after the restart even if no input comes — and
 // the tombstones of closed traces.
 func (p *fuser) restore(t *engine.Task) error {
-	defer p.reportMemory()
 	p.s.counters.OpenTraces.Add(-int64(len(p.traces) + p.evicted))
 	clear(p.traces)
 	p.timers = p.timers[:0]

@@ -2,7 +2,6 @@ package fuse
 
 import (
 	"encoding/binary"
-	"fmt"
 	"strconv"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -188,14 +187,9 @@ func memberSizeOf(it *otlp.Item) int {
 func (in *ingest) tooLarge(t *engine.Task, it *otlp.Item, sig otlp.Signal, rec *kgo.Record, size int) error {
 	in.c.TooLarge.Add(1)
 	cause := "member of " + strconv.Itoa(size) + " bytes exceeds the record limit of " + strconv.Itoa(in.maxMemberBytes()) + " bytes"
-	switch in.cfg.ErrorPolicy.Ingest {
-	case Skip:
-		in.c.Skipped.Add(1)
-		return nil
-	case Fail:
-		return fmt.Errorf("fuse: %s: %s (topic %s, partition %d, offset %d)", stageIngest, cause, rec.Topic, rec.Partition, rec.Offset)
+	if dlq, err := in.deadLetter(rec, stageIngest, cause); !dlq {
+		return err
 	}
-	in.c.DLQ.Add(1)
 	w := chunkWriter{}
 	w.appendItem(it, sig, rec.Topic, rec.Partition, rec.Offset)
 	return readMembers(w.buf, func(m *member) error {

@@ -78,10 +78,7 @@ type kvStage struct {
 // the repartition topic: its markers wait for the tags of the incidents
 // those events show (held).
 func (k *kvStage) onWatermark(t *engine.Task, wm int64) (bool, error) {
-	if up := t.UpstreamWatermark(k.tagsInput); up != windows.MinTime {
-		wm = max(wm, up)
-	}
-	k.wm = max(k.wm, wm)
+	k.wm = max(k.wm, wm, t.UpstreamWatermark(k.tagsInput))
 	err := k.advance(t, k.wm, 4*timerSlice)
 	return k.backlogged(), err
 }

@@ -47,14 +47,9 @@ func (o *outputs) policy(stage string) OnError {
 // handle because of cause: the dead-letter copy is rec unchanged (cut into
 // chunks if it is too large), with braid.reason "<stage>: <cause>".
 func (o *outputs) reject(t *engine.Task, rec *kgo.Record, stage, cause string) error {
-	switch o.policy(stage) {
-	case Skip:
-		o.c.Skipped.Add(1)
-		return nil
-	case Fail:
-		return fmt.Errorf("fuse: %s: %s (topic %s, partition %d, offset %d)", stage, cause, rec.Topic, rec.Partition, rec.Offset)
+	if dlq, err := o.deadLetter(rec, stage, cause); !dlq {
+		return err
 	}
-	o.c.DLQ.Add(1)
 	o.emitChunked(t, &kgo.Record{
 		Topic:     o.cfg.DLQTopic,
 		Partition: rec.Partition % o.cfg.DLQPartitions,
@@ -63,6 +58,22 @@ func (o *outputs) reject(t *engine.Task, rec *kgo.Record, stage, cause string) e
 		Headers:   originHeaders(stage+": "+cause, rec.Topic, rec.Partition, rec.Offset),
 	})
 	return nil
+}
+
+// deadLetter applies stage's error action to what the stage cannot
+// handle in rec because of cause, but for writing the dead-letter copy:
+// skip counts it, fail returns the error, and dead_letter counts it and
+// reports that the caller writes the copy.
+func (o *outputs) deadLetter(rec *kgo.Record, stage, cause string) (bool, error) {
+	switch o.policy(stage) {
+	case Skip:
+		o.c.Skipped.Add(1)
+		return false, nil
+	case Fail:
+		return false, fmt.Errorf("fuse: %s: %s (topic %s, partition %d, offset %d)", stage, cause, rec.Topic, rec.Partition, rec.Offset)
+	}
+	o.c.DLQ.Add(1)
+	return true, nil
 }
 
 func originHeaders(reason, topic string, partition int32, offset int64) []kgo.RecordHeader {

@@ -293,9 +293,7 @@ func (rs *resolver) waitOrForward(t *engine.Task, rid string, chunk []byte) erro
 		return nil
 	}
 	rs.requestChanged(r)
-	err = rs.enforceWaitingBudget(t)
-	rs.reportMemory()
-	return err
+	return rs.enforceWaitingBudget(t)
 }
 
 // enforceWaitingBudget sends the oldest waiting logs (all those of the

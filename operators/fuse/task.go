@@ -60,7 +60,6 @@ type memoryReporter interface{ reportMemory() }
 // left at a watermark, they see that watermark only at the engine's next
 // call.
 type link struct {
-	name   string
 	stage  stage
 	inputs []int
 	gate   bool
@@ -112,20 +111,20 @@ func topology(s *Stage, partition int32, lastInput *int64) []link {
 		in.samples = samples
 	}
 
-	ls := []link{{name: "ingest", stage: in, inputs: seq(0, len(s.cfg.Sources))}}
+	ls := []link{{stage: in, inputs: seq(0, len(s.cfg.Sources))}}
 	if samples != nil {
-		ls = append(ls, link{name: "resources", stage: samples})
+		ls = append(ls, link{stage: samples})
 	}
 	ls = append(ls,
-		link{name: "kv", stage: kv, inputs: []int{s.kvInput()}},
-		link{name: "resolve", stage: resolve, inputs: []int{s.resolveInput()}, gate: true},
-		link{name: "fuse", stage: fuse, inputs: []int{s.repartitionInput()}},
-		link{name: "alerts", stage: alerts})
+		link{stage: kv, inputs: []int{s.kvInput()}},
+		link{stage: resolve, inputs: []int{s.resolveInput()}, gate: true},
+		link{stage: fuse, inputs: []int{s.repartitionInput()}},
+		link{stage: alerts})
 	if s.cfg.Alerts != nil {
 		ls[len(ls)-1].inputs = []int{s.alertsInput()}
 	}
 	if sampling != nil {
-		ls = append(ls, link{name: "sampling", stage: sampling})
+		ls = append(ls, link{stage: sampling})
 	}
 	return ls
 }
