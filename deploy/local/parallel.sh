@@ -20,7 +20,7 @@ while (($#)); do
   names+=("$name")
   (
     t0=$SECONDS
-    bash -c "$cmd" 2>&1 | sed -u "s/^/[$name] /"
+    bash -c "$cmd" 2>&1 | tee "$dir/$name.log" | sed -u "s/^/[$name] /"
     rc=${PIPESTATUS[0]}
     echo "$rc $((SECONDS - t0))" >"$dir/$name"
   ) &
@@ -40,6 +40,14 @@ for name in "${names[@]}"; do
   status=ok
   ((rc == 0)) || { status="FAILED (exit $rc)"; failed=1; }
   printf '== %-8s %s in %ss\n' "$name" "$status" "$secs"
+done
+# The passes' lines are interleaved: repeat, after them, what each failed
+# pass said about its failures, so that it is in the tail of a CI log.
+for name in "${names[@]}"; do
+  read -r rc _ <"$dir/$name" 2>/dev/null || rc=1
+  ((rc == 0)) && continue
+  echo "== $name: its failures"
+  grep -E -B2 -A25 -e '^(--- FAIL|FAIL|panic:)' -e '^\s+--- FAIL' "$dir/$name.log" | tail -n 120 | sed "s/^/[$name] /"
 done
 printf '== all passes in %ss\n' "$((SECONDS - start))"
 exit $failed
