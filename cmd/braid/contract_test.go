@@ -99,13 +99,16 @@ func (c *child) progressAtLeast(t *testing.T, field string, want int64, d time.D
 // TestRestartEmitsOpenTraces stops braid (SIGKILL after a checkpoint, or
 // SIGTERM) while traces are open and no more input will come, restarts it,
 // and requires every trace of the input in the fused output within
-// flush_after of the restart (a task assigned) plus 3s (the restore, the
-// 1s checkpoint that commits the emission, the engine's tick, the reader's
-// poll — on a machine that runs the suite's other packages beside it), each
-// simulated member exactly once in its trace's highest revision. (The
-// flush_after clock runs from a trace's last member, kept across the
-// restart.)
+// flush_after of the restart (a task assigned) plus restartSlack, each
+// simulated member exactly once in its trace's highest revision. (A
+// restored trace that changed since its last emission counts as touched at
+// the restore: flush_after runs from there.)
 func TestRestartEmitsOpenTraces(t *testing.T) {
+	// restartSlack is the restore, the 1s checkpoint that commits the
+	// emission, the engine's tick and the reader's poll, on a machine that
+	// runs three other passes of the suite beside this one: 12s of the
+	// 13s this test once allowed went by with three busy loops beside it.
+	const restartSlack = 10 * time.Second
 	if raceEnabled {
 		// The braid it stops and restarts is built without the detector
 		// either way; the test process only produces and reads.
@@ -168,7 +171,7 @@ func TestRestartEmitsOpenTraces(t *testing.T) {
 			final.waitLog(t, "task assigned", 60*time.Second) // about to restore: flush_after starts there
 			restarted := time.Now()
 			env.watch = final
-			env.verifyExactlyOnce(t, truth, flushAfter+3*time.Second, false, func() string { return tail(final.log.String(), 3000) })
+			env.verifyExactlyOnce(t, truth, flushAfter+restartSlack, false, func() string { return tail(final.log.String(), 3000) })
 			t.Logf("%s: %d of %d traces open at the stop; all %d emitted and committed %v after the first task was assigned (flush_after %v)",
 				sig, open, len(truth.Traces), len(truth.Traces), time.Since(restarted).Round(100*time.Millisecond), flushAfter)
 		})
