@@ -113,6 +113,7 @@ type Options struct {
 	Short     bool          // minutes of event time per scenario, a 5-minute clean run
 	Trigger   string        // only these triggers' scenarios, comma separated; "none": the clean run alone
 	Seeds     int           // every scenario under this many seeds
+	SeedBase  int64         // added to every scenario's seed (0: the suite's own); the clean run's too
 	GPUs      int           // GPUs per scenario; 0: the suite's
 	Clean     time.Duration // event time of the clean run; 0: the suite's
 	CleanGPUs int           // GPUs of the clean run; 0: the suite's
@@ -157,15 +158,16 @@ func Build(o Options, dir string, log func(string)) (Report, error) {
 		clean.GPUs = o.CleanGPUs
 	}
 	only, seeds := o.Trigger, o.Seeds
+	clean.Seed += o.SeedBase
 	var scs []Scenario
 	for _, sc := range base {
 		for i := range max(1, seeds) {
 			v := sc
-			v.Seed += int64(i) * 1000
+			v.Seed += o.SeedBase + int64(i)*1000
 			if o.GPUs > 0 {
 				v.GPUs = o.GPUs
 			}
-			if seeds > 1 {
+			if seeds > 1 || o.SeedBase != 0 {
 				v.Name = fmt.Sprintf("%s/seed%d", sc.Name, v.Seed)
 			}
 			scs = append(scs, v)
@@ -233,6 +235,7 @@ func main() {
 	out := flag.String("out", "benchmarks/results/kvaccuracy.json", "write the report here (\"\" for none)")
 	flag.StringVar(&o.Trigger, "trigger", "", "run only these triggers' scenarios, comma separated (and the clean run); none: the clean run alone")
 	flag.IntVar(&o.Seeds, "seeds", 1, "run every scenario under this many seeds")
+	flag.Int64Var(&o.SeedBase, "seed-base", 0, "add this to every scenario's seed: seeds the suite's figures were not measured on")
 	flag.IntVar(&o.GPUs, "gpus", 0, "GPUs per scenario (0: the suite's, 4)")
 	flag.DurationVar(&o.Clean, "clean", 0, "event time of the clean run (0: the suite's, 1h; 5m with -short)")
 	flag.IntVar(&o.CleanGPUs, "clean-gpus", 0, "GPUs of the clean run (0: the suite's, 2)")
