@@ -16,7 +16,7 @@ const (
 	ownerBytes   = 40
 	layerBytes   = 40
 	spanBytes    = 88
-	requestFixed = 240
+	requestFixed = 272
 	incidentHead = 600
 )
 

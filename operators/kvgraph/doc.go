@@ -78,10 +78,12 @@
 // DIRTY_RESIDUE, timed at the read; when several writers' leftovers are
 // read, the latest writer is the source. A prefix-hit alloc whose hash does
 // not match the block's content hash is not sharing. When R itself wrote
-// b's content hash (other layers) and reads layers it never wrote, it took
-// them as computed: the root is the request that wrote that same content
-// hash into another block (the cancelled request a retry relies on), not
-// whoever left the bytes.
+// other layers of b and reads layers it never wrote, it took them as
+// computed: the root is the request that freed a block, within 30 s,
+// having written exactly those layers and no others, as many bytes of each
+// (a prefill cancelled part way, the request a retry relies on: partial.go)
+// — else, when R wrote b's content hash, the request that wrote that same
+// hash into another block — not whoever left the bytes.
 //
 // Cross-request mixed writes: (1) an alloc (or swap-in) of a block that
 // already has a live owner, without a matching content hash: the block now

@@ -370,6 +370,13 @@ func TestRetryOfACancelledRequest(t *testing.T) {
 	if got := polluted(inc); !slices.Equal(got, []string{"retry"}) || inc.Root.RequestId != "c" {
 		t.Fatalf("polluted %v root %v", got, inc.Root)
 	}
+	// A later prefix hit on the retry's block shares what the retry wrote
+	// (layers 2-3); layers 0-1 hold v's residue, which it reads.
+	h.feed(gpu0, seq(free(9, "retry", 2), allocHit(10, "s", 2, 0x77), readAll(11, "s", 2))...)
+	inc = h.only()
+	if got := polluted(inc); !slices.Equal(got, []string{"retry", "s"}) || inc.Root.RequestId != "c" {
+		t.Fatalf("after the prefix hit: polluted %v root %v", got, inc.Root)
+	}
 }
 
 // TestTwoFaultsInOneLayer: two unrelated requests whose writes land in the
@@ -471,5 +478,55 @@ func TestStrideIntoTheNextLayersOtherSlot(t *testing.T) {
 	inc := h.only()
 	if got := polluted(inc); !slices.Equal(got, []string{"v"}) || inc.Root.RequestId != "w" {
 		t.Fatalf("polluted %v root %v pattern %v", got, inc.Root, inc.Pattern)
+	}
+}
+
+// TestRetryOfACancelledRequestWithoutAHash: the cancelled request's block
+// and its retry's carry no content hash (the prompt's last, partial
+// block), and another request's residue is what the retry's block holds:
+// the layers the retry wrote are exactly those the cancelled request had
+// not, as far into each (the same tokens), so it is the root. A request
+// that freed a block with other layers or other tokens written, or long
+// before, is not.
+func TestRetryOfACancelledRequestWithoutAHash(t *testing.T) {
+	tokens := func(ms int64, req string, b int64, l0, l1, n int64) []kvlog.Op {
+		var ops []kvlog.Op
+		for l := l0; l < l1; l++ {
+			ops = append(ops, pool.Write(at(ms), req, b, l, 0, n))
+		}
+		return ops
+	}
+	layers := func(ms int64, req string, b int64, l0, l1 int64) []kvlog.Op {
+		return tokens(ms, req, b, l0, l1, pool.BlockBytes/2)
+	}
+	for _, tc := range []struct {
+		name   string
+		c      []kvlog.Op // what the request freed before the retry wrote
+		cFreed int64      // when, ms
+		root   string
+	}{
+		{"cancelled with the other layers", layers(4, "c", 1, 0, 2), 5, "c"},
+		{"cancelled with other layers than the retry lacks", layers(4, "c", 1, 0, 1), 5, "w"},
+		{"cancelled with other tokens written", tokens(4, "c", 1, 0, 2, pool.BlockBytes/4), 5, "w"},
+		{"cancelled long before", layers(4, "c", 1, 0, 2), 5 - partialWindow.Milliseconds() - 1000, "w"},
+		{"finished, every layer written", layers(4, "c", 1, 0, 4), 5, "w"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, nil)
+			cAt := tc.cFreed - 2
+			c := tc.c
+			for i := range c {
+				c[i].Time = at(cAt + 1)
+			}
+			h.feed(gpu0, seq(
+				alloc(cAt-100, "w", 2), fill(cAt-99, "w", 2, 0), readAll(cAt-98, "w", 2), free(cAt-97, "w", 2), // residue in block 2
+				alloc(cAt, "c", 1), c, free(tc.cFreed, "c", 1),
+				alloc(6, "retry", 2), layers(7, "retry", 2, 2, 4), readAll(8, "retry", 2), // layers 0-1 taken as computed
+			)...)
+			inc := h.only()
+			if got := polluted(inc); !slices.Equal(got, []string{"retry"}) || inc.Root.RequestId != tc.root {
+				t.Fatalf("polluted %v root %q (%s), want root %q", got, inc.Root.RequestId, inc.Root.Detail, tc.root)
+			}
+		})
 	}
 }

@@ -515,6 +515,12 @@ func encodeReq(b []byte, r *request) []byte {
 	for _, x := range r.hashes {
 		b = binary.BigEndian.AppendUint64(b, x)
 	}
+	if r.partAt != 0 { // optional: state written before it has none
+		b = binary.AppendVarint(b, r.partAt)
+		b = binary.AppendVarint(b, r.partLo)
+		b = binary.AppendVarint(b, r.partHi)
+		b = binary.AppendVarint(b, r.partBytes)
+	}
 	return b
 }
 
@@ -540,6 +546,9 @@ func decodeReq(v []byte, r *request) error {
 		if x := d.raw(8); x != nil {
 			r.hashes = append(r.hashes, binary.BigEndian.Uint64(x))
 		}
+	}
+	if !d.err && len(d.b) > 0 {
+		r.partAt, r.partLo, r.partHi, r.partBytes = d.varint(), d.varint(), d.varint(), d.varint()
 	}
 	return d.done()
 }

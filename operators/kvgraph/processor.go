@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -240,6 +241,9 @@ func (p *Processor) handle(t *engine.Task, ev *Event) {
 				// it stays a victim, but its later writes carry its
 				// pollution only if it reads polluted content again.
 				r.pollIdx = math.MaxInt32
+			}
+			if b.owner(r.id) != nil {
+				p.notePartial(g, b, r, ev.Time)
 			}
 			if !b.removeOwner(r.id) && b.lastFreed == r.id && b.doubleFree == "" {
 				b.doubleFree, b.doubleFreeAt = r.id, ev.Time
@@ -738,14 +742,21 @@ func (p *Processor) reportHits(t *engine.Task, g *gpu, b *block, r *request, ev 
 			detail += ", shared by prefix hash after " + h.writer + " was polluted"
 		}
 		pe := pollution{kind: h.kind, src: h.writer, srcAt: at, srcOrigin: h.origin, block: b.id, layer: h.layer, victim: r.id, ev: ev, lo: lo, hi: hi, detail: detail}
-		if h.kind == braidpb.PollutionKind_POLLUTION_KIND_DIRTY_RESIDUE && b.hasHash && b.hashWriter == r.id {
-			// r wrote this block's content hash yet reads layers it never
-			// wrote: it took them as computed. Whoever wrote that same
-			// content elsewhere (a cancelled request whose retry this is)
-			// is the root, whatever residue the block happened to hold.
-			if x := p.sameContent(g, b.hash, r.id); x != "" {
+		if h.kind == braidpb.PollutionKind_POLLUTION_KIND_DIRTY_RESIDUE && h.writer != r.id {
+			// r wrote some layers of this block and reads one it never
+			// wrote: it took the rest as computed. A request that freed
+			// a block having written just those layers (a prefill
+			// cancelled part way) is where that belief came from; else,
+			// if r wrote the block's content hash, whoever wrote that
+			// same content elsewhere — whatever residue the block held.
+			if x, xat := p.partialSource(g, b, r, h.layer, ev.Time); x != "" {
 				pe.rootSrc = x
-				pe.detail += "; " + r.id + " took it as computed by " + x + " (same content hash)"
+				pe.detail += "; " + r.id + " took layers it never wrote as computed by " + x + ", which freed a block with just those layers written at " + time.Unix(0, xat).UTC().Format("15:04:05.000")
+			} else if b.hasHash && b.hashWriter == r.id {
+				if x := p.sameContent(g, b.hash, r.id); x != "" {
+					pe.rootSrc = x
+					pe.detail += "; " + r.id + " took it as computed by " + x + " (same content hash)"
+				}
 			}
 		}
 		inc := p.pollute(t, g, pe)
@@ -756,7 +767,11 @@ func (p *Processor) reportHits(t *engine.Task, g *gpu, b *block, r *request, ev 
 }
 
 func (p *Processor) classify(g *gpu, b *block, o *owner, writer string, at int64, kind uint8, tainted bool, layer int64, origin Origin) {
-	if o != nil && o.shared && at <= o.at && kind == spanOwn {
+	// What a prefix hit shares is the content its hash names: what the
+	// hash's writer wrote. Bytes another request left in a layer that
+	// writer never wrote (a retry that took a cancelled prefill as
+	// computed, then wrote the block's hash) are residue to the sharer too.
+	if o != nil && o.shared && at <= o.at && kind == spanOwn && (b.hashWriter == "" || writer == b.hashWriter) {
 		if tainted {
 			p.hits = append(p.hits, readHit{writer, braidpb.PollutionKind_POLLUTION_KIND_PROPAGATED, at, layer, origin})
 		}

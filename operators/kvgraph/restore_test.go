@@ -3,6 +3,7 @@ package kvgraph
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/braidlabs/braid/operators/kvgraph/kvlog"
@@ -30,6 +31,12 @@ func story() []msg {
 		{gpu0, seq(alloc(400, "o1", 9), fill(401, "o1", 9, 0), alloc(402, "o2", 3), fill(403, "o2", 3, 0), oob)},
 		{gpu0, seq(pool.Read(at(406), "o2", 3, 2, 0, 1024))},
 		{kvlog.Where{Host: "node-a", GPUIndex: -1}, []kvlog.Op{{Time: at(500), Body: "NVRM: Xid (PCI:0000:3b:00): 13, pid=7"}}},
+		// A prefill cancelled after layers 0-1 (its record of that
+		// crosses the cuts), and a retry that takes them as computed.
+		{gpu1, seq(alloc(600, "w9", 8), fill(601, "w9", 8, 0), readAll(602, "w9", 8), free(603, "w9", 8))},
+		{gpu1, seq(alloc(604, "c9", 7), pool.Write(at(605), "c9", 7, 0, 0, 512), pool.Write(at(605), "c9", 7, 1, 0, 512), free(606, "c9", 7))},
+		{gpu1, seq(alloc(607, "retry9", 8), pool.Write(at(608), "retry9", 8, 2, 0, 512), pool.Write(at(608), "retry9", 8, 3, 0, 512))},
+		{gpu1, seq(readAll(609, "retry9", 8))},
 		{gpu0, seq(alloc(20000, "t1", 10))},
 		{gpu0, seq(free(20001, "r3", 2), alloc(20002, "r4", 2), readAll(20003, "r4", 2))},
 		{gpu1, seq(alloc(50000, "t2", 10))},
@@ -83,14 +90,17 @@ func TestStoryOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	latest, _ := h.incidents()
-	if len(latest) != 4 {
+	if len(latest) != 5 {
 		t.Fatalf("%d incidents", len(latest))
 	}
 	var victims []string
 	for _, inc := range latest {
 		victims = append(victims, polluted(inc)...)
+		if slices.Contains(polluted(inc), "retry9") && inc.Root.RequestId != "c9" {
+			t.Fatalf("the retry's incident has root %q, want the cancelled c9", inc.Root.RequestId)
+		}
 	}
-	want := map[string]bool{"r2": true, "r3": true, "d2": true, "d3": true, "o2": true, "r4": true}
+	want := map[string]bool{"r2": true, "r3": true, "d2": true, "d3": true, "o2": true, "r4": true, "retry9": true}
 	if len(victims) != len(want) {
 		t.Fatalf("victims %v", victims)
 	}

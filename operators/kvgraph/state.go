@@ -246,11 +246,16 @@ type request struct {
 	// table is the blocks it holds, in the order it got them.
 	table []int64
 	// hashes are the content hashes it wrote (the first maxHashes).
-	hashes  []uint64
-	last    int64
-	timerAt int64
-	changed bool
-	size    int64 // estimated bytes (budget.go)
+	hashes []uint64
+	// partLo..partHi are the layers it had written, and only those, of
+	// the last block it freed with some layers unwritten, at partAt (0:
+	// none), partBytes of each (-1: whole slots): a forward pass stopped
+	// part way (partial.go).
+	partLo, partHi, partAt, partBytes int64
+	last                              int64
+	timerAt                           int64
+	changed                           bool
+	size                              int64 // estimated bytes (budget.go)
 }
 
 // reqNode is the node of a request; of the server process for "" (writes
