@@ -734,6 +734,14 @@ func (k *KV) prefill(r *kvsReq) {
 		k.writeLayers(r, from, r.tokens, r.skip, k.cfg.Layers)
 		r.skip = 0
 		k.pollute(p, r, r.retryOf, "direct", "", from/k.cfg.BlockTokens)
+		// Layers [0, skip) of the blocks it computed hold whatever was
+		// there: a prefix hit on one of them (they carry the prompt's
+		// hashes) reads that residue too.
+		for i := from / k.cfg.BlockTokens; i < len(r.blocks); i++ {
+			if blk := &p.blocks[r.blocks[i]]; !r.hit[i] && blk.taint == nil {
+				blk.taint, blk.carrier = r.retryOf, r.RequestID
+			}
+		}
 	} else {
 		k.writeLayers(r, from, r.tokens, 0, k.cfg.Layers)
 	}
