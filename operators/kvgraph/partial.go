@@ -30,7 +30,7 @@ func writtenLayers(b *block, req string) (lo, hi, bytes int64, ok bool) {
 		var own int64
 		wrote := false
 		for _, s := range ls.spans {
-			if s.ownBy(req) && s.kind == spanOwn {
+			if s.writer == req && s.kind == spanOwn {
 				wrote = true
 				if s.lo < 0 || own < 0 {
 					own = -1
