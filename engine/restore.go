@@ -177,7 +177,9 @@ func (e *Engine) restore(ctx context.Context, ks *state.Keyspace, p int32, want 
 		res.offsets = last
 	}
 	// Writes after the last checkpoint record are no checkpoint's.
-	r.ks.Rollback()
+	if err := r.ks.Rollback(); err != nil {
+		return res, err
+	}
 	if err := ks.DeleteRange(chunkKeyPrefix, chunkKeyEnd); err != nil {
 		return res, err
 	}

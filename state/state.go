@@ -252,6 +252,21 @@ type Keyspace struct {
 	largeBatch int64
 	lastFlush  Flush
 	flushes    *flushTracker
+	// A sealed checkpoint (Seal) is the prefix of batch up to seal; the
+	// batch's writes up to inDB are in the database already (committed by
+	// CommitSealed, kept in the batch so that reads see them until the
+	// batch is cut back to what came after, Settle). Positions are into
+	// batch.Repr() and entry counts; {0, 0}: none.
+	seal, inDB batchMark
+	// committing is the commit CommitSealed runs in the background; nil
+	// when none is in flight.
+	committing chan error
+}
+
+// batchMark is a position in a batch: its length and entry count there.
+type batchMark struct {
+	len   int
+	count uint32
 }
 
 // flushTracker follows a keyspace's flushes (Pebble runs one at a time,
@@ -483,6 +498,12 @@ func (k *Keyspace) Checkpoint(offsets Offsets) error {
 	if k.batch == nil {
 		return ErrClosed
 	}
+	if err := k.Settle(true); err != nil {
+		return err
+	}
+	if k.seal.len > 0 || k.inDB.len > 0 {
+		return errors.New("state: Checkpoint with a sealed checkpoint pending")
+	}
 	if err := k.batch.Set(offsetsKey, encodeOffsets(offsets), nil); err != nil {
 		return err
 	}
@@ -514,25 +535,156 @@ func (k *Keyspace) Checkpoint(offsets Offsets) error {
 	return nil
 }
 
+// Seal ends the checkpoint in the pending batch: offsets are written with
+// it, and the writes up to here are what CommitSealed commits. Writes after
+// Seal belong to the next checkpoint; reads see all of them. Seal first
+// waits for a commit still in flight (Settle).
+func (k *Keyspace) Seal(offsets Offsets) error {
+	if k.batch == nil {
+		return ErrClosed
+	}
+	if err := k.Settle(true); err != nil {
+		return err
+	}
+	if err := k.batch.Set(offsetsKey, encodeOffsets(offsets), nil); err != nil {
+		return err
+	}
+	k.seal = batchMark{len: k.batch.Len(), count: k.batch.Count()}
+	return nil
+}
+
+// CommitSealed commits the sealed checkpoint (Seal) in the background and
+// returns at once: the writes stay in the pending batch, so reads are the
+// same before and after the commit lands. Once it has (with its sync,
+// unless the store has NoSync), Settle drops them from the batch. onFlush,
+// if not nil, is called from the commit's goroutine when Pebble keeps the
+// batch in memory until its flush (see LastFlush). An error of the commit
+// is returned by the next Settle, Seal, CommitSealed, Rollback or Close.
+func (k *Keyspace) CommitSealed(onFlush func(Flush)) error {
+	if k.batch == nil {
+		return ErrClosed
+	}
+	if k.seal.len == 0 {
+		return errors.New("state: CommitSealed without Seal")
+	}
+	if err := k.Settle(true); err != nil {
+		return err
+	}
+	from := max(k.inDB.len, batchHeaderLen)
+	n := k.seal.count - k.inDB.count
+	data := make([]byte, batchHeaderLen, batchHeaderLen+k.seal.len-from)
+	binary.LittleEndian.PutUint32(data[8:], n)
+	data = append(data, k.batch.Repr()[from:k.seal.len]...)
+	b := k.db.NewBatch()
+	if err := b.SetRepr(data); err != nil {
+		return fmt.Errorf("state: checkpoint %s: %w", k.name, err)
+	}
+	opt := pebble.NoSync
+	if k.sync {
+		opt = pebble.Sync
+	}
+	held := int64(cap(data)) + nextPow2(batchNodeBytes*int64(n))
+	large := int64(len(data)) >= k.largeBatch
+	done := make(chan error, 1)
+	k.committing = done
+	k.inDB, k.seal = k.seal, batchMark{}
+	flushes, name := k.flushes, k.name
+	go func() {
+		begun := flushes.begunCount()
+		err := b.Commit(opt)
+		if err == nil {
+			err = b.Close()
+		}
+		if err == nil && large && onFlush != nil {
+			onFlush(Flush{Bytes: held, Done: flushes.next(begun)})
+		}
+		if err != nil {
+			err = fmt.Errorf("state: checkpoint %s: %w", name, err)
+		}
+		done <- err
+	}()
+	return nil
+}
+
+// batchHeaderLen is the length of a Pebble batch's header (sequence
+// number and count).
+const batchHeaderLen = 12
+
+// Settle finishes a commit of CommitSealed that has landed — or, with wait,
+// waits for it — and cuts the pending batch back to the writes not yet in
+// the database. It returns the commit's error. No iterator may be open.
+func (k *Keyspace) Settle(wait bool) error {
+	if k.committing == nil {
+		return nil
+	}
+	var err error
+	if wait {
+		err = <-k.committing
+	} else {
+		select {
+		case err = <-k.committing:
+		default:
+			return nil
+		}
+	}
+	k.committing = nil
+	if err != nil {
+		return err
+	}
+	if k.batch == nil {
+		return nil
+	}
+	// The writes since the sealed prefix, in a batch of their own.
+	rest := k.db.NewIndexedBatch()
+	if k.batch.Count() > k.inDB.count {
+		repr := k.batch.Repr()
+		data := make([]byte, batchHeaderLen, batchHeaderLen+len(repr)-k.inDB.len)
+		binary.LittleEndian.PutUint32(data[8:], k.batch.Count()-k.inDB.count)
+		tail := k.db.NewBatch()
+		if err := tail.SetRepr(append(data, repr[k.inDB.len:]...)); err != nil {
+			return fmt.Errorf("state: settle %s: %w", k.name, err)
+		}
+		if err := rest.Apply(tail, nil); err != nil {
+			return fmt.Errorf("state: settle %s: %w", k.name, err)
+		}
+		tail.Close()
+	}
+	if k.seal.len > 0 {
+		k.seal = batchMark{len: k.seal.len - k.inDB.len + batchHeaderLen, count: k.seal.count - k.inDB.count}
+	}
+	k.batch.Close()
+	k.batch, k.inDB = rest, batchMark{}
+	return nil
+}
+
 // LastFlush is the batch the last Checkpoint committed when Pebble keeps
 // it in memory until its flush (a batch of half a memtable or more); the
 // zero Flush otherwise.
 func (k *Keyspace) LastFlush() Flush { return k.lastFlush }
 
-// Rollback discards every write since the last checkpoint. On a closed
-// keyspace it does nothing.
-func (k *Keyspace) Rollback() {
+// Rollback discards every write since the last checkpoint (a sealed one
+// not committed included). On a closed keyspace it does nothing. It
+// returns the error of a commit that was in flight.
+func (k *Keyspace) Rollback() error {
 	if k.batch == nil {
-		return
+		return nil
 	}
+	// A sealed checkpoint whose commit is in flight is the last
+	// checkpoint: wait for it.
+	err := k.Settle(true)
 	k.batch.Close() // a batch's Close only returns it to the pool
 	k.batch = k.db.NewIndexedBatch()
+	k.seal, k.inDB = batchMark{}, batchMark{}
+	return err
 }
 
 // Offsets returns the offsets recorded by the last checkpoint (nil if none).
 func (k *Keyspace) Offsets() (Offsets, error) {
 	if k.batch == nil {
 		return nil, ErrClosed
+	}
+	if err := k.Settle(true); err != nil {
+		return nil, err
 	}
 	v, closer, err := k.db.Get(offsetsKey)
 	if errors.Is(err, pebble.ErrNotFound) {
@@ -569,13 +721,18 @@ func (k *Keyspace) Close() error {
 		delete(k.store.mu.open, k.name)
 	}
 	k.store.mu.Unlock()
+	var cerr error
+	if k.committing != nil {
+		cerr = <-k.committing
+		k.committing = nil
+	}
 	k.batch.Close()
 	k.batch = nil
 	k.flushes.close()
 	if err := k.db.Close(); err != nil {
-		return fmt.Errorf("state: close keyspace %s: %w", k.name, err)
+		return errors.Join(cerr, fmt.Errorf("state: close keyspace %s: %w", k.name, err))
 	}
-	return nil
+	return cerr
 }
 
 func encodeOffsets(o Offsets) []byte {

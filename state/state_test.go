@@ -40,7 +40,7 @@ func TestKeyspaceCheckpointRollbackReopen(t *testing.T) {
 	must(k.Checkpoint(Offsets{"in": {0: 10}}))
 	must(k.Set([]byte("b"), []byte("2")))
 	must(k.DeleteRange([]byte("a"), []byte("b")))
-	k.Rollback()
+	must(k.Rollback())
 	if _, ok, _ := k.Get(nil, []byte("b")); ok {
 		t.Fatal("rolled-back write still visible")
 	}

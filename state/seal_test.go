@@ -1,0 +1,152 @@
+package state
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestSealedCheckpointsAgainstAModel runs random writes, seals, background
+// commits, settles and rollbacks against a plain map model of what reads
+// see and of what the last committed checkpoint holds, then reopens the
+// keyspace and compares what is on disk with the last commit.
+func TestSealedCheckpointsAgainstAModel(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { sealModel(t, seed) })
+	}
+}
+
+func sealModel(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	dir := t.TempDir()
+	s, err := Open(Options{Dir: dir, MemoryBudget: 16 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := s.Keyspace("k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := func() string { return fmt.Sprintf("k%02d", rng.IntN(40)) }
+	view := map[string]string{}      // what reads must see
+	sealed := map[string]string(nil) // the sealed checkpoint, not yet committed
+	committed := map[string]string{} // the last committed checkpoint
+	var sealedOffs, committedOffs int64
+	check := func(step int) {
+		t.Helper()
+		for i := range 40 {
+			kk := fmt.Sprintf("k%02d", i)
+			v, ok, err := k.Get(nil, []byte(kk))
+			must(err)
+			if w, wok := view[kk]; ok != wok || string(v) != w {
+				t.Fatalf("step %d: %s = %q %v, model %q %v", step, kk, v, ok, w, wok)
+			}
+		}
+		it, err := k.Iter([]byte("k"), []byte("l"))
+		must(err)
+		n := 0
+		for it.First(); it.Valid(); it.Next() {
+			if view[string(it.Key())] != string(it.Value()) {
+				t.Fatalf("step %d: iterator at %s = %q, model %q", step, it.Key(), it.Value(), view[string(it.Key())])
+			}
+			n++
+		}
+		must(it.Close())
+		if n != len(view) {
+			t.Fatalf("step %d: iterator saw %d keys, model %d", step, n, len(view))
+		}
+	}
+	for step := range 600 {
+		switch r := rng.IntN(100); {
+		case r < 50:
+			kk, v := key(), fmt.Sprintf("v%d", step)
+			must(k.Set([]byte(kk), []byte(v)))
+			view[kk] = v
+		case r < 62:
+			kk := key()
+			must(k.Delete([]byte(kk)))
+			delete(view, kk)
+		case r < 66:
+			a, b := key(), key()
+			if a > b {
+				a, b = b, a
+			}
+			must(k.DeleteRange([]byte(a), []byte(b)))
+			for kk := range view {
+				if kk >= a && kk < b {
+					delete(view, kk)
+				}
+			}
+		case r < 76 && sealed == nil:
+			sealedOffs = int64(step)
+			must(k.Seal(Offsets{"in": {0: sealedOffs}}))
+			sealed = maps.Clone(view)
+		case r < 86 && sealed != nil:
+			must(k.CommitSealed(nil))
+			committed, sealed, committedOffs = sealed, nil, sealedOffs
+		case r < 93:
+			must(k.Settle(rng.IntN(2) == 0))
+		case r < 96:
+			must(k.Rollback())
+			view, sealed = maps.Clone(committed), nil
+		default:
+			check(step)
+		}
+		if step%50 == 0 {
+			check(step)
+		}
+	}
+	check(-1)
+	if sealed != nil {
+		must(k.CommitSealed(nil))
+		committed, committedOffs = sealed, sealedOffs
+	}
+	must(k.Set([]byte("k99"), []byte("lost"))) // after the last checkpoint
+	must(k.Close())
+	must(s.Close())
+
+	s, err = Open(Options{Dir: dir, MemoryBudget: 16 << 20})
+	must(err)
+	defer s.Close()
+	k, err = s.Keyspace("k")
+	must(err)
+	defer k.Close()
+	offs, err := k.Offsets()
+	must(err)
+	if committedOffs > 0 && offs["in"][0] != committedOffs {
+		t.Fatalf("offsets after reopen %v, last committed %d", offs, committedOffs)
+	}
+	view = committed
+	check(-2)
+}
+
+// TestCheckpointRefusesAPendingSeal: the two ways of checkpointing do not
+// mix.
+func TestCheckpointRefusesAPendingSeal(t *testing.T) {
+	s, err := Open(Options{InMemory: true, MemoryBudget: 16 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	k, err := s.Keyspace("k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	if err := k.CommitSealed(nil); err == nil {
+		t.Fatal("CommitSealed without Seal succeeded")
+	}
+	if err := k.Seal(Offsets{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Checkpoint(Offsets{}); err == nil {
+		t.Fatal("Checkpoint over a sealed checkpoint succeeded")
+	}
+}
