@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/braidlabs/braid/state"
 )
@@ -120,6 +121,15 @@ type Config struct {
 	// the producer is flushed and then the offsets are committed, so a
 	// crash may repeat output. For comparison in benchmarks; default off.
 	AtLeastOnce bool
+	// HoldTasks keeps every task waiting from a checkpoint's barrier until
+	// its transaction has ended, as braid did before checkpoints ran on:
+	// for comparison in benchmarks; default off. By default a task goes on
+	// past its barrier — the records polled before the checkpoint are
+	// dispatched once every task has prepared, and processed while the
+	// transaction ends, their output held until the next one begins —
+	// so the pause it sees is its barrier, not the broker's round trips.
+	// The final checkpoint, and every checkpoint under AtLeastOnce, hold.
+	HoldTasks bool
 	// OnCheckpoint, if set, is called on the Run goroutine after every
 	// checkpoint (metrics). It must not block.
 	OnCheckpoint func(CheckpointInfo)
@@ -200,8 +210,16 @@ const (
 
 // CheckpointInfo describes one finished checkpoint.
 type CheckpointInfo struct {
-	// Pause is how long tasks stopped processing: barrier to resume.
+	// Pause is how long tasks stopped processing: barrier to resume. A
+	// task that runs on (Config.HoldTasks off) stops for the barrier and
+	// for applying the outcome: Pause is Barrier plus the longest apply
+	// then.
 	Pause time.Duration
+	// Cycle is from the barrier to the outcome applied in every task and
+	// polling resumed (the pause of a task held until the end).
+	Cycle time.Duration
+	// RanOn: the tasks went on past the barrier (Config.HoldTasks).
+	RanOn bool
 	// Barrier is from the barrier to every task having prepared (its
 	// queued input processed, its state and output handed over).
 	Barrier time.Duration
@@ -649,69 +667,28 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 		if fetches.NumRecords() > 0 {
 			afterPoll(ctx, fetches)
 		}
-		var fatal error
-		fetches.EachError(func(topic string, p int32, err error) {
-			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-				return
-			}
-			if errors.Is(err, kgo.ErrClientClosed) {
-				fatal = err
-				return
-			}
-			if errors.Is(err, kerr.FencedInstanceID) {
-				// Another instance joined the group with this one's
-				// InstanceID and took its tasks; its producer, with the
-				// same transactional id, fences this one's. The group
-				// will not take this instance back: it is the zombie.
-				fatal = fmt.Errorf("another member joined group %s with instance id %s: %w", e.cfg.Group, e.cfg.InstanceID, err)
-				return
-			}
-			e.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
-		})
-		if fatal != nil {
-			return fmt.Errorf("engine: poll: %w", fatal)
+		if err := e.pollErr(fetches); err != nil {
+			return err
 		}
 		if err := e.applyAssignment(); err != nil {
 			return err
 		}
-		fetches.EachPartition(func(ftp kgo.FetchTopicPartition) {
-			if len(ftp.Records) == 0 {
-				return
-			}
-			t := e.tasks[ftp.Partition]
-			if t == nil {
-				return // revoked meanwhile; the transaction aborts
-			}
-			e.polled += len(ftp.Records) // markers too: they move the committed offsets
-			n, data := int64(0), 0
-			for _, r := range ftp.Records {
-				n += int64(RecordBytes(r))
-				if !r.Attrs.IsControl() {
-					data++
-				}
-			}
-			e.stats.RecordsIn.Add(int64(data))
-			e.queued.Add(n)
-			// The partition's end when it was fetched: read_committed
-			// reads up to the last stable offset.
-			end := ftp.LastStableOffset
-			if end < 0 {
-				end = ftp.HighWatermark
-			}
-			t.in <- taskMsg{kind: msgRecords, input: e.inputIndex[ftp.Topic], recs: ftp.Records, bytes: n, end: end}
-		})
 		if err := e.taskErr(); err != nil {
 			return err
 		}
 		if ctx.Err() != nil {
-			// Everything the last poll returned has been dispatched: the
-			// session commits the polled offsets with this checkpoint, so
-			// the records must be in it.
-			if err := e.checkpoint(false, 0); err != nil {
+			// Everything the last poll returned is dispatched before the
+			// barrier: the session commits the polled offsets with this
+			// checkpoint, so the records must be in it.
+			if err := e.checkpoint(false, 0, fetches); err != nil {
 				return fmt.Errorf("engine: final checkpoint: %w", err)
 			}
 			return nil
 		}
+		// What the poll returned goes to the tasks now, or — when a
+		// checkpoint comes first — once they have passed its barrier, to
+		// be processed while its transaction ends (checkpoint).
+		ahead := fetches
 		now := e.cfg.Now()
 		if now.Before(next) && e.stateFull() {
 			// The writes waiting for the checkpoint are what the tasks
@@ -726,9 +703,10 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 			e.follow = followUp{}
 			if e.followUseful.Load() || e.requestDue(now) {
 				e.stats.FollowUpCheckpoints.Add(1)
-				if err := e.checkpoint(true, step); err != nil {
+				if err := e.checkpoint(true, step, ahead); err != nil {
 					return err
 				}
+				ahead = nil
 			}
 		}
 		if now = e.cfg.Now(); now.Before(next) && !e.follow.armed && e.requestDue(now) && e.live() {
@@ -740,14 +718,16 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 			// sources would otherwise bring a checkpoint a second to
 			// the whole instance until the others have.
 			e.stats.RequestedCheckpoints.Add(1)
-			if err := e.checkpoint(true, 0); err != nil {
+			if err := e.checkpoint(true, 0, ahead); err != nil {
 				return err
 			}
+			ahead = nil
 		}
 		if !now.Before(next) {
-			if err := e.checkpoint(true, 0); err != nil {
+			if err := e.checkpoint(true, 0, ahead); err != nil {
 				return err
 			}
+			ahead = nil
 			// At a fixed rate: the checkpoint's own pause and its
 			// follow-ups do not stretch the interval (the watermark a
 			// regular checkpoint carries downstream ages by at most
@@ -757,7 +737,117 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 				next = now.Add(e.cfg.CheckpointInterval)
 			}
 		}
+		e.dispatch(ahead)
 	}
+}
+
+// pollErr logs the fetch errors of a poll and returns the one that ends
+// the job, if any.
+func (e *Engine) pollErr(fetches kgo.Fetches) error {
+	var fatal error
+	fetches.EachError(func(topic string, p int32, err error) {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			return
+		}
+		if errors.Is(err, kgo.ErrClientClosed) {
+			fatal = err
+			return
+		}
+		if errors.Is(err, kerr.FencedInstanceID) {
+			// Another instance joined the group with this one's
+			// InstanceID and took its tasks; its producer, with the
+			// same transactional id, fences this one's. The group
+			// will not take this instance back: it is the zombie.
+			fatal = fmt.Errorf("another member joined group %s with instance id %s: %w", e.cfg.Group, e.cfg.InstanceID, err)
+			return
+		}
+		e.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
+	})
+	if fatal != nil {
+		return fmt.Errorf("engine: poll: %w", fatal)
+	}
+	return nil
+}
+
+// pollBuffered returns what the client has fetched already, without
+// waiting, unless the tasks' queues or pending state writes are full
+// (waitQueued).
+func (e *Engine) pollBuffered() (kgo.Fetches, error) {
+	if e.queued.Load() > e.cfg.FetchBufferBytes || e.stateShort() {
+		return nil, nil
+	}
+	fetches := e.sess.PollRecords(nil, e.cfg.MaxPollRecords) //nolint:staticcheck // nil: take what is buffered, do not wait
+	return fetches, e.pollErr(fetches)
+}
+
+// sealedOffsets are the input offsets of every task's checkpoint sealed at
+// the barrier of a run-on checkpoint: topic → partition → next offset. Run
+// goroutine, after the barrier's replies.
+func (e *Engine) sealedOffsets() map[string]map[int32]int64 {
+	offs := map[string]map[int32]int64{}
+	for p, t := range e.tasks {
+		for topic, o := range t.sealOffs {
+			if offs[topic] == nil {
+				offs[topic] = map[int32]int64{}
+			}
+			offs[topic][p] = o
+		}
+	}
+	return offs
+}
+
+// commitSealed sets the offsets req commits to offs, those of the tasks'
+// sealed checkpoints, and leaves out a partition that has none (no task
+// of this checkpoint read it): its committed offset stays.
+func commitSealed(req *kmsg.TxnOffsetCommitRequest, offs map[string]map[int32]int64) {
+	topics := req.Topics[:0]
+	for _, tp := range req.Topics {
+		parts := tp.Partitions[:0]
+		for _, p := range tp.Partitions {
+			o, ok := offs[tp.Topic][p.Partition]
+			if !ok {
+				continue
+			}
+			if o != p.Offset {
+				p.Offset, p.LeaderEpoch = o, -1
+			}
+			parts = append(parts, p)
+		}
+		if tp.Partitions = parts; len(parts) > 0 {
+			topics = append(topics, tp)
+		}
+	}
+	req.Topics = topics
+}
+
+// dispatch sends what a poll returned to the tasks. Run goroutine.
+func (e *Engine) dispatch(fetches kgo.Fetches) {
+	fetches.EachPartition(func(ftp kgo.FetchTopicPartition) {
+		if len(ftp.Records) == 0 {
+			return
+		}
+		t := e.tasks[ftp.Partition]
+		if t == nil {
+			return // revoked meanwhile; the transaction aborts
+		}
+		e.polled += len(ftp.Records) // markers too: they move the committed offsets
+		n, data := int64(0), 0
+		for _, r := range ftp.Records {
+			n += int64(RecordBytes(r))
+			if !r.Attrs.IsControl() {
+				data++
+			}
+		}
+		e.stats.RecordsIn.Add(int64(data))
+		e.queued.Add(n)
+		// The partition's end when it was fetched: read_committed
+		// reads up to the last stable offset.
+		end := ftp.LastStableOffset
+		if end < 0 {
+			end = ftp.HighWatermark
+		}
+		t.in <- taskMsg{kind: msgRecords, input: e.inputIndex[ftp.Topic], recs: ftp.Records, bytes: n, end: end}
+	})
 }
 
 // ampOne is an amplification of 1 in Engine.amp's thousandths.
@@ -866,13 +956,22 @@ func (e *Engine) taskErr() error {
 
 // checkpoint runs one checkpoint: barrier, prepare, end the transaction,
 // apply the outcome in every task, and begin the next transaction. step is
-// 0 for a regular checkpoint, n for the n-th follow-up after one. It runs
-// to its end whatever happens to Run's context (the final checkpoint
-// follows it).
-func (e *Engine) checkpoint(begin bool, step int) error {
+// 0 for a regular checkpoint, n for the n-th follow-up after one. ahead is
+// what the last poll returned, not dispatched yet: when the tasks run on
+// (Config.HoldTasks off, begin), it goes to them once they have passed the
+// barrier, to be processed while the transaction ends, and the offsets the
+// transaction commits are those of the barrier; otherwise it is dispatched
+// before the barrier. It runs to its end whatever happens to Run's context
+// (the final checkpoint follows it).
+func (e *Engine) checkpoint(begin bool, step int, ahead kgo.Fetches) error {
 	start := time.Now()
 	if err := e.applyAssignment(); err != nil {
 		return err
+	}
+	runOn := begin && !e.cfg.HoldTasks && !e.cfg.AtLeastOnce
+	if !runOn {
+		e.dispatch(ahead)
+		ahead = nil
 	}
 	now := e.cfg.Now()
 	e.metRequests(now.UnixNano())
@@ -881,7 +980,7 @@ func (e *Engine) checkpoint(begin bool, step int) error {
 	}
 	replies := make(chan error, len(e.tasks))
 	for _, t := range e.tasks {
-		t.in <- taskMsg{kind: msgBarrier, reply: replies}
+		t.in <- taskMsg{kind: msgBarrier, reply: replies, runOn: runOn}
 	}
 	var prepErr error
 	for range e.tasks {
@@ -896,21 +995,49 @@ func (e *Engine) checkpoint(begin bool, step int) error {
 	// does not use up the time the broker has to answer.
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.TransactionTimeout)
 	defer cancel()
-	// The tasks are held until the outcome: what they published is what
-	// they prepared with.
+	// What the tasks published is what they prepared with: a task held
+	// waits for the outcome, one that runs on holds its output.
 	live := e.live()
 	try := kgo.TryCommit
 	if prepErr != nil || e.produceErr.Load() != nil {
 		try = kgo.TryAbort
 	}
-	if try == kgo.TryCommit && e.polled == 0 && !e.cfg.AtLeastOnce && !e.stillMember(ctx) {
+	polled := e.polled
+	e.polled = 0
+	if runOn {
+		// The session commits the offsets of everything polled, ahead
+		// too: the commit gets the barrier's instead, those the tasks'
+		// checkpoints have.
+		offs := e.sealedOffsets()
+		ctx = kgo.PreTxnCommitFnContext(ctx, func(req *kmsg.TxnOffsetCommitRequest) error {
+			commitSealed(req, offs)
+			return nil
+		})
+		if try == kgo.TryCommit {
+			// The tasks go on with what was polled before the barrier,
+			// and with what the client has fetched since: no poll may
+			// run while the transaction ends.
+			e.dispatch(ahead)
+			for range e.cfg.QueueDepth {
+				more, err := e.pollBuffered()
+				if err != nil {
+					try, prepErr = kgo.TryAbort, err
+					break
+				}
+				if more.NumRecords() == 0 {
+					break
+				}
+				e.dispatch(more)
+			}
+		}
+	}
+	if try == kgo.TryCommit && polled == 0 && !e.cfg.AtLeastOnce && !e.stillMember(ctx) {
 		// Nothing was polled in this transaction, so End sends no offset
 		// commit and the broker cannot fence a member that was removed
 		// from the group (a paused zombie): check membership ourselves.
 		e.log.Warn("not a group member any more; aborting the checkpoint")
 		try = kgo.TryAbort
 	}
-	e.polled = 0
 	failpoint("before-end-txn")
 	committed, endErr := e.sess.End(ctx, try)
 	if committed {
@@ -988,10 +1115,21 @@ func (e *Engine) checkpoint(begin bool, step int) error {
 			applyErr = err
 		}
 	}
-	pause := time.Since(start)
+	cycle := time.Since(start)
+	pause := cycle
+	if runOn {
+		// The tasks stopped for their barrier and for applying the
+		// outcome; they ran on in between.
+		pause = barrier
+		var apply time.Duration
+		for _, t := range e.tasks {
+			apply = max(apply, t.applied)
+		}
+		pause += apply
+	}
 	e.stats.LastPauseNanos.Store(int64(pause))
 	if e.cfg.OnCheckpoint != nil {
-		e.cfg.OnCheckpoint(CheckpointInfo{Pause: pause, Barrier: barrier, Commit: time.Duration(e.stats.LastCommitNanos.Load()), Committed: committed, Tasks: len(e.tasks), FollowUp: step > 0})
+		e.cfg.OnCheckpoint(CheckpointInfo{Pause: pause, Cycle: cycle, RanOn: runOn, Barrier: barrier, Commit: time.Duration(e.stats.LastCommitNanos.Load()), Committed: committed, Tasks: len(e.tasks), FollowUp: step > 0})
 	}
 	if applyErr != nil {
 		return fmt.Errorf("engine: apply checkpoint: %w", applyErr)

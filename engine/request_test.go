@@ -56,7 +56,7 @@ func TestRequestedCheckpoint(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		if !ci.FollowUp {
-			starts = append(starts, time.Now().Add(-ci.Pause))
+			starts = append(starts, time.Now().Add(-ci.Cycle))
 		}
 	}
 	q := &requester{counter: counter{out: f.out}}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"time"
 
@@ -34,6 +35,9 @@ type taskMsg struct {
 	// came from; 0 or less: unknown (the Harness).
 	end   int64
 	reply chan error
+	// runOn (msgBarrier): seal the checkpoint and go on processing, output
+	// held until the outcome (Config.HoldTasks off).
+	runOn bool
 	// follow (msgCommit): what the task must read before the follow-up
 	// checkpoint, per internal input (followTarget.next); nil: none.
 	follow []int64
@@ -109,6 +113,18 @@ type Task struct {
 	follow  *followTarget
 	emitted int64
 	sent    []sentMarker
+
+	// Between a run-on barrier and its outcome (holding): the input
+	// offsets the checkpoint has (sealed in the keyspace), and the output
+	// of the records processed since, produced once the next transaction
+	// has begun.
+	holding   bool
+	sealOffs  map[string]int64
+	held      []*kgo.Record
+	heldBytes int64
+	// applied is how long the task took to apply the last outcome
+	// (its local commit, or its rollback).
+	applied time.Duration
 }
 
 var wmKey = []byte("\x00\x01watermark")
@@ -186,7 +202,7 @@ func (e *Engine) openTaskNoRun(ctx context.Context, p int32) (*Task, error) {
 	now := e.cfg.Now()
 	t := &Task{
 		Partition: p,
-		State:     &State{ks: ks, changelog: e.topo.Changelog, partition: p, emit: e.produce, limit: e.cfg.MaxRecordBytes},
+		State:     &State{ks: ks, changelog: e.topo.Changelog, partition: p, limit: e.cfg.MaxRecordBytes},
 		seek:      seek,
 		Log:       e.log.With("stage", e.topo.Name, "partition", p),
 		e:         e,
@@ -197,6 +213,7 @@ func (e *Engine) openTaskNoRun(ctx context.Context, p int32) (*Task, error) {
 		offsets:   map[string]int64{},
 		now:       now,
 	}
+	t.State.emit = t.produce
 	t.recMax = make([]int64, e.sources)
 	for i := range t.recMax {
 		t.recMax[i] = windows.MinTime
@@ -391,7 +408,7 @@ func (t *Task) run() {
 	defer tick.Stop()
 	bl, _ := t.proc.(Backlogger)
 	for {
-		if bl != nil && !t.failed && bl.Backlog() {
+		if bl != nil && !t.failed && !t.holding && bl.Backlog() {
 			select {
 			case m := <-t.in:
 				if t.handle(m) {
@@ -413,6 +430,9 @@ func (t *Task) run() {
 			t.takeEnds()
 		case <-tick.C:
 			if !t.failed {
+				t.fail(t.ks.Settle(false))
+			}
+			if !t.failed && !t.holding {
 				t.fail(t.advance())
 			}
 		}
@@ -427,6 +447,11 @@ func (t *Task) handle(m taskMsg) bool {
 			defer t.e.dequeued(m.bytes)
 		}
 		if t.failed {
+			return false
+		}
+		// The background sync of the last checkpoint, if it failed.
+		if err := t.ks.Settle(false); err != nil {
+			t.fail(err)
 			return false
 		}
 		t.now = t.e.cfg.Now()
@@ -451,23 +476,45 @@ func (t *Task) handle(m taskMsg) bool {
 			t.judge(src, m.end, -1)
 		}
 		t.publishCaughtUp()
-		t.fail(t.advance())
+		if !t.holding {
+			// While holding, timers wait for the outcome: what they
+			// would emit could only be held.
+			t.fail(t.advance())
+		}
 		t.setPending()
-		if src < 0 && !t.failed {
+		if src < 0 && !t.failed && !t.holding {
 			t.checkFollow()
 		}
 	case msgBarrier:
-		m.reply <- t.prepare()
-		// Nothing may be produced until the transaction has ended: wait
-		// for the outcome, the next message the engine sends.
-		return t.handle(<-t.in)
+		err := t.prepare()
+		if err != nil || !m.runOn {
+			m.reply <- err
+			// Nothing may be produced until the transaction has ended:
+			// wait for the outcome, the next message the engine sends.
+			return t.handle(<-t.in)
+		}
+		// Run on: the checkpoint is sealed in the keyspace, and what the
+		// task does until the outcome belongs to the next one.
+		t.sealOffs = maps.Clone(t.offsets)
+		t.holding = true
+		m.reply <- t.ks.Seal(t.checkpointOffsets(t.sealOffs))
 	case msgCommit:
+		ranOn, start := t.holding, time.Now()
 		err := t.commit()
+		t.applied = time.Since(start)
+		t.release()
 		t.setPending()
 		t.setFollow(m.follow)
 		m.reply <- err
+		if ranOn && err == nil && !t.failed {
+			// The timers that waited while holding.
+			t.fail(t.advance())
+		}
 	case msgAbort:
+		start := time.Now()
+		t.drop()
 		err := t.rollback()
+		t.applied = time.Since(start)
 		t.setPending()
 		t.setFollow(nil)
 		m.reply <- err
@@ -603,31 +650,86 @@ func (t *Task) prepare() error {
 	return nil
 }
 
-func (t *Task) commit() error {
-	offs := state.Offsets{}
-	for topic, o := range t.offsets {
-		offs[topic] = map[int32]int64{t.Partition: o}
+// checkpointOffsets are offs as the keyspace records them.
+func (t *Task) checkpointOffsets(offs map[string]int64) state.Offsets {
+	o := state.Offsets{}
+	for topic, off := range offs {
+		o[topic] = map[int32]int64{t.Partition: off}
 	}
+	return o
+}
+
+func (t *Task) commit() error {
 	failpoint("before-local-checkpoint")
-	if err := t.ks.Checkpoint(offs); err != nil {
+	var err error
+	if t.holding {
+		// The checkpoint sealed at the barrier; what the task wrote
+		// since stays pending. Its sync runs in the background.
+		err = t.ks.CommitSealed()
+	} else {
+		err = t.ks.Checkpoint(t.checkpointOffsets(t.offsets))
+	}
+	if err != nil {
 		return err
 	}
 	if f := t.ks.LastFlush(); f.Done != nil {
-		// Pebble holds the batch in memory until it is on disk: it
-		// counts against the bound until then.
-		t.e.flushing.Add(f.Bytes)
-		go func() {
-			<-f.Done
-			t.e.flushing.Add(-f.Bytes)
-			t.e.signalDrained()
-		}()
+		t.flushing(f)
 	}
 	t.pub.stateBytes.Store(int64(t.ks.Size()))
 	return nil
 }
 
+// flushing counts a committed batch that Pebble holds in memory until it
+// is on disk against the bound, until then.
+func (t *Task) flushing(f state.Flush) {
+	t.e.flushing.Add(f.Bytes)
+	go func() {
+		<-f.Done
+		t.e.flushing.Add(-f.Bytes)
+		t.e.signalDrained()
+	}()
+}
+
+// produce sends r in the current transaction, or holds it while the task
+// runs on past a barrier whose transaction has not ended (release).
+func (t *Task) produce(r *kgo.Record) {
+	if t.holding {
+		t.held = append(t.held, r)
+		t.heldBytes += int64(RecordBytes(r))
+		return
+	}
+	t.e.produce(r)
+}
+
+// release ends holding: the output held since the barrier goes into the
+// transaction that has begun, in order, no other task's chunks between.
+func (t *Task) release() {
+	if !t.holding {
+		return
+	}
+	t.holding = false
+	if len(t.held) > 0 {
+		t.e.chunkMu.Lock()
+		for _, r := range t.held {
+			t.e.produce(r)
+		}
+		t.e.chunkMu.Unlock()
+	}
+	clear(t.held)
+	t.held, t.heldBytes, t.sealOffs = t.held[:0], 0, nil
+}
+
+// drop ends holding after an abort: the held output goes with the rest of
+// what the task did since the last committed checkpoint.
+func (t *Task) drop() {
+	clear(t.held)
+	t.held, t.heldBytes, t.sealOffs, t.holding = t.held[:0], 0, nil, false
+}
+
 func (t *Task) rollback() error {
-	t.ks.Rollback()
+	if err := t.ks.Rollback(); err != nil {
+		return err
+	}
 	if err := t.loadCommitted(); err != nil {
 		return err
 	}
@@ -673,7 +775,7 @@ func (t *Task) close() error {
 // be larger.
 func (t *Task) Emit(r *kgo.Record) {
 	t.emitted++
-	t.e.produce(r)
+	t.produce(r)
 }
 
 // EmitChunks produces r, cut into chunks by Chunks if it exceeds
@@ -687,13 +789,15 @@ func (t *Task) EmitChunks(r *kgo.Record) error {
 	}
 	t.emitted++
 	if len(cs) == 1 {
-		t.e.produce(cs[0])
+		t.produce(cs[0])
 		return nil
 	}
-	t.e.chunkMu.Lock()
-	defer t.e.chunkMu.Unlock()
+	if !t.holding {
+		t.e.chunkMu.Lock()
+		defer t.e.chunkMu.Unlock()
+	}
 	for _, c := range cs {
-		t.e.produce(c)
+		t.produce(c)
 	}
 	return nil
 }

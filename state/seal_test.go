@@ -89,7 +89,7 @@ func sealModel(t *testing.T, seed uint64) {
 			must(k.Seal(Offsets{"in": {0: sealedOffs}}))
 			sealed = maps.Clone(view)
 		case r < 86 && sealed != nil:
-			must(k.CommitSealed(nil))
+			must(k.CommitSealed())
 			committed, sealed, committedOffs = sealed, nil, sealedOffs
 		case r < 93:
 			must(k.Settle(rng.IntN(2) == 0))
@@ -105,7 +105,7 @@ func sealModel(t *testing.T, seed uint64) {
 	}
 	check(-1)
 	if sealed != nil {
-		must(k.CommitSealed(nil))
+		must(k.CommitSealed())
 		committed, committedOffs = sealed, sealedOffs
 	}
 	must(k.Set([]byte("k99"), []byte("lost"))) // after the last checkpoint
@@ -140,7 +140,7 @@ func TestCheckpointRefusesAPendingSeal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer k.Close()
-	if err := k.CommitSealed(nil); err == nil {
+	if err := k.CommitSealed(); err == nil {
 		t.Fatal("CommitSealed without Seal succeeded")
 	}
 	if err := k.Seal(Offsets{}); err != nil {

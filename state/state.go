@@ -252,15 +252,12 @@ type Keyspace struct {
 	largeBatch int64
 	lastFlush  Flush
 	flushes    *flushTracker
-	// A sealed checkpoint (Seal) is the prefix of batch up to seal; the
-	// batch's writes up to inDB are in the database already (committed by
-	// CommitSealed, kept in the batch so that reads see them until the
-	// batch is cut back to what came after, Settle). Positions are into
-	// batch.Repr() and entry counts; {0, 0}: none.
-	seal, inDB batchMark
-	// committing is the commit CommitSealed runs in the background; nil
-	// when none is in flight.
-	committing chan error
+	// seal is where Seal ended the sealed checkpoint in batch: the
+	// writes before it are what CommitSealed commits; {0, 0}: none.
+	seal batchMark
+	// syncing is the background sync of the write-ahead log after a
+	// CommitSealed; nil when none is in flight.
+	syncing chan error
 }
 
 // batchMark is a position in a batch: its length and entry count there.
@@ -501,7 +498,7 @@ func (k *Keyspace) Checkpoint(offsets Offsets) error {
 	if err := k.Settle(true); err != nil {
 		return err
 	}
-	if k.seal.len > 0 || k.inDB.len > 0 {
+	if k.seal.len > 0 {
 		return errors.New("state: Checkpoint with a sealed checkpoint pending")
 	}
 	if err := k.batch.Set(offsetsKey, encodeOffsets(offsets), nil); err != nil {
@@ -537,14 +534,13 @@ func (k *Keyspace) Checkpoint(offsets Offsets) error {
 
 // Seal ends the checkpoint in the pending batch: offsets are written with
 // it, and the writes up to here are what CommitSealed commits. Writes after
-// Seal belong to the next checkpoint; reads see all of them. Seal first
-// waits for a commit still in flight (Settle).
+// Seal belong to the next checkpoint; reads see all of them.
 func (k *Keyspace) Seal(offsets Offsets) error {
 	if k.batch == nil {
 		return ErrClosed
 	}
-	if err := k.Settle(true); err != nil {
-		return err
+	if k.seal.len > 0 {
+		return errors.New("state: Seal over a sealed checkpoint")
 	}
 	if err := k.batch.Set(offsetsKey, encodeOffsets(offsets), nil); err != nil {
 		return err
@@ -553,14 +549,12 @@ func (k *Keyspace) Seal(offsets Offsets) error {
 	return nil
 }
 
-// CommitSealed commits the sealed checkpoint (Seal) in the background and
-// returns at once: the writes stay in the pending batch, so reads are the
-// same before and after the commit lands. Once it has (with its sync,
-// unless the store has NoSync), Settle drops them from the batch. onFlush,
-// if not nil, is called from the commit's goroutine when Pebble keeps the
-// batch in memory until its flush (see LastFlush). An error of the commit
-// is returned by the next Settle, Seal, CommitSealed, Rollback or Close.
-func (k *Keyspace) CommitSealed(onFlush func(Flush)) error {
+// CommitSealed commits the sealed checkpoint (Seal) without waiting for
+// the disk: the pending batch keeps only the writes made since Seal, and
+// the write-ahead log is synced in the background (unless the store has
+// NoSync; Settle waits for it). A crash before that sync ends leaves the
+// keyspace at an earlier checkpoint, as a crash before the commit would.
+func (k *Keyspace) CommitSealed() error {
 	if k.batch == nil {
 		return ErrClosed
 	}
@@ -570,91 +564,83 @@ func (k *Keyspace) CommitSealed(onFlush func(Flush)) error {
 	if err := k.Settle(true); err != nil {
 		return err
 	}
-	from := max(k.inDB.len, batchHeaderLen)
-	n := k.seal.count - k.inDB.count
-	data := make([]byte, batchHeaderLen, batchHeaderLen+k.seal.len-from)
-	binary.LittleEndian.PutUint32(data[8:], n)
-	data = append(data, k.batch.Repr()[from:k.seal.len]...)
-	b := k.db.NewBatch()
-	if err := b.SetRepr(data); err != nil {
+	repr := k.batch.Repr()
+	sealed := k.db.NewBatch()
+	if err := sealed.SetRepr(batchPart(repr, batchHeaderLen, k.seal.len, k.seal.count)); err != nil {
 		return fmt.Errorf("state: checkpoint %s: %w", k.name, err)
 	}
-	opt := pebble.NoSync
-	if k.sync {
-		opt = pebble.Sync
+	held := int64(sealed.Len()) + nextPow2(batchNodeBytes*int64(k.seal.count))
+	large := int64(sealed.Len()) >= k.largeBatch
+	begun := k.flushes.begunCount()
+	if err := sealed.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("state: checkpoint %s: %w", k.name, err)
 	}
-	held := int64(cap(data)) + nextPow2(batchNodeBytes*int64(n))
-	large := int64(len(data)) >= k.largeBatch
-	done := make(chan error, 1)
-	k.committing = done
-	k.inDB, k.seal = k.seal, batchMark{}
-	flushes, name := k.flushes, k.name
-	go func() {
-		begun := flushes.begunCount()
-		err := b.Commit(opt)
-		if err == nil {
-			err = b.Close()
+	if err := sealed.Close(); err != nil {
+		return fmt.Errorf("state: checkpoint %s: %w", k.name, err)
+	}
+	k.lastFlush = Flush{}
+	if large {
+		k.lastFlush = Flush{Bytes: held, Done: k.flushes.next(begun)}
+	}
+	// The writes since Seal, in a batch of their own.
+	rest := k.db.NewIndexedBatch()
+	if n := k.batch.Count() - k.seal.count; n > 0 {
+		tail := k.db.NewBatch()
+		if err := tail.SetRepr(batchPart(repr, k.seal.len, len(repr), n)); err != nil {
+			return fmt.Errorf("state: checkpoint %s: %w", k.name, err)
 		}
-		if err == nil && large && onFlush != nil {
-			onFlush(Flush{Bytes: held, Done: flushes.next(begun)})
+		if err := rest.Apply(tail, nil); err != nil {
+			return fmt.Errorf("state: checkpoint %s: %w", k.name, err)
 		}
-		if err != nil {
-			err = fmt.Errorf("state: checkpoint %s: %w", name, err)
-		}
-		done <- err
-	}()
+		tail.Close()
+	}
+	k.batch.Close()
+	k.batch, k.seal = rest, batchMark{}
+	if k.sync {
+		done := make(chan error, 1)
+		k.syncing = done
+		db, name := k.db, k.name
+		go func() {
+			err := db.LogData(nil, pebble.Sync)
+			if err != nil {
+				err = fmt.Errorf("state: sync checkpoint of %s: %w", name, err)
+			}
+			done <- err
+		}()
+	}
 	return nil
+}
+
+// batchPart is a batch of the entries repr holds in [from, to), count of
+// them: a copy, with a header of its own.
+func batchPart(repr []byte, from, to int, count uint32) []byte {
+	data := make([]byte, batchHeaderLen, batchHeaderLen+to-from)
+	binary.LittleEndian.PutUint32(data[8:], count)
+	return append(data, repr[from:to]...)
 }
 
 // batchHeaderLen is the length of a Pebble batch's header (sequence
 // number and count).
 const batchHeaderLen = 12
 
-// Settle finishes a commit of CommitSealed that has landed — or, with wait,
-// waits for it — and cuts the pending batch back to the writes not yet in
-// the database. It returns the commit's error. No iterator may be open.
+// Settle returns the error of CommitSealed's background sync once it has
+// ended — with wait, after waiting for it; without, nil while it runs.
 func (k *Keyspace) Settle(wait bool) error {
-	if k.committing == nil {
+	if k.syncing == nil {
 		return nil
 	}
 	var err error
 	if wait {
-		err = <-k.committing
+		err = <-k.syncing
 	} else {
 		select {
-		case err = <-k.committing:
+		case err = <-k.syncing:
 		default:
 			return nil
 		}
 	}
-	k.committing = nil
-	if err != nil {
-		return err
-	}
-	if k.batch == nil {
-		return nil
-	}
-	// The writes since the sealed prefix, in a batch of their own.
-	rest := k.db.NewIndexedBatch()
-	if k.batch.Count() > k.inDB.count {
-		repr := k.batch.Repr()
-		data := make([]byte, batchHeaderLen, batchHeaderLen+len(repr)-k.inDB.len)
-		binary.LittleEndian.PutUint32(data[8:], k.batch.Count()-k.inDB.count)
-		tail := k.db.NewBatch()
-		if err := tail.SetRepr(append(data, repr[k.inDB.len:]...)); err != nil {
-			return fmt.Errorf("state: settle %s: %w", k.name, err)
-		}
-		if err := rest.Apply(tail, nil); err != nil {
-			return fmt.Errorf("state: settle %s: %w", k.name, err)
-		}
-		tail.Close()
-	}
-	if k.seal.len > 0 {
-		k.seal = batchMark{len: k.seal.len - k.inDB.len + batchHeaderLen, count: k.seal.count - k.inDB.count}
-	}
-	k.batch.Close()
-	k.batch, k.inDB = rest, batchMark{}
-	return nil
+	k.syncing = nil
+	return err
 }
 
 // LastFlush is the batch the last Checkpoint committed when Pebble keeps
@@ -664,17 +650,15 @@ func (k *Keyspace) LastFlush() Flush { return k.lastFlush }
 
 // Rollback discards every write since the last checkpoint (a sealed one
 // not committed included). On a closed keyspace it does nothing. It
-// returns the error of a commit that was in flight.
+// returns the error of a background sync that has ended (Settle).
 func (k *Keyspace) Rollback() error {
 	if k.batch == nil {
 		return nil
 	}
-	// A sealed checkpoint whose commit is in flight is the last
-	// checkpoint: wait for it.
-	err := k.Settle(true)
+	err := k.Settle(false)
 	k.batch.Close() // a batch's Close only returns it to the pool
 	k.batch = k.db.NewIndexedBatch()
-	k.seal, k.inDB = batchMark{}, batchMark{}
+	k.seal = batchMark{}
 	return err
 }
 
@@ -682,9 +666,6 @@ func (k *Keyspace) Rollback() error {
 func (k *Keyspace) Offsets() (Offsets, error) {
 	if k.batch == nil {
 		return nil, ErrClosed
-	}
-	if err := k.Settle(true); err != nil {
-		return nil, err
 	}
 	v, closer, err := k.db.Get(offsetsKey)
 	if errors.Is(err, pebble.ErrNotFound) {
@@ -721,11 +702,7 @@ func (k *Keyspace) Close() error {
 		delete(k.store.mu.open, k.name)
 	}
 	k.store.mu.Unlock()
-	var cerr error
-	if k.committing != nil {
-		cerr = <-k.committing
-		k.committing = nil
-	}
+	cerr := k.Settle(true)
 	k.batch.Close()
 	k.batch = nil
 	k.flushes.close()
