@@ -89,9 +89,9 @@ func (e *Engine) markerPromise(r *kgo.Record, err error) {
 // them; one that reads a backlog is not caught up until it has read it. A
 // window of its own, not the time since the last checkpoint: follow-ups
 // and requested checkpoints come often, and a busy task is seldom caught
-// up in a fraction of a second. Called once per checkpoint, while the
-// tasks are held in it, and by the poll loop before a requested
-// checkpoint (Run goroutine only).
+// up in a fraction of a second. Called once per checkpoint, as its barrier
+// has passed, and by the poll loop before a requested checkpoint (Run
+// goroutine only).
 func (e *Engine) live() bool {
 	since := e.cfg.Now().Add(-e.cfg.CheckpointInterval).UnixNano()
 	live := len(e.tasks) > 0
@@ -107,8 +107,7 @@ func (e *Engine) live() bool {
 // follow-up (0: a regular one), whether a follow-up comes, and returns
 // what each task must read first: per partition, per internal input, the
 // offset after the last marker the checkpoint wrote to that partition (0:
-// none). Called while the tasks are held in the checkpoint, before they get
-// its outcome.
+// none). Called before the tasks get the checkpoint's outcome.
 func (e *Engine) armFollowUp(marks map[string]map[int32]int64, live bool, step int) map[int32][]int64 {
 	e.follow = followUp{}
 	if !live || step >= e.hops || e.cfg.FollowUpWait <= 0 {

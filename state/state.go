@@ -50,8 +50,11 @@ type Options struct {
 	// (Keyspace.Checkpoint) waits until its write-ahead log entry is on
 	// disk, so that after a crash (SIGKILL included) local state is that of
 	// the last checkpoint, not older: a restart then matches the committed
-	// offsets and does not rebuild from the changelog. Replays of bounded
-	// input into a scratch directory may set it.
+	// offsets and does not rebuild from the changelog. A sealed checkpoint
+	// (Keyspace.CommitSealed) is synced in the background: only a crash in
+	// the milliseconds before that sync ends leaves local state a
+	// checkpoint behind. Replays of bounded input into a scratch directory
+	// may set it.
 	NoSync bool
 	// Logger receives Pebble's background errors and warnings. Default
 	// slog.Default().

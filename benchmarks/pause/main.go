@@ -1,12 +1,18 @@
 // Command pause measures braid's checkpoint pause — how long tasks stop
-// processing at a checkpoint, barrier to resume — under steady input at a
-// given rate, and reports its percentiles, regular checkpoints and
-// follow-ups apart, with the parts of the pause: the barrier (tasks
-// finish their queued input and hand over state and output), the end of
-// the Kafka transaction (flush, offset commit, EndTxn) and the apply
-// (tasks commit their state batch, with its sync, and resume).
+// processing at a checkpoint — under steady input at a given rate, and
+// reports its percentiles, regular checkpoints and follow-ups apart, with
+// the parts of a checkpoint: the barrier (tasks finish their queued input
+// and hand over state and output), the end of the Kafka transaction
+// (flush, offset commit, EndTxn) and the apply (tasks commit their state
+// batch and resume).
 //
-//	BRAID_KAFKA_BROKERS=127.0.0.1:39092 go run ./benchmarks/pause -interval 5s -duration 2m
+// It runs braid as it is (tasks run on past the barrier while the
+// transaction ends, their output held: the pause is the barrier and the
+// apply) and, side by side on the same broker and input, with tasks held
+// from the barrier to the end of the transaction (engine.Config.HoldTasks:
+// the pause is the whole checkpoint), in interleaved rounds.
+//
+//	BRAID_KAFKA_BROKERS=127.0.0.1:39092 go run ./benchmarks/pause -interval 5s -duration 1m -rounds 2
 package main
 
 import (
@@ -35,14 +41,60 @@ import (
 
 func main() {
 	interval := flag.Duration("interval", 5*time.Second, "checkpoint interval")
-	duration := flag.Duration("duration", 2*time.Minute, "how long to measure")
+	duration := flag.Duration("duration", time.Minute, "how long to measure each contender in each round")
 	rate := flag.Int("rate", 400, "simulated requests per second (steady)")
+	rounds := flag.Int("rounds", 2, "interleaved rounds of both contenders")
 	out := flag.String("out", "", "result file (default benchmarks/results/pause-<interval>.json)")
 	flag.Parse()
 	brokers := strings.Split(os.Getenv("BRAID_KAFKA_BROKERS"), ",")
 	if brokers[0] == "" {
 		log.Fatal("BRAID_KAFKA_BROKERS is not set")
 	}
+	infos := map[bool][]engine.CheckpointInfo{}
+	msgs := map[bool]int64{}
+	for r := range *rounds {
+		for _, hold := range []bool{false, true} {
+			ci, n := measure(brokers, *interval, *duration, *rate, hold)
+			infos[hold] = append(infos[hold], ci...)
+			msgs[hold] += n
+			fmt.Printf("round %d, %s: %d checkpoints, %d messages\n", r+1, name(hold), len(ci), n)
+		}
+	}
+	res := map[string]any{"interval": interval.String(), "rate_requests_per_s": *rate, "duration_each": duration.String(), "rounds": *rounds}
+	fmt.Printf("interval %v, %d requests/s, %d rounds of %v each\n", *interval, *rate, *rounds, *duration)
+	for _, hold := range []bool{false, true} {
+		regular, follow := summarize(infos[hold], false), summarize(infos[hold], true)
+		for _, x := range []struct {
+			name string
+			d    dist
+		}{{"regular", regular}, {"follow-up", follow}} {
+			fmt.Printf("  %-5s %-9s %3d checkpoints: pause p50 %.1f ms, p99 %.1f ms, max %.1f ms; barrier p50/p99 %.1f/%.1f ms, end of transaction %.1f/%.1f ms, apply %.1f/%.1f ms, whole checkpoint %.1f/%.1f ms\n",
+				name(hold), x.name, x.d.N, x.d.P50MS, x.d.P99MS, x.d.MaxMS, x.d.BarrierP50MS, x.d.BarrierP99MS, x.d.EndP50MS, x.d.EndP99MS, x.d.ApplyP50MS, x.d.ApplyP99MS, x.d.CycleP50MS, x.d.CycleP99MS)
+		}
+		res[name(hold)] = map[string]any{"messages": msgs[hold], "checkpoints": regular.N, "p50_ms": regular.P50MS, "p99_ms": regular.P99MS, "max_ms": regular.MaxMS,
+			"regular": regular, "follow_up": follow}
+	}
+	if *out == "" {
+		*out = filepath.Join("benchmarks", "results", "pause-"+interval.String()+".json")
+	}
+	b, _ := json.MarshalIndent(res, "", "  ")
+	os.MkdirAll(filepath.Dir(*out), 0o755)
+	if err := os.WriteFile(*out, b, 0o644); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func name(hold bool) string {
+	if hold {
+		return "held"
+	}
+	return "runon"
+}
+
+// measure runs a job on fresh topics under steady input for duration (after
+// two intervals of start-up) and returns the checkpoints it took meanwhile
+// and the messages it read.
+func measure(brokers []string, interval, duration time.Duration, rate int, hold bool) ([]engine.CheckpointInfo, int64) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(simulator.Partitioner()))
@@ -64,7 +116,8 @@ func main() {
 	cfg.State.Dir = dir
 	cfg.Inputs.Spans.Topic, cfg.Inputs.Logs.Topic, cfg.Inputs.Metrics.Topic = topics.Spans, topics.Logs, topics.Metrics
 	cfg.Outputs.Fused, cfg.Outputs.Late, cfg.Outputs.DLQ = run+"-fused", run+"-late", run+"-dlq"
-	cfg.CheckpointInterval = *interval
+	cfg.CheckpointInterval = interval
+	cfg.HoldTasks = hold
 	// Every checkpoint, as it ends: the pause and its parts.
 	var mu sync.Mutex
 	var infos []engine.CheckpointInfo
@@ -90,7 +143,7 @@ func main() {
 	// Steady input with event times following the wall clock.
 	go func() {
 		batch := 200 * time.Millisecond
-		sim, _ := simulator.New(simulator.Config{Seed: 1, Topics: topics, Start: time.Now(), BatchInterval: batch, RequestsPerBatch: max(1, *rate/5)})
+		sim, _ := simulator.New(simulator.Config{Seed: 1, Topics: topics, Start: time.Now(), BatchInterval: batch, RequestsPerBatch: max(1, rate/5)})
 		tick := time.NewTicker(batch)
 		defer tick.Stop()
 		for ctx.Err() == nil {
@@ -100,67 +153,55 @@ func main() {
 		}
 	}()
 
-	time.Sleep(2 * *interval) // skip start-up checkpoints
+	time.Sleep(2 * interval) // skip start-up checkpoints
 	measuring.Store(true)
-	time.Sleep(*duration)
+	time.Sleep(duration)
 	measuring.Store(false)
-	c := j.Counters()
-	msgs := c.Messages.Load()
+	msgs := j.Counters().Messages.Load()
 	cancel()
-	<-done
+	if err := <-done; err != nil {
+		log.Fatalf("%s: %v", name(hold), err)
+	}
 	mu.Lock()
 	defer mu.Unlock()
-	// Regular checkpoints and follow-ups apart: a follow-up commits what
-	// the markers of the one before released, a few records.
-	type dist struct {
-		N                          int
-		P50MS, P99MS, MaxMS        float64
-		BarrierP50MS, BarrierP99MS float64
-		EndP50MS, EndP99MS         float64
-		ApplyP50MS, ApplyP99MS     float64
-		PausesMS                   []float64
-	}
-	summarize := func(follow bool) dist {
-		var pause, barrier, end, apply []time.Duration
-		for _, ci := range infos {
-			if ci.FollowUp != follow || !ci.Committed {
-				continue
-			}
-			pause, barrier = append(pause, ci.Pause), append(barrier, ci.Barrier)
-			end, apply = append(end, ci.Commit-ci.Barrier), append(apply, ci.Pause-ci.Commit)
+	return infos, msgs
+}
+
+type dist struct {
+	N                          int
+	P50MS, P99MS, MaxMS        float64
+	BarrierP50MS, BarrierP99MS float64
+	EndP50MS, EndP99MS         float64
+	ApplyP50MS, ApplyP99MS     float64
+	CycleP50MS, CycleP99MS     float64
+	PausesMS                   []float64
+}
+
+// summarize is the distribution of the committed regular checkpoints, or
+// of the follow-ups (a follow-up commits what the markers of the one
+// before released, a few records).
+func summarize(infos []engine.CheckpointInfo, follow bool) dist {
+	var pause, barrier, end, apply, cycle []time.Duration
+	for _, ci := range infos {
+		if ci.FollowUp != follow || !ci.Committed {
+			continue
 		}
-		ms := func(ds []time.Duration, p float64) float64 {
-			if len(ds) == 0 {
-				return 0
-			}
-			s := slices.Clone(ds)
-			slices.Sort(s)
-			return float64(s[min(len(s)-1, int(p*float64(len(s))))]) / 1e6
+		pause, barrier, cycle = append(pause, ci.Pause), append(barrier, ci.Barrier), append(cycle, ci.Cycle)
+		end, apply = append(end, ci.Commit-ci.Barrier), append(apply, ci.Cycle-ci.Commit)
+	}
+	ms := func(ds []time.Duration, p float64) float64 {
+		if len(ds) == 0 {
+			return 0
 		}
-		d := dist{N: len(pause), P50MS: ms(pause, 0.5), P99MS: ms(pause, 0.99), MaxMS: ms(pause, 1),
-			BarrierP50MS: ms(barrier, 0.5), BarrierP99MS: ms(barrier, 0.99), EndP50MS: ms(end, 0.5), EndP99MS: ms(end, 0.99),
-			ApplyP50MS: ms(apply, 0.5), ApplyP99MS: ms(apply, 0.99)}
-		for _, p := range pause {
-			d.PausesMS = append(d.PausesMS, float64(p)/1e6)
-		}
-		return d
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		return float64(s[min(len(s)-1, int(p*float64(len(s))))]) / 1e6
 	}
-	regular, follow := summarize(false), summarize(true)
-	fmt.Printf("interval %v, %d requests/s (%d messages in %v)\n", *interval, *rate, msgs, *duration)
-	for _, x := range []struct {
-		name string
-		d    dist
-	}{{"regular", regular}, {"follow-up", follow}} {
-		fmt.Printf("  %-9s %3d checkpoints: pause p50 %.1f ms, p99 %.1f ms, max %.1f ms; barrier p50/p99 %.1f/%.1f ms, end of transaction %.1f/%.1f ms, apply %.1f/%.1f ms\n",
-			x.name, x.d.N, x.d.P50MS, x.d.P99MS, x.d.MaxMS, x.d.BarrierP50MS, x.d.BarrierP99MS, x.d.EndP50MS, x.d.EndP99MS, x.d.ApplyP50MS, x.d.ApplyP99MS)
+	d := dist{N: len(pause), P50MS: ms(pause, 0.5), P99MS: ms(pause, 0.99), MaxMS: ms(pause, 1),
+		BarrierP50MS: ms(barrier, 0.5), BarrierP99MS: ms(barrier, 0.99), EndP50MS: ms(end, 0.5), EndP99MS: ms(end, 0.99),
+		ApplyP50MS: ms(apply, 0.5), ApplyP99MS: ms(apply, 0.99), CycleP50MS: ms(cycle, 0.5), CycleP99MS: ms(cycle, 0.99)}
+	for _, p := range pause {
+		d.PausesMS = append(d.PausesMS, float64(p)/1e6)
 	}
-	if *out == "" {
-		*out = filepath.Join("benchmarks", "results", "pause-"+interval.String()+".json")
-	}
-	b, _ := json.MarshalIndent(map[string]any{"interval": interval.String(), "rate_requests_per_s": *rate, "duration": duration.String(), "messages": msgs,
-		"checkpoints": regular.N, "p50_ms": regular.P50MS, "p99_ms": regular.P99MS, "max_ms": regular.MaxMS, "regular": regular, "follow_up": follow}, "", "  ")
-	os.MkdirAll(filepath.Dir(*out), 0o755)
-	if err := os.WriteFile(*out, b, 0o644); err != nil {
-		log.Fatal(err)
-	}
+	return d
 }

@@ -124,6 +124,9 @@ type Config struct {
 	// the job's own metrics (engine.Config.OnCheckpoint): for programs
 	// that embed the job, such as the benchmarks. It must not block.
 	OnCheckpoint func(engine.CheckpointInfo) `yaml:"-"`
+	// HoldTasks keeps tasks waiting from a checkpoint's barrier until its
+	// transaction has ended (engine.Config.HoldTasks): for benchmarks.
+	HoldTasks bool `yaml:"-"`
 	// LogInterval is how often a progress line is logged. Default 30s.
 	LogInterval time.Duration `yaml:"log_interval"`
 
@@ -560,6 +563,7 @@ func (c *Config) EngineConfig(budget Budget) engine.Config {
 		InstanceID:         c.InstanceID,
 		SessionTimeout:     c.SessionTimeout,
 		AtLeastOnce:        c.AtLeastOnce,
+		HoldTasks:          c.HoldTasks,
 		CheckpointInterval: c.CheckpointInterval,
 		OutOfOrderness:     c.EventTime.OutOfOrderness,
 		Idleness:           c.EventTime.Idleness,
