@@ -2,6 +2,7 @@ package state
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -258,9 +259,9 @@ type Keyspace struct {
 	// seal is where Seal ended the sealed checkpoint in batch: the
 	// writes before it are what CommitSealed commits; {0, 0}: none.
 	seal batchMark
-	// syncing is the background sync of the write-ahead log after a
-	// CommitSealed; nil when none is in flight.
-	syncing chan error
+	// syncing are the background syncs of the write-ahead log after
+	// CommitSealed, oldest first, that Settle has not collected.
+	syncing []chan error
 }
 
 // batchMark is a position in a batch: its length and entry count there.
@@ -564,7 +565,9 @@ func (k *Keyspace) CommitSealed() error {
 	if k.seal.len == 0 {
 		return errors.New("state: CommitSealed without Seal")
 	}
-	if err := k.Settle(true); err != nil {
+	// A sync still running for an earlier commit is not waited for: the
+	// log is synced in order, a later sync covers it.
+	if err := k.Settle(false); err != nil {
 		return err
 	}
 	repr := k.batch.Repr()
@@ -601,7 +604,7 @@ func (k *Keyspace) CommitSealed() error {
 	k.batch, k.seal = rest, batchMark{}
 	if k.sync {
 		done := make(chan error, 1)
-		k.syncing = done
+		k.syncing = append(k.syncing, done)
 		db, name := k.db, k.name
 		go func() {
 			err := db.LogData(nil, pebble.Sync)
@@ -626,21 +629,24 @@ func batchPart(repr []byte, from, to int, count uint32) []byte {
 // number and count).
 const batchHeaderLen = 12
 
-// Settle returns the error of CommitSealed's background sync once it has
-// ended — with wait, after waiting for it; without, nil while it runs.
+// Settle returns the first error of CommitSealed's background syncs that
+// have ended — with wait, after waiting for every one; without, of those
+// that have ended so far.
 func (k *Keyspace) Settle(wait bool) error {
-	if k.syncing == nil {
-		return nil
-	}
 	var err error
-	if wait {
-		err = <-k.syncing
-	} else {
-		select {
-		case err = <-k.syncing:
-		default:
-			return nil
+	for len(k.syncing) > 0 {
+		if wait {
+			err = cmp.Or(err, <-k.syncing[0])
+		} else {
+			select {
+			case e := <-k.syncing[0]:
+				err = cmp.Or(err, e)
+			default:
+				return err
+			}
 		}
+		k.syncing[0] = nil
+		k.syncing = k.syncing[1:]
 	}
 	k.syncing = nil
 	return err
