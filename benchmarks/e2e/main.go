@@ -104,6 +104,7 @@ type options struct {
 	description string
 	verbose     bool
 	alo         bool
+	held        bool
 	alertsOff   bool
 	eventTime   string
 	profileOff  string
@@ -133,6 +134,7 @@ func main() {
 	flag.BoolVar(&o.keepTopics, "keep-topics", false, "do not delete the topics at the end")
 	flag.StringVar(&o.description, "note", "", "free text stored in the result")
 	flag.BoolVar(&o.alo, "at-least-once", true, "also run braid with exactly-once off (engine AtLeastOnce: no transactions) in each round")
+	flag.BoolVar(&o.held, "held", false, "also run braid with tasks held from a checkpoint's barrier to the end of its transaction (engine HoldTasks, braid before run-on checkpoints) in each round")
 	flag.BoolVar(&o.alertsOff, "alerts-off", true, "also run braid with the alerts stage off (alerts.disabled) in each round: the cost of the default rules")
 	flag.Int64Var(&o.budget, "memory-budget", 0, "braid's state.memory_budget, bytes (0: the job's default, 512 MiB); a backlog of more than ~150,000 requests read within one checkpoint interval needs more")
 	flag.IntVar(&o.settle, "settle", 3, "braid's third window: this many more checkpoints after the second (the alerts stage evaluates the last partial aggregates)")
@@ -189,6 +191,8 @@ type Result struct {
 	Braid []Phase `json:"braid"`
 	// BraidALO is braid with exactly-once off (-at-least-once).
 	BraidALO []Phase `json:"braid_at_least_once,omitempty"`
+	// BraidHeld is braid with tasks held at checkpoints (-held).
+	BraidHeld []Phase `json:"braid_held,omitempty"`
 	// BraidNoAlerts is braid (exactly-once) with the alerts stage off
 	// (-alerts-off).
 	BraidNoAlerts []Phase `json:"braid_alerts_off,omitempty"`
@@ -499,9 +503,9 @@ func run(o options) error {
 		if r%2 == 0 {
 			slices.Reverse(kinds)
 		}
-		kinds = append(kinds, braidALO)
+		kinds = append(kinds, braidALO, braidHeld)
 		for _, k := range kinds {
-			if k == braidALO && !o.alo || k == braidNoAlerts && !o.alertsOff || k == braidSampling && !o.sampling {
+			if k == braidALO && !o.alo || k == braidHeld && !o.held || k == braidNoAlerts && !o.alertsOff || k == braidSampling && !o.sampling {
 				continue
 			}
 			name := k.String()
@@ -524,6 +528,8 @@ func run(o options) error {
 			switch k {
 			case braidALO:
 				res.BraidALO = append(res.BraidALO, ph)
+			case braidHeld:
+				res.BraidHeld = append(res.BraidHeld, ph)
 			case braidNoAlerts:
 				res.BraidNoAlerts = append(res.BraidNoAlerts, ph)
 			case braidSampling:
@@ -625,6 +631,7 @@ const (
 	braidALO                       // at-least-once
 	braidNoAlerts                  // exactly-once, alerts off
 	braidSampling                  // exactly-once, alerts on, sampling on
+	braidHeld                      // exactly-once, tasks held at checkpoints
 )
 
 func (k contender) String() string {
@@ -635,6 +642,8 @@ func (k contender) String() string {
 		return "braid-noalerts"
 	case braidSampling:
 		return "braid-sampling"
+	case braidHeld:
+		return "braid-held"
 	}
 	return "braid"
 }
@@ -979,6 +988,7 @@ func braidJob(ctx context.Context, o options, in simulator.Topics, group string,
 	cfg.Outputs.Pollution, cfg.Outputs.Incidents, cfg.Outputs.Alerts = group+".pollution", group+".incidents", group+".alerts"
 	cfg.CheckpointInterval = o.checkpoint
 	cfg.AtLeastOnce = kind == braidALO
+	cfg.HoldTasks = kind == braidHeld
 	cfg.Alerts.Disabled = kind == braidNoAlerts
 	if kind == braidSampling {
 		// The default policy; the sampled topics are the run's own, as
