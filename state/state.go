@@ -512,6 +512,12 @@ func (k *Keyspace) Checkpoint(offsets Offsets) error {
 	if k.sync {
 		opt = pebble.Sync
 	}
+	return k.commitBatch(opt, false)
+}
+
+// commitBatch commits the pending batch as it is and starts a new one; with
+// background, its sync (unless the store has NoSync) runs on its own.
+func (k *Keyspace) commitBatch(opt *pebble.WriteOptions, background bool) error {
 	held := k.PendingBytes()
 	large := int64(k.batch.Len()) >= k.largeBatch
 	// Before the commit: the flush Pebble schedules for a large batch
@@ -523,7 +529,7 @@ func (k *Keyspace) Checkpoint(offsets Offsets) error {
 	if err := k.batch.Close(); err != nil {
 		return fmt.Errorf("state: checkpoint %s: %w", k.name, err)
 	}
-	k.batch = k.db.NewIndexedBatch()
+	k.batch, k.seal = k.db.NewIndexedBatch(), batchMark{}
 	k.lastFlush = Flush{}
 	if large {
 		// Pebble queued the batch, immutable, for a flush it has
@@ -532,6 +538,9 @@ func (k *Keyspace) Checkpoint(offsets Offsets) error {
 		// was queued, ends the wait early: the count is low for a
 		// while, never stuck.)
 		k.lastFlush = Flush{Bytes: held, Done: k.flushes.next(begun)}
+	}
+	if background {
+		k.syncInBackground()
 	}
 	return nil
 }
@@ -570,6 +579,10 @@ func (k *Keyspace) CommitSealed() error {
 	if err := k.Settle(false); err != nil {
 		return err
 	}
+	if k.batch.Count() == k.seal.count {
+		// Nothing written since Seal: the batch is the checkpoint.
+		return k.commitBatch(pebble.NoSync, true)
+	}
 	repr := k.batch.Repr()
 	sealed := k.db.NewBatch()
 	if err := sealed.SetRepr(batchPart(repr, batchHeaderLen, k.seal.len, k.seal.count)); err != nil {
@@ -602,6 +615,13 @@ func (k *Keyspace) CommitSealed() error {
 	}
 	k.batch.Close()
 	k.batch, k.seal = rest, batchMark{}
+	k.syncInBackground()
+	return nil
+}
+
+// syncInBackground syncs the write-ahead log, unless the store has NoSync,
+// on a goroutine of its own (Settle collects its error).
+func (k *Keyspace) syncInBackground() {
 	if k.sync {
 		done := make(chan error, 1)
 		k.syncing = append(k.syncing, done)
@@ -614,7 +634,6 @@ func (k *Keyspace) CommitSealed() error {
 			done <- err
 		}()
 	}
-	return nil
 }
 
 // batchPart is a batch of the entries repr holds in [from, to), count of

@@ -109,6 +109,7 @@ type options struct {
 	eventTime   string
 	profileOff  string
 	sampling    bool
+	profileHeld string
 	profileSamp string
 	settle      int
 	budget      int64
@@ -141,6 +142,7 @@ func main() {
 	flag.StringVar(&o.profileOff, "cpuprofile-alerts-off", "", "write a CPU profile of braid-noalerts' run of the last round to this file")
 	flag.BoolVar(&o.sampling, "sampling", true, "also run braid with the sampling stage on (sampling.enabled, default policy) in each round: the cost of sampling")
 	flag.StringVar(&o.profileSamp, "cpuprofile-sampling", "", "write a CPU profile of braid-sampling's run of the last round to this file")
+	flag.StringVar(&o.profileHeld, "cpuprofile-held", "", "write a CPU profile of braid-held's run of the last round to this file")
 	flag.StringVar(&o.eventTime, "event-time", "short", "braid's event-time settings: short (out-of-orderness 1s, idle gap 1s, allowed lateness 30s, flush after 2s, idleness 30s) | default (the job's defaults)")
 	flag.StringVar(&o.collector, "collector", "", "the OpenTelemetry Collector (otelcol) binary of the otelcol-groupbytrace contender, which needs the kafka receiver, the groupbytrace processor and the kafka exporter (default: deploy/local/otelcol.sh's build if there is one; off: no Collector contender)")
 	flag.BoolVar(&o.verbose, "v", false, "log the job's info lines (progress every 10s)")
@@ -518,6 +520,8 @@ func run(o options) error {
 					profile = o.profileOff
 				case braidSampling:
 					profile = o.profileSamp
+				case braidHeld:
+					profile = o.profileHeld
 				}
 			}
 			ph, err = braidJob(ctx, o, topics, group, k, wl, profile)
