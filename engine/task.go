@@ -118,10 +118,11 @@ type Task struct {
 	// offsets the checkpoint has (sealed in the keyspace), and the output
 	// of the records processed since, produced once the next transaction
 	// has begun.
-	holding   bool
-	sealOffs  map[string]int64
-	held      []*kgo.Record
-	heldBytes int64
+	holding     bool
+	sealOffs    map[string]int64
+	sealEmitted int64 // emitted at the barrier
+	held        []*kgo.Record
+	heldBytes   int64
 	// applied is how long the task took to apply the last outcome
 	// (its local commit, or its rollback).
 	applied time.Duration
@@ -496,6 +497,7 @@ func (t *Task) handle(m taskMsg) bool {
 		// Run on: the checkpoint is sealed in the keyspace, and what the
 		// task does until the outcome belongs to the next one.
 		t.sealOffs = maps.Clone(t.offsets)
+		t.sealEmitted = t.emitted
 		t.holding = true
 		m.reply <- t.ks.Seal(t.checkpointOffsets(t.sealOffs))
 	case msgCommit:
@@ -505,6 +507,11 @@ func (t *Task) handle(m taskMsg) bool {
 		t.release()
 		t.setPending()
 		t.setFollow(m.follow)
+		if ranOn && t.follow != nil {
+			// What it held goes into the transaction the follow-up
+			// commits: it counts as emitted since.
+			t.follow.emitted = t.sealEmitted
+		}
 		m.reply <- err
 		if ranOn && err == nil && !t.failed {
 			// The timers that waited while holding.
