@@ -965,13 +965,15 @@ func (e *Engine) taskErr() error {
 // (the final checkpoint follows it).
 func (e *Engine) checkpoint(begin bool, step int, ahead kgo.Fetches) error {
 	start := time.Now()
-	if err := e.applyAssignment(); err != nil {
-		return err
-	}
 	runOn := begin && !e.cfg.HoldTasks && !e.cfg.AtLeastOnce
-	if !runOn {
+	if !runOn || e.assignmentChanging() {
+		// Before the tasks change: what was polled is for the tasks
+		// that were there when it was.
 		e.dispatch(ahead)
 		ahead = nil
+	}
+	if err := e.applyAssignment(); err != nil {
+		return err
 	}
 	now := e.cfg.Now()
 	e.metRequests(now.UnixNano())
@@ -1168,6 +1170,25 @@ func (e *Engine) onAssigned(_ context.Context, cl *kgo.Client, m map[string][]in
 
 // freshAssignment reports whether partitions were assigned since
 // applyAssignment last looked.
+// assignmentChanging reports whether applyAssignment would close or
+// install a task now. Run goroutine.
+func (e *Engine) assignmentChanging() bool {
+	if len(e.opened) > 0 {
+		return true
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.mu.fresh) > 0 {
+		return true
+	}
+	for p := range e.tasks {
+		if e.mu.assigned[p] == nil {
+			return true
+		}
+	}
+	return false
+}
+
 func (e *Engine) freshAssignment() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -13,11 +14,16 @@ import (
 // keyspace and compares what is on disk with the last commit.
 func TestSealedCheckpointsAgainstAModel(t *testing.T) {
 	for seed := uint64(1); seed <= 20; seed++ {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { sealModel(t, seed) })
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { sealModel(t, seed, 16) })
+	}
+	// Values of up to 256 KiB: batches over half a memtable, which
+	// Pebble keeps as memtables of their own, flushes and compactions.
+	for seed := uint64(1); seed <= 4; seed++ {
+		t.Run(fmt.Sprintf("large/%d", seed), func(t *testing.T) { sealModel(t, seed, 256<<10) })
 	}
 }
 
-func sealModel(t *testing.T, seed uint64) {
+func sealModel(t *testing.T, seed uint64, maxValue int) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	dir := t.TempDir()
 	s, err := Open(Options{Dir: dir, MemoryBudget: 16 << 20})
@@ -66,7 +72,7 @@ func sealModel(t *testing.T, seed uint64) {
 	for step := range 600 {
 		switch r := rng.IntN(100); {
 		case r < 50:
-			kk, v := key(), fmt.Sprintf("v%d", step)
+			kk, v := key(), fmt.Sprintf("v%d-%s", step, strings.Repeat("x", rng.IntN(maxValue)))
 			must(k.Set([]byte(kk), []byte(v)))
 			view[kk] = v
 		case r < 62:
