@@ -122,3 +122,28 @@ func TestKfakeTasksRunOnWhileTheTransactionEnds(t *testing.T) {
 	}
 	checkOutput(t, byKey(t, f.readAll(t, f.out, kgo.ReadCommitted())), f.want())
 }
+
+// TestCommitSealedRewritesTheOffsetCommit: the transaction's offset commit
+// gets the sealed offsets (its leader epoch unknown when the offset
+// changed), leaves out partitions no task sealed, and topics left empty.
+func TestCommitSealedRewritesTheOffsetCommit(t *testing.T) {
+	part := func(p int32, off int64, epoch int32) kmsg.TxnOffsetCommitRequestTopicPartition {
+		x := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+		x.Partition, x.Offset, x.LeaderEpoch = p, off, epoch
+		return x
+	}
+	req := kmsg.NewPtrTxnOffsetCommitRequest()
+	req.Topics = []kmsg.TxnOffsetCommitRequestTopic{
+		{Topic: "in", Partitions: []kmsg.TxnOffsetCommitRequestTopicPartition{part(0, 120, 3), part(1, 80, 3), part(2, 50, 3)}},
+		{Topic: "mid", Partitions: []kmsg.TxnOffsetCommitRequestTopicPartition{part(0, 9, 1)}},
+	}
+	commitSealed(req, map[string]map[int32]int64{"in": {0: 100, 1: 80}, "other": {0: 5}})
+	if len(req.Topics) != 1 || req.Topics[0].Topic != "in" {
+		t.Fatalf("topics %+v, want in alone", req.Topics)
+	}
+	got := req.Topics[0].Partitions
+	if len(got) != 2 || got[0].Partition != 0 || got[0].Offset != 100 || got[0].LeaderEpoch != -1 ||
+		got[1].Partition != 1 || got[1].Offset != 80 || got[1].LeaderEpoch != 3 {
+		t.Fatalf("partitions %+v, want 0@100 (epoch -1) and 1@80 (epoch 3)", got)
+	}
+}
