@@ -122,7 +122,6 @@ type Task struct {
 	sealOffs    map[string]int64
 	sealEmitted int64 // emitted at the barrier
 	held        []*kgo.Record
-	heldBytes   int64
 	// applied is how long the task took to apply the last outcome
 	// (its local commit, or its rollback).
 	applied time.Duration
@@ -702,7 +701,6 @@ func (t *Task) flushing(f state.Flush) {
 func (t *Task) produce(r *kgo.Record) {
 	if t.holding {
 		t.held = append(t.held, r)
-		t.heldBytes += int64(RecordBytes(r))
 		return
 	}
 	t.e.produce(r)
@@ -723,14 +721,14 @@ func (t *Task) release() {
 		t.e.chunkMu.Unlock()
 	}
 	clear(t.held)
-	t.held, t.heldBytes, t.sealOffs = t.held[:0], 0, nil
+	t.held, t.sealOffs = t.held[:0], nil
 }
 
 // drop ends holding after an abort: the held output goes with the rest of
 // what the task did since the last committed checkpoint.
 func (t *Task) drop() {
 	clear(t.held)
-	t.held, t.heldBytes, t.sealOffs, t.holding = t.held[:0], 0, nil, false
+	t.held, t.sealOffs, t.holding = t.held[:0], nil, false
 }
 
 func (t *Task) rollback() error {
