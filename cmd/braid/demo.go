@@ -32,6 +32,12 @@ incidents, alert changes and a stats line on stderr. README.md, "Set-up".
 Flags:
 `
 
+// The demo's event-time settings that its tests reason with.
+const (
+	demoOutOfOrderness = 2 * time.Second
+	demoIdleGap        = 2 * time.Second
+)
+
 // runDemo runs the demo: fused records on out, incidents, alerts and the
 // stats line on errOut.
 func runDemo(ctx context.Context, args []string, log *slog.Logger, out, errOut io.Writer) error {
@@ -126,9 +132,9 @@ func runDemo(ctx context.Context, args []string, log *slog.Logger, out, errOut i
 	cfg.State.Dir = *stateDir
 	cfg.CheckpointInterval = time.Second
 	cfg.Admin.Addr = *adminAddr
-	cfg.EventTime.OutOfOrderness = 2 * time.Second
+	cfg.EventTime.OutOfOrderness = demoOutOfOrderness
 	cfg.EventTime.Idleness = 5 * time.Second
-	cfg.EventTime.IdleGap = 2 * time.Second
+	cfg.EventTime.IdleGap = demoIdleGap
 	cfg.EventTime.AllowedLateness = 30 * time.Second
 	cfg.EventTime.FlushAfter = 5 * time.Second
 	for _, in := range []*job.InputConfig{&cfg.Inputs.Spans, &cfg.Inputs.Logs, &cfg.Inputs.Metrics} {

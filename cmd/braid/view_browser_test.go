@@ -312,6 +312,7 @@ func TestViewInBrowser(t *testing.T) {
 	// then on): wait until a victim's trace is indexed with its spans and
 	// the incident's flag.
 	var victim string
+	var victimEnd float64 // the trace's end, unix ms
 	waitFor(t, time.Minute, "a victim's trace to be fused with FLAG_POLLUTED", func() bool {
 		demoEnded()
 		var ip view.IncidentPage
@@ -323,11 +324,20 @@ func TestViewInBrowser(t *testing.T) {
 			var tp view.TracePage
 			getJSON(t, base+"api/trace/"+v.TraceID, &tp)
 			if len(tp.Spans) > 0 && slices.Contains(tp.Flags, braidpb.Flag_FLAG_POLLUTED.String()) {
-				victim = v.RequestID
+				victim, victimEnd = v.RequestID, tp.End
 				return true
 			}
 		}
 		return false
+	})
+	// The trace may have been flushed before its last span came (the
+	// demo's flush_after, under load): that span revises it once event
+	// time passes the trace. Wait until the view has indexed traces that
+	// end past it by the demo's idle gap and out-of-orderness and more.
+	waitFor(t, time.Minute, "event time past the victim's trace", func() bool {
+		demoEnded()
+		getJSON(t, base+"api/status", &st)
+		return float64(st.Newest) >= victimEnd+float64((demoIdleGap+demoOutOfOrderness+time.Second)/time.Millisecond)
 	})
 	do("open a victim's trace", 30*time.Second, chromedp.Navigate(base+"incident/"+url.PathEscape(inc.ID)), ready("incident"),
 		chromedp.Click(chromedp.CSS(fmt.Sprintf(`#victims tr[data-request=%q] a.trace-link`, victim))), ready("trace"))
