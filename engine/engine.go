@@ -121,15 +121,15 @@ type Config struct {
 	// the producer is flushed and then the offsets are committed, so a
 	// crash may repeat output. For comparison in benchmarks; default off.
 	AtLeastOnce bool
-	// HoldTasks keeps every task waiting from a checkpoint's barrier until
-	// its transaction has ended, as braid did before checkpoints ran on:
-	// for comparison in benchmarks; default off. By default a task goes on
-	// past its barrier — the records polled before the checkpoint are
-	// dispatched once every task has prepared, and processed while the
-	// transaction ends, their output held until the next one begins —
-	// so the pause it sees is its barrier, not the broker's round trips.
-	// The final checkpoint, and every checkpoint under AtLeastOnce, hold.
-	HoldTasks bool
+	// RunOn lets tasks go on past a checkpoint's barrier: the records
+	// polled before the checkpoint are dispatched once every task has
+	// prepared, and processed while the transaction ends, their output
+	// held until the next one begins, so the pause a task sees is its
+	// barrier and local commit, not the broker's round trips. Default
+	// off: every task waits from its barrier until the transaction has
+	// ended. The final checkpoint, and every checkpoint under AtLeastOnce,
+	// hold the tasks.
+	RunOn bool
 	// OnCheckpoint, if set, is called on the Run goroutine after every
 	// checkpoint (metrics). It must not block.
 	OnCheckpoint func(CheckpointInfo)
@@ -211,14 +211,14 @@ const (
 // CheckpointInfo describes one finished checkpoint.
 type CheckpointInfo struct {
 	// Pause is how long tasks stopped processing: barrier to resume. A
-	// task that runs on (Config.HoldTasks off) stops for the barrier and
+	// task that runs on (Config.RunOn) stops for the barrier and
 	// for applying the outcome: Pause is Barrier plus the longest apply
 	// then.
 	Pause time.Duration
 	// Cycle is from the barrier to the outcome applied in every task and
 	// polling resumed (the pause of a task held until the end).
 	Cycle time.Duration
-	// RanOn: the tasks went on past the barrier (Config.HoldTasks).
+	// RanOn: the tasks went on past the barrier (Config.RunOn).
 	RanOn bool
 	// Barrier is from the barrier to every task having prepared (its
 	// queued input processed, its state and output handed over).
@@ -958,14 +958,14 @@ func (e *Engine) taskErr() error {
 // apply the outcome in every task, and begin the next transaction. step is
 // 0 for a regular checkpoint, n for the n-th follow-up after one. ahead is
 // what the last poll returned, not dispatched yet: when the tasks run on
-// (Config.HoldTasks off, begin), it goes to them once they have passed the
+// (Config.RunOn, begin), it goes to them once they have passed the
 // barrier, to be processed while the transaction ends, and the offsets the
 // transaction commits are those of the barrier; otherwise it is dispatched
 // before the barrier. It runs to its end whatever happens to Run's context
 // (the final checkpoint follows it).
 func (e *Engine) checkpoint(begin bool, step int, ahead kgo.Fetches) error {
 	start := time.Now()
-	runOn := begin && !e.cfg.HoldTasks && !e.cfg.AtLeastOnce
+	runOn := begin && e.cfg.RunOn && !e.cfg.AtLeastOnce
 	if !runOn || e.assignmentChanging() {
 		// Before the tasks change: what was polled is for the tasks
 		// that were there when it was.

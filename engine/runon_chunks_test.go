@@ -89,6 +89,7 @@ func TestKfakeRunOnKeepsStateWhole(t *testing.T) {
 	run := func(dir string, fault bool, n int, kill bool) {
 		t.Helper()
 		cfg := f.config(t, dir, "chunker-0")
+		cfg.RunOn = true
 		cfg.MaxPollRecords = 20
 		topo := f.topology()
 		topo.NewProcessor = func(*Task) (Processor, error) {

@@ -51,6 +51,7 @@ func TestKfakeTasksRunOnWhileTheTransactionEnds(t *testing.T) {
 	var mu sync.Mutex
 	var infos []CheckpointInfo
 	cfg := f.config(t, t.TempDir(), "counter-0")
+	cfg.RunOn = true
 	cfg.MaxPollRecords = 50
 	cfg.OnCheckpoint = func(ci CheckpointInfo) {
 		mu.Lock()

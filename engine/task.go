@@ -36,7 +36,7 @@ type taskMsg struct {
 	end   int64
 	reply chan error
 	// runOn (msgBarrier): seal the checkpoint and go on processing, output
-	// held until the outcome (Config.HoldTasks off).
+	// held until the outcome (Config.RunOn).
 	runOn bool
 	// follow (msgCommit): what the task must read before the follow-up
 	// checkpoint, per internal input (followTarget.next); nil: none.

@@ -6,11 +6,12 @@
 // (flush, offset commit, EndTxn) and the apply (tasks commit their state
 // batch and resume).
 //
-// It runs braid as it is (tasks run on past the barrier while the
-// transaction ends, their output held: the pause is the barrier and the
-// apply) and, side by side on the same broker and input, with tasks held
-// from the barrier to the end of the transaction (engine.Config.HoldTasks:
-// the pause is the whole checkpoint), in interleaved rounds.
+// It runs braid with tasks running on past the barrier while the
+// transaction ends (checkpoint_run_on, engine.Config.RunOn: their output
+// held, the pause is the barrier and the apply) and, side by side on the
+// same broker and input, with tasks held from the barrier to the end of
+// the transaction (the default: the pause is the whole checkpoint), in
+// interleaved rounds.
 //
 //	BRAID_KAFKA_BROKERS=127.0.0.1:39092 go run ./benchmarks/pause -interval 5s -duration 1m -rounds 2
 package main
@@ -117,7 +118,7 @@ func measure(brokers []string, interval, duration time.Duration, rate int, hold 
 	cfg.Inputs.Spans.Topic, cfg.Inputs.Logs.Topic, cfg.Inputs.Metrics.Topic = topics.Spans, topics.Logs, topics.Metrics
 	cfg.Outputs.Fused, cfg.Outputs.Late, cfg.Outputs.DLQ = run+"-fused", run+"-late", run+"-dlq"
 	cfg.CheckpointInterval = interval
-	cfg.HoldTasks = hold
+	cfg.CheckpointRunOn = !hold
 	// Every checkpoint, as it ends: the pause and its parts.
 	var mu sync.Mutex
 	var infos []engine.CheckpointInfo

@@ -124,9 +124,10 @@ type Config struct {
 	// the job's own metrics (engine.Config.OnCheckpoint): for programs
 	// that embed the job, such as the benchmarks. It must not block.
 	OnCheckpoint func(engine.CheckpointInfo) `yaml:"-"`
-	// HoldTasks keeps tasks waiting from a checkpoint's barrier until its
-	// transaction has ended (engine.Config.HoldTasks): for benchmarks.
-	HoldTasks bool `yaml:"-"`
+	// CheckpointRunOn lets tasks go on past a checkpoint's barrier while
+	// its transaction ends, their output held until the next begins
+	// (engine.Config.RunOn). Default off.
+	CheckpointRunOn bool `yaml:"checkpoint_run_on"`
 	// LogInterval is how often a progress line is logged. Default 30s.
 	LogInterval time.Duration `yaml:"log_interval"`
 
@@ -563,7 +564,7 @@ func (c *Config) EngineConfig(budget Budget) engine.Config {
 		InstanceID:         c.InstanceID,
 		SessionTimeout:     c.SessionTimeout,
 		AtLeastOnce:        c.AtLeastOnce,
-		HoldTasks:          c.HoldTasks,
+		RunOn:              c.CheckpointRunOn,
 		CheckpointInterval: c.CheckpointInterval,
 		OutOfOrderness:     c.EventTime.OutOfOrderness,
 		Idleness:           c.EventTime.Idleness,
