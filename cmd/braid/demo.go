@@ -61,6 +61,7 @@ func runDemo(ctx context.Context, args []string, log *slog.Logger, out, errOut i
 	leak := fs.String("leak", defaultLeak, "GPU memory leak to inject (realistic fleet only): gpu=INDEX (host·2 + GPU index),rate=MiB per minute,from=D,to=D (event time after the start); \"\": none")
 	jump := fs.String("jailbreak-jump", defaultJump, "a tenant's jailbreak attempts to jump (realistic fleet only; its guardrails and evaluators report verdicts): tenant=NAME (acme, globex, initech, umbrella, hooli),rate=SHARE of its requests,from=D,to=D (event time after the start); \"\": none")
 	speed := fs.Float64("speed", 5, "how many times faster than the wall clock event time runs during --fast-forward")
+	seed := fs.Int64("seed", 0, "simulator seed (0: from the clock); the demo logs the one it uses, so that a run can be played again")
 	fastForward := fs.Duration("fast-forward", 10*time.Minute, "play this much event time from the start at --speed times the wall clock (event time starts that much behind the wall clock and catches up with it), then follow the wall clock; 0: follow it from the start")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -113,7 +114,11 @@ func runDemo(ctx context.Context, args []string, log *slog.Logger, out, errOut i
 	clk := newDemoClock(time.Now(), *speed, *fastForward)
 	sim := simOptions{rate: *rate, encoding: *encoding, keyed: *keyed, realistic: *realistic, hosts: *hosts,
 		kvEvents: *kvEvents || len(triggers) > 0, faults: triggers, regressions: regs, leaks: leaks, jumps: jumps}
-	sm, err := simulator.New(sim.simConfig(time.Now().UnixNano(), clk.start))
+	if *seed == 0 {
+		*seed = time.Now().UnixNano()
+	}
+	log.Info("demo simulator", "seed", *seed)
+	sm, err := simulator.New(sim.simConfig(*seed, clk.start))
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}

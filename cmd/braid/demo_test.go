@@ -5,7 +5,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -201,4 +203,25 @@ func TestDemoClock(t *testing.T) {
 	if c := newDemoClock(w0, 5, 0); c.start != w0 || c.at(w0.Add(time.Second)) != w0.Add(time.Second) {
 		t.Errorf("no fast-forward: %+v", c)
 	}
+}
+
+// demoSeed is the simulator seed of a test's demo: BRAID_DEMO_SEED when
+// set (to play a failed run again), else one from the clock. A failed
+// test names it.
+func demoSeed(t *testing.T) int64 {
+	t.Helper()
+	seed := time.Now().UnixNano()
+	if v := os.Getenv("BRAID_DEMO_SEED"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			t.Fatalf("BRAID_DEMO_SEED %q: %v", v, err)
+		}
+		seed = n
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the demo ran with seed %d (BRAID_DEMO_SEED=%d plays it again)", seed, seed)
+		}
+	})
+	return seed
 }

@@ -59,9 +59,10 @@ func TestReportFromDemo(t *testing.T) {
 	var out, errOut syncBuffer
 	done := make(chan error, 1)
 	launch := time.Now()
+	seed := demoSeed(t)
 	go func() {
 		done <- runDemo(ctx, []string{"--addr", addr, "--admin-addr", "", "--view-addr", viewAddr, "--quiet", "--state-dir", t.TempDir(),
-			"--hosts", "4", "--rate", "10", "--faults", "all", "--regression", "", "--leak", "", "--jailbreak-jump", "",
+			"--seed", fmt.Sprint(seed), "--hosts", "4", "--rate", "10", "--faults", "all", "--regression", "", "--leak", "", "--jailbreak-jump", "",
 			"--fast-forward", fastForward.String(), "--speed", fmt.Sprint(speed), "--truth", truthFile},
 			slog.New(slog.NewTextHandler(io.Discard, nil)), &out, &errOut)
 	}()

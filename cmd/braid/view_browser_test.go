@@ -67,9 +67,10 @@ func TestViewInBrowser(t *testing.T) {
 	var out, errOut syncBuffer
 	done := make(chan error, 1)
 	launch := time.Now()
+	seed := demoSeed(t)
 	go func() {
 		done <- runDemo(ctx, []string{"--addr", addr, "--admin-addr", "", "--view-addr", viewAddr, "--quiet", "--state-dir", t.TempDir(),
-			"--hosts", "2", "--rate", "10", "--faults", faults,
+			"--seed", fmt.Sprint(seed), "--hosts", "2", "--rate", "10", "--faults", faults,
 			"--regression", fmt.Sprintf("server=1,factor=20,from=%v,to=%v", regFrom, regTo), "--leak", "", "--jailbreak-jump", "",
 			"--fast-forward", fastForward.String(), "--speed", fmt.Sprint(speed), "--truth", truthFile},
 			slog.New(slog.NewTextHandler(io.Discard, nil)), &out, &errOut)
