@@ -769,15 +769,26 @@ func (e *Engine) pollErr(fetches kgo.Fetches) error {
 	return nil
 }
 
-// pollBuffered returns what the client has fetched already, without
-// waiting, unless the tasks' queues or pending state writes are full
-// (waitQueued).
-func (e *Engine) pollBuffered() (kgo.Fetches, error) {
-	if e.queued.Load() > e.cfg.FetchBufferBytes || e.stateShort() {
-		return nil, nil
+// runOnWith gives the tasks, past a run-on barrier, what was polled before
+// it and what the client has fetched since (up to QueueDepth polls that do
+// not wait, while the input is not full): no poll may run while the
+// transaction ends. It returns a poll's error that ends the job.
+func (e *Engine) runOnWith(ahead kgo.Fetches) error {
+	e.dispatch(ahead)
+	for range e.cfg.QueueDepth {
+		if e.inputFull() {
+			return nil
+		}
+		more := e.sess.PollRecords(nil, e.cfg.MaxPollRecords) //nolint:staticcheck // nil: take what is buffered, do not wait
+		if err := e.pollErr(more); err != nil {
+			return err
+		}
+		if more.NumRecords() == 0 {
+			return nil
+		}
+		e.dispatch(more)
 	}
-	fetches := e.sess.PollRecords(nil, e.cfg.MaxPollRecords) //nolint:staticcheck // nil: take what is buffered, do not wait
-	return fetches, e.pollErr(fetches)
+	return nil
 }
 
 // sealedOffsets are the input offsets of every task's checkpoint sealed at
@@ -918,9 +929,7 @@ func (e *Engine) atBarrier() {
 // the pending writes call for a checkpoint (stateFull), the checkpoint is
 // due or ctx ends.
 func (e *Engine) waitQueued(ctx context.Context, next time.Time) {
-	held := func() bool {
-		return (e.queued.Load() > e.cfg.FetchBufferBytes || e.stateShort()) && !e.stateFull()
-	}
+	held := func() bool { return e.inputFull() && !e.stateFull() }
 	if !held() {
 		return
 	}
@@ -936,6 +945,14 @@ func (e *Engine) waitQueued(ctx context.Context, next time.Time) {
 			return
 		}
 	}
+}
+
+// inputFull reports whether the tasks' queues hold more than
+// FetchBufferBytes, or the state writes pending and expected from the
+// queued input reach PendingStateBytes (stateShort): no more may be
+// polled for now.
+func (e *Engine) inputFull() bool {
+	return e.queued.Load() > e.cfg.FetchBufferBytes || e.stateShort()
 }
 
 // afterPoll runs between a poll that returned records and their dispatch:
@@ -1016,20 +1033,8 @@ func (e *Engine) checkpoint(begin bool, step int, ahead kgo.Fetches) error {
 			return nil
 		})
 		if try == kgo.TryCommit {
-			// The tasks go on with what was polled before the barrier,
-			// and with what the client has fetched since: no poll may
-			// run while the transaction ends.
-			e.dispatch(ahead)
-			for range e.cfg.QueueDepth {
-				more, err := e.pollBuffered()
-				if err != nil {
-					try, prepErr = kgo.TryAbort, err
-					break
-				}
-				if more.NumRecords() == 0 {
-					break
-				}
-				e.dispatch(more)
+			if err := e.runOnWith(ahead); err != nil {
+				try, prepErr = kgo.TryAbort, err
 			}
 		}
 	}
@@ -1173,14 +1178,11 @@ func (e *Engine) onAssigned(_ context.Context, cl *kgo.Client, m map[string][]in
 // assignmentChanging reports whether applyAssignment would close or
 // install a task now. Run goroutine.
 func (e *Engine) assignmentChanging() bool {
-	if len(e.opened) > 0 {
+	if len(e.opened) > 0 || e.freshAssignment() {
 		return true
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if len(e.mu.fresh) > 0 {
-		return true
-	}
 	for p := range e.tasks {
 		if e.mu.assigned[p] == nil {
 			return true

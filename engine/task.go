@@ -709,23 +709,18 @@ func (t *Task) produce(r *kgo.Record) {
 // release ends holding: the output held since the barrier goes into the
 // transaction that has begun, in order, no other task's chunks between.
 func (t *Task) release() {
-	if !t.holding {
-		return
-	}
-	t.holding = false
-	if len(t.held) > 0 {
+	if t.holding && len(t.held) > 0 {
 		t.e.chunkMu.Lock()
 		for _, r := range t.held {
 			t.e.produce(r)
 		}
 		t.e.chunkMu.Unlock()
 	}
-	clear(t.held)
-	t.held, t.sealOffs = t.held[:0], nil
+	t.drop()
 }
 
-// drop ends holding after an abort: the held output goes with the rest of
-// what the task did since the last committed checkpoint.
+// drop ends holding without the held output: after an abort it goes with
+// the rest of what the task did since the last committed checkpoint.
 func (t *Task) drop() {
 	clear(t.held)
 	t.held, t.sealOffs, t.holding = t.held[:0], nil, false

@@ -518,18 +518,29 @@ func (k *Keyspace) Checkpoint(offsets Offsets) error {
 // commitBatch commits the pending batch as it is and starts a new one; with
 // background, its sync (unless the store has NoSync) runs on its own.
 func (k *Keyspace) commitBatch(opt *pebble.WriteOptions, background bool) error {
-	held := k.PendingBytes()
-	large := int64(k.batch.Len()) >= k.largeBatch
+	if err := k.commit(k.batch, k.PendingBytes(), opt); err != nil {
+		return err
+	}
+	k.batch, k.seal = k.db.NewIndexedBatch(), batchMark{}
+	if background {
+		k.syncInBackground()
+	}
+	return nil
+}
+
+// commit commits b, which holds held bytes of memory, and closes it;
+// LastFlush then tells whether Pebble keeps it in memory until its flush.
+func (k *Keyspace) commit(b *pebble.Batch, held int64, opt *pebble.WriteOptions) error {
+	large := int64(b.Len()) >= k.largeBatch
 	// Before the commit: the flush Pebble schedules for a large batch
 	// may begin before Commit returns.
 	begun := k.flushes.begunCount()
-	if err := k.batch.Commit(opt); err != nil {
+	if err := b.Commit(opt); err != nil {
 		return fmt.Errorf("state: checkpoint %s: %w", k.name, err)
 	}
-	if err := k.batch.Close(); err != nil {
+	if err := b.Close(); err != nil {
 		return fmt.Errorf("state: checkpoint %s: %w", k.name, err)
 	}
-	k.batch, k.seal = k.db.NewIndexedBatch(), batchMark{}
 	k.lastFlush = Flush{}
 	if large {
 		// Pebble queued the batch, immutable, for a flush it has
@@ -538,9 +549,6 @@ func (k *Keyspace) commitBatch(opt *pebble.WriteOptions, background bool) error 
 		// was queued, ends the wait early: the count is low for a
 		// while, never stuck.)
 		k.lastFlush = Flush{Bytes: held, Done: k.flushes.next(begun)}
-	}
-	if background {
-		k.syncInBackground()
 	}
 	return nil
 }
@@ -589,17 +597,8 @@ func (k *Keyspace) CommitSealed() error {
 		return fmt.Errorf("state: checkpoint %s: %w", k.name, err)
 	}
 	held := int64(sealed.Len()) + nextPow2(batchNodeBytes*int64(k.seal.count))
-	large := int64(sealed.Len()) >= k.largeBatch
-	begun := k.flushes.begunCount()
-	if err := sealed.Commit(pebble.NoSync); err != nil {
-		return fmt.Errorf("state: checkpoint %s: %w", k.name, err)
-	}
-	if err := sealed.Close(); err != nil {
-		return fmt.Errorf("state: checkpoint %s: %w", k.name, err)
-	}
-	k.lastFlush = Flush{}
-	if large {
-		k.lastFlush = Flush{Bytes: held, Done: k.flushes.next(begun)}
+	if err := k.commit(sealed, held, pebble.NoSync); err != nil {
+		return err
 	}
 	// The writes since Seal, in a batch of their own.
 	rest := k.db.NewIndexedBatch()
@@ -653,19 +652,18 @@ const batchHeaderLen = 12
 // that have ended so far.
 func (k *Keyspace) Settle(wait bool) error {
 	var err error
-	for len(k.syncing) > 0 {
+	for ; len(k.syncing) > 0; k.syncing = k.syncing[1:] {
+		var e error
 		if wait {
-			err = cmp.Or(err, <-k.syncing[0])
+			e = <-k.syncing[0]
 		} else {
 			select {
-			case e := <-k.syncing[0]:
-				err = cmp.Or(err, e)
+			case e = <-k.syncing[0]:
 			default:
 				return err
 			}
 		}
-		k.syncing[0] = nil
-		k.syncing = k.syncing[1:]
+		err = cmp.Or(err, e)
 	}
 	k.syncing = nil
 	return err
