@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/cockroachdb/pebble"
+	"github.com/cockroachdb/pebble/bloom"
 	"github.com/cockroachdb/pebble/vfs"
 )
 
@@ -187,7 +188,9 @@ func (s *Store) Keyspace(name string) (*Keyspace, error) {
 		Cache:                       s.cache,
 		MemTableSize:                uint64(s.memTableSize(len(s.mu.open))),
 		MemTableStopWritesThreshold: 2,
-		Levels:                      uncompressedLevels(),
+		L0CompactionThreshold:       l0CompactionThreshold,
+		L0StopWritesThreshold:       3 * l0CompactionThreshold,
+		Levels:                      levelOptions(),
 		Logger:                      pebbleLogger{log},
 		EventListener:               listener,
 	})
@@ -201,17 +204,20 @@ func (s *Store) Keyspace(name string) (*Keyspace, error) {
 	return k, nil
 }
 
-// uncompressedLevels are the options of a keyspace's seven levels:
-// Pebble's defaults, without block compression. What tasks keep is
-// short-lived — a trace's chunks are read back once, when it is emitted,
-// and deleted when it is purged — so compressing each block at every flush
-// and compaction, and decompressing it for that one read, cost CPU (a
-// sixth of braid's in the e2e benchmark's profile) to save disk that is
-// soon given back.
-func uncompressedLevels() []pebble.LevelOptions {
+// levelOptions are the options of a keyspace's seven levels: Pebble's
+// defaults, without block compression and with Bloom filters. What tasks
+// keep is short-lived — a trace's chunks are read back once, when it is
+// emitted, and deleted when it is purged — so:
+//   - compressing each block at every flush and compaction, and
+//     decompressing it for that one read, cost CPU (a sixth of braid's in
+//     the e2e benchmark's profile) to save disk that is soon given back;
+//   - keys are trace ids, random: every file of L0 spans the whole key
+//     space, and a point read without a filter seeks a block in each.
+func levelOptions() []pebble.LevelOptions {
 	ls := make([]pebble.LevelOptions, 7)
 	for i := range ls {
 		ls[i].Compression = pebble.NoCompression
+		ls[i].FilterPolicy = bloom.FilterPolicy(10)
 		if i > 0 {
 			ls[i].TargetFileSize = ls[i-1].TargetFileSize * 2
 		}
@@ -219,6 +225,13 @@ func uncompressedLevels() []pebble.LevelOptions {
 	}
 	return ls
 }
+
+// l0CompactionThreshold is the number of L0 sublevels from which Pebble
+// compacts L0 into the levels below (its default is 4; writes stop at
+// three times as many). Chunks written at one checkpoint are mostly
+// deleted a few checkpoints later: compacting later rewrites fewer of
+// them, and the filters keep the reads of a deeper L0 cheap.
+const l0CompactionThreshold = 12
 
 // MemTableSize is the memtable size a keyspace opened now would get.
 func (s *Store) MemTableSize() int64 {
