@@ -2,7 +2,9 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -21,6 +23,9 @@ import (
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/braidlabs/braid/connectors/simulator"
 	"github.com/braidlabs/braid/connectors/view"
@@ -379,6 +384,9 @@ func TestViewInBrowser(t *testing.T) {
 	}
 	reqMu.Unlock()
 
+	// What the demo's topics hold of the trace shown, read before the
+	// demo (and its broker) stops: said if the trace falls short.
+	record := traceRecord(t, addr, tr.TraceID)
 	// The truth, written as the demo ends.
 	cancel()
 	if err := <-done; err != nil {
@@ -433,7 +441,7 @@ func TestViewInBrowser(t *testing.T) {
 		t.Errorf("victim %s's link opened trace %s, the simulator's %s", victim, tr.TraceID, rt.TraceID)
 	}
 	if tr.Spans != rt.Spans {
-		t.Errorf("trace %s shows %d spans, the simulator wrote %d", tr.TraceID, tr.Spans, rt.Spans)
+		t.Errorf("trace %s shows %d spans, the simulator wrote %d; the demo's topics held: %s", tr.TraceID, tr.Spans, rt.Spans, record)
 	}
 	if tr.KV == 0 || tr.Logs == 0 {
 		t.Errorf("trace %s shows %d KV events and %d logs, want some of each (the simulator wrote %d KV events and %d logs)", tr.TraceID, tr.KV, tr.Logs, rt.KVEvents, rt.Logs)
@@ -443,6 +451,71 @@ func TestViewInBrowser(t *testing.T) {
 	}
 	t.Logf("selected %s requests; ranked %s=%s first; incident %s root %s, layers %v, %d victims; trace %s: %d spans, %d logs, %d KV events; screenshots in %s",
 		selected, dims[0].Name, dims[0].Values[0], inc.ID, inc.Root, layers, len(inc.Victims), tr.TraceID, tr.Spans, tr.Logs, tr.KV, shots)
+}
+
+// traceRecord describes what the demo's fused, late and dead-letter topics
+// hold of trace traceHex, up to their ends now: each fused record's
+// revision and members, and each late or dead-letter record that carries
+// the trace id with its headers (the reason).
+func traceRecord(t *testing.T, addr, traceHex string) string {
+	t.Helper()
+	id, err := hex.DecodeString(traceHex)
+	if err != nil {
+		return fmt.Sprintf("trace id %q: %v", traceHex, err)
+	}
+	topics := []string{"braid.fused", "braid.late", "braid.dlq"}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumeTopics(topics...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return err.Error()
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topics...)
+	if err != nil {
+		return fmt.Sprintf("end offsets: %v", err)
+	}
+	left := map[string]map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			if left[o.Topic] == nil {
+				left[o.Topic] = map[int32]int64{}
+			}
+			left[o.Topic][o.Partition] = o.Offset
+		}
+	})
+	var out []string
+	for len(left) > 0 && ctx.Err() == nil {
+		fs := cl.PollFetches(ctx)
+		fs.EachRecord(func(r *kgo.Record) {
+			if end, ok := left[r.Topic][r.Partition]; ok && r.Offset+1 >= end {
+				delete(left[r.Topic], r.Partition)
+				if len(left[r.Topic]) == 0 {
+					delete(left, r.Topic)
+				}
+			}
+			switch {
+			case r.Topic == "braid.fused" && (string(r.Key) == traceHex || bytes.Equal(r.Key, id)):
+				var ft braidpb.FusedTrace
+				if err := proto.Unmarshal(r.Value, &ft); err != nil {
+					out = append(out, fmt.Sprintf("fused %d/%d: %v", r.Partition, r.Offset, err))
+					return
+				}
+				out = append(out, fmt.Sprintf("fused %d/%d revision %d: %d spans, %d logs", r.Partition, r.Offset, ft.Revision, len(ft.Spans), len(ft.Logs)))
+			case r.Topic != "braid.fused" && (bytes.Contains(r.Value, id) || bytes.Contains(r.Value, []byte(traceHex))):
+				var hs []string
+				for _, h := range r.Headers {
+					hs = append(hs, h.Key+"="+string(h.Value))
+				}
+				out = append(out, fmt.Sprintf("%s %d/%d %v", r.Topic, r.Partition, r.Offset, hs))
+			}
+		})
+	}
+	if len(left) > 0 {
+		out = append(out, fmt.Sprintf("(not read to the end: %v)", left))
+	}
+	return strings.Join(out, "; ")
 }
 
 // findChromium is the path of a Chromium or Chrome binary on PATH, or "".
