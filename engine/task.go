@@ -214,13 +214,37 @@ func (e *Engine) openTaskNoRun(ctx context.Context, p int32) (*Task, error) {
 		now:       now,
 	}
 	t.State.emit = t.produce
+	t.caught = make([]bool, e.sources)
+	t.pub.ends.init(e.sources)
+	t.newWatermarks(now)
+	if err := t.loadCommitted(); err != nil {
+		return nil, errors.Join(err, ks.Close())
+	}
+	proc, err := e.topo.NewProcessor(t)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("engine: processor for partition %d: %w", p, err), ks.Close())
+	}
+	t.proc = proc
+	t.wmh, _ = proc.(WatermarkHandler)
+	if r, ok := proc.(Restorer); ok {
+		if err := r.Restore(t); err != nil {
+			return nil, errors.Join(fmt.Errorf("engine: restore partition %d: %w", p, err), t.closeProc(), ks.Close())
+		}
+	}
+	return t, nil
+}
+
+// newWatermarks gives the task new watermark trackers and record clocks,
+// as a task that has read nothing has: loadCommitted then sets them to
+// its last checkpoint. A rollback starts them anew too, or the records
+// read again would be judged by a watermark their first reading raised.
+func (t *Task) newWatermarks(now time.Time) {
+	e := t.e
 	t.recMax = make([]int64, e.sources)
 	for i := range t.recMax {
 		t.recMax[i] = windows.MinTime
 	}
 	t.recAll, t.curTS = windows.MinTime, windows.MinTime
-	t.caught = make([]bool, e.sources)
-	t.pub.ends.init(e.sources)
 	t.all = e.newWatermarks(len(e.internal), now)
 	t.srcOnly = e.newWatermarks(0, now)
 	t.fed = []*windows.Watermarks{t.all, t.srcOnly}
@@ -244,21 +268,6 @@ func (e *Engine) openTaskNoRun(ctx context.Context, p int32) (*Task, error) {
 		t.up[k] = e.newUpstream(k, now)
 		t.fed = append(t.fed, t.up[k].w)
 	}
-	if err := t.loadCommitted(); err != nil {
-		return nil, errors.Join(err, ks.Close())
-	}
-	proc, err := e.topo.NewProcessor(t)
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("engine: processor for partition %d: %w", p, err), ks.Close())
-	}
-	t.proc = proc
-	t.wmh, _ = proc.(WatermarkHandler)
-	if r, ok := proc.(Restorer); ok {
-		if err := r.Restore(t); err != nil {
-			return nil, errors.Join(fmt.Errorf("engine: restore partition %d: %w", p, err), t.closeProc(), ks.Close())
-		}
-	}
-	return t, nil
 }
 
 func (t *Task) closeProc() error {
@@ -730,6 +739,7 @@ func (t *Task) rollback() error {
 	if err := t.ks.Rollback(); err != nil {
 		return err
 	}
+	t.newWatermarks(t.e.cfg.Now())
 	if err := t.loadCommitted(); err != nil {
 		return err
 	}
