@@ -265,6 +265,16 @@ func (p *fuser) process(t *engine.Task, rec *kgo.Record, _ int) error {
 }
 
 // add fuses a chunk of members of trace id.
+//
+// Lateness is the trace's, not each member's: members of a trace that is
+// still open join it however old their own event times are (its purge,
+// not theirs, ends what it takes), and members that arrive together — a
+// chunk is one trace's part of a record — are late only if the newest of
+// them is. A server that writes a request's spans when the request ends
+// (INPUTS.md: vLLM) gives its early spans event times as old as the
+// request is long; judged alone, those of a request longer than the
+// allowed lateness would go to braid.late while the rest of their trace
+// is fused.
 func (p *fuser) add(t *engine.Task, id [16]byte, chunk []byte) error {
 	wm := t.Watermark()
 	tr := p.traces[id]
@@ -272,11 +282,32 @@ func (p *fuser) add(t *engine.Task, id [16]byte, chunk []byte) error {
 	if tr == nil && len(p.closed) > 0 {
 		next, closed = p.closed[id]
 	}
+	newest, newestKnown := int64(math.MinInt64), false
 	err := readMembers(chunk, func(m *member) error {
+		late := p.isLate(m.time, wm)
+		if late && !closed && tr == nil && p.evicted > 0 {
+			var err error
+			if tr, err = p.reload(t, id); err != nil {
+				return err
+			}
+		}
+		if late && !closed && tr == nil {
+			if !newestKnown {
+				newestKnown = true
+				_ = readMembers(chunk, func(m *member) error { // chunk has been read once: no error
+					if m.kind != kindIncident {
+						newest = max(newest, m.time)
+					}
+					return nil
+				})
+			}
+			late = p.isLate(newest, wm)
+		}
+		late = late && tr == nil
 		if m.kind == kindIncident && tr != nil {
 			// A tag revises its open trace however late it is: it is
 			// no input record, and the trace is still here to take it.
-		} else if late := p.isLate(m.time, wm); late || closed {
+		} else if late || closed {
 			switch {
 			case m.kind == kindIncident:
 				p.s.counters.IncidentTagsLate.Add(1) // not an input record: nothing to send

@@ -372,6 +372,78 @@ func TestFuseLateDataRevisesThenGoesToLate(t *testing.T) {
 	}
 }
 
+// TestFuseLatenessIsTheTrace: a server that writes a request's spans
+// when the request ends (INPUTS.md: vLLM) gives its early spans event
+// times as old as the request is long. Members that arrive together are
+// judged by the newest of them, and a trace still open takes members
+// however old their own times: neither goes to braid.late. A record whose
+// newest member is beyond allowed lateness, for no open trace, does.
+func TestFuseLatenessIsTheTrace(t *testing.T) {
+	h := newHarness(t, 1, nil) // allowed lateness 10s, out-of-orderness 2s
+	r := rand.New(rand.NewPCG(13, 14))
+	span := func(id [16]byte, root []byte, end time.Duration) *tracepb.Span {
+		sp := &tracepb.Span{TraceId: id[:], SpanId: sid(r), Name: "llm_request",
+			StartTimeUnixNano: uint64(base.UnixNano()), EndTimeUnixNano: uint64(base.Add(end).UnixNano())}
+		if root != nil {
+			sp.ParentSpanId, sp.Name = root, "llm.prefill"
+		} else {
+			sp.SpanId = sid(r)
+		}
+		return sp
+	}
+	newID := func() [16]byte {
+		var id [16]byte
+		for i := range id {
+			id[i] = byte(r.IntN(256))
+		}
+		return id
+	}
+	key := func(id [16]byte) []byte { return otlp.AppendTraceIDHex(nil, id) }
+	// The watermark to base+28s: a trace ending at base+30s. A member
+	// alone is late from 10s behind it, before base+18s.
+	h.now = h.now.Add(1500 * time.Millisecond) // the inputs without data go idle
+	mover := newID()
+	h.feed(inSpans, key(mover), spansMsg(span(mover, nil, 30*time.Second)))
+
+	// A 26s request, its spans in one record: the prefill span ended
+	// 24s before the root.
+	long := newID()
+	longRoot := span(long, nil, 29*time.Second)
+	h.feed(inSpans, key(long), spansMsg(longRoot, span(long, longRoot.SpanId, 5*time.Second)))
+	// An open trace, then a member of it 26s older than its root.
+	open := newID()
+	openRoot := span(open, nil, 29*time.Second)
+	h.feed(inSpans, key(open), spansMsg(openRoot))
+	h.feed(inSpans, key(open), spansMsg(span(open, openRoot.SpanId, 3*time.Second)))
+	// A record all of whose members are beyond allowed lateness.
+	old := newID()
+	oldRoot := span(old, nil, 6*time.Second)
+	h.feed(inSpans, key(old), spansMsg(oldRoot, span(old, oldRoot.SpanId, 4*time.Second)))
+
+	late := h.out("braid.late")
+	for _, l := range late {
+		if string(l.Key) != string(key(old)) {
+			t.Errorf("a member of trace %s went to braid.late: %s", l.Key, hdr(l, "braid.reason"))
+		}
+	}
+	if len(late) != 2 {
+		t.Errorf("%d late records, want the 2 spans of the record beyond allowed lateness", len(late))
+	}
+	// Every trace out: the watermark far past them.
+	h.now = h.now.Add(time.Second)
+	far := newID()
+	h.feed(inSpans, key(far), spansMsg(span(far, nil, 2*time.Minute)))
+	fused := h.fused()
+	for name, id := range map[string][16]byte{"the long request's": long, "the open trace's": open} {
+		if got := fused[string(key(id))]; got == nil || len(got.Spans) != 2 {
+			t.Errorf("%s trace fused as %v, want its 2 spans", name, got)
+		}
+	}
+	if got := fused[string(key(old))]; got != nil {
+		t.Errorf("the late record's trace was fused: %v", got)
+	}
+}
+
 func hasFlag(ft *braidpb.FusedTrace, f braidpb.Flag) bool {
 	for _, x := range ft.Flags {
 		if x == f {
