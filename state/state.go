@@ -188,8 +188,6 @@ func (s *Store) Keyspace(name string) (*Keyspace, error) {
 		Cache:                       s.cache,
 		MemTableSize:                uint64(s.memTableSize(len(s.mu.open))),
 		MemTableStopWritesThreshold: 2,
-		L0CompactionThreshold:       l0CompactionThreshold,
-		L0StopWritesThreshold:       3 * l0CompactionThreshold,
 		Levels:                      levelOptions(),
 		Logger:                      pebbleLogger{log},
 		EventListener:               listener,
@@ -225,13 +223,6 @@ func levelOptions() []pebble.LevelOptions {
 	}
 	return ls
 }
-
-// l0CompactionThreshold is the number of L0 sublevels from which Pebble
-// compacts L0 into the levels below (its default is 4; writes stop at
-// three times as many). Chunks written at one checkpoint are mostly
-// deleted a few checkpoints later: compacting later rewrites fewer of
-// them, and the filters keep the reads of a deeper L0 cheap.
-const l0CompactionThreshold = 12
 
 // MemTableSize is the memtable size a keyspace opened now would get.
 func (s *Store) MemTableSize() int64 {
