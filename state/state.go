@@ -13,7 +13,6 @@ import (
 	"sync"
 
 	"github.com/cockroachdb/pebble"
-	"github.com/cockroachdb/pebble/bloom"
 	"github.com/cockroachdb/pebble/vfs"
 )
 
@@ -188,7 +187,7 @@ func (s *Store) Keyspace(name string) (*Keyspace, error) {
 		Cache:                       s.cache,
 		MemTableSize:                uint64(s.memTableSize(len(s.mu.open))),
 		MemTableStopWritesThreshold: 2,
-		Levels:                      levelOptions(),
+		Levels:                      uncompressedLevels(),
 		Logger:                      pebbleLogger{log},
 		EventListener:               listener,
 	})
@@ -202,20 +201,17 @@ func (s *Store) Keyspace(name string) (*Keyspace, error) {
 	return k, nil
 }
 
-// levelOptions are the options of a keyspace's seven levels: Pebble's
-// defaults, without block compression and with Bloom filters. What tasks
-// keep is short-lived — a trace's chunks are read back once, when it is
-// emitted, and deleted when it is purged — so:
-//   - compressing each block at every flush and compaction, and
-//     decompressing it for that one read, cost CPU (a sixth of braid's in
-//     the e2e benchmark's profile) to save disk that is soon given back;
-//   - keys are trace ids, random: every file of L0 spans the whole key
-//     space, and a point read without a filter seeks a block in each.
-func levelOptions() []pebble.LevelOptions {
+// uncompressedLevels are the options of a keyspace's seven levels:
+// Pebble's defaults, without block compression. What tasks keep is
+// short-lived — a trace's chunks are read back once, when it is emitted,
+// and deleted when it is purged — so compressing each block at every flush
+// and compaction, and decompressing it for that one read, cost CPU (a
+// sixth of braid's in the e2e benchmark's profile) to save disk that is
+// soon given back.
+func uncompressedLevels() []pebble.LevelOptions {
 	ls := make([]pebble.LevelOptions, 7)
 	for i := range ls {
 		ls[i].Compression = pebble.NoCompression
-		ls[i].FilterPolicy = bloom.FilterPolicy(10)
 		if i > 0 {
 			ls[i].TargetFileSize = ls[i-1].TargetFileSize * 2
 		}
