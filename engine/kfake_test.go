@@ -180,8 +180,15 @@ func testLogger(t *testing.T, name string) *slog.Logger {
 
 // produce writes n records to in, keys k00… round-robin over keys keys
 // (key i to partition i mod partitions), values first, first+1, …, and
-// notes them for the reference.
+// notes them for the reference. Their timestamps are the time now.
 func (f *fakeEnv) produce(t *testing.T, keys, n int, first int64) {
+	t.Helper()
+	f.produceTimed(t, keys, n, first, time.Now(), 0)
+}
+
+// produceTimed is produce with timestamps (event times, to a processor
+// that observes them) rising from base by step a record.
+func (f *fakeEnv) produceTimed(t *testing.T, keys, n int, first int64, base time.Time, step time.Duration) {
 	t.Helper()
 	cl := f.client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	recs := make([]*kgo.Record, 0, n)
@@ -189,7 +196,7 @@ func (f *fakeEnv) produce(t *testing.T, keys, n int, first int64) {
 		k, v := i%keys, first+int64(i)
 		key := fmt.Sprintf("k%02d", k)
 		recs = append(recs, &kgo.Record{Topic: f.in, Partition: int32(k) % f.partitions, Key: []byte(key),
-			Value: strconv.AppendInt(nil, v, 10), Timestamp: time.Now()})
+			Value: strconv.AppendInt(nil, v, 10), Timestamp: base.Add(time.Duration(i) * step)})
 		f.input = append(f.input, inputRecord{key, v})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -1,9 +1,7 @@
 package engine
 
 import (
-	"context"
 	"fmt"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,26 +33,6 @@ func (c lateCounter) Process(t *Task, r *kgo.Record, input int) error {
 	t.Observe(input, t.RecordTime())
 	time.Sleep(c.cost) // the work of processing the record, not synchronisation
 	return c.counter.Process(t, r, input)
-}
-
-// produceTimed writes n records over keys, each key's event times
-// (record timestamps) rising in steps of step from base, in order.
-func (f *fakeEnv) produceTimed(t *testing.T, keys, n int, first int64, base time.Time, step time.Duration) {
-	t.Helper()
-	cl := f.client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	recs := make([]*kgo.Record, 0, n)
-	for i := range n {
-		k, v := i%keys, first+int64(i)
-		key := fmt.Sprintf("k%02d", k)
-		recs = append(recs, &kgo.Record{Topic: f.in, Partition: int32(k) % f.partitions, Key: []byte(key),
-			Value: strconv.AppendInt(nil, v, 10), Timestamp: base.Add(time.Duration(i) * step)})
-		f.input = append(f.input, inputRecord{key, v})
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestKfakeAbortRewindsTheWatermark: an aborted checkpoint takes the
