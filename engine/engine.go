@@ -1173,8 +1173,6 @@ func (e *Engine) onAssigned(_ context.Context, cl *kgo.Client, m map[string][]in
 	}
 }
 
-// freshAssignment reports whether partitions were assigned since
-// applyAssignment last looked.
 // assignmentChanging reports whether applyAssignment would close or
 // install a task now. Run goroutine.
 func (e *Engine) assignmentChanging() bool {
@@ -1191,6 +1189,8 @@ func (e *Engine) assignmentChanging() bool {
 	return false
 }
 
+// freshAssignment reports whether partitions were assigned since
+// applyAssignment last looked.
 func (e *Engine) freshAssignment() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()

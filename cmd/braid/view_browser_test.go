@@ -23,8 +23,6 @@ import (
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/braidlabs/braid/connectors/simulator"
@@ -454,66 +452,36 @@ func TestViewInBrowser(t *testing.T) {
 }
 
 // traceRecord describes what the demo's fused, late and dead-letter topics
-// hold of trace traceHex, up to their ends now: each fused record's
-// revision and members, and each late or dead-letter record that carries
-// the trace id with its headers (the reason).
+// hold of trace traceHex, up to their ends now (readAll): each fused
+// record's revision and members, and each late or dead-letter record that
+// carries the trace id with its headers (the reason).
 func traceRecord(t *testing.T, addr, traceHex string) string {
 	t.Helper()
 	id, err := hex.DecodeString(traceHex)
 	if err != nil {
 		return fmt.Sprintf("trace id %q: %v", traceHex, err)
 	}
-	topics := []string{"braid.fused", "braid.late", "braid.dlq"}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumeTopics(topics...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		return err.Error()
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topics...)
-	if err != nil {
-		return fmt.Sprintf("end offsets: %v", err)
-	}
-	left := map[string]map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			if left[o.Topic] == nil {
-				left[o.Topic] = map[int32]int64{}
-			}
-			left[o.Topic][o.Partition] = o.Offset
-		}
-	})
 	var out []string
-	for len(left) > 0 && ctx.Err() == nil {
-		fs := cl.PollFetches(ctx)
-		fs.EachRecord(func(r *kgo.Record) {
-			if end, ok := left[r.Topic][r.Partition]; ok && r.Offset+1 >= end {
-				delete(left[r.Topic], r.Partition)
-				if len(left[r.Topic]) == 0 {
-					delete(left, r.Topic)
+	for _, topic := range []string{"braid.fused", "braid.late", "braid.dlq"} {
+		for _, recs := range readAll(t, []string{addr}, topic) {
+			for _, r := range recs {
+				switch {
+				case topic == "braid.fused" && (string(r.Key) == traceHex || bytes.Equal(r.Key, id)):
+					var ft braidpb.FusedTrace
+					if err := proto.Unmarshal(r.Value, &ft); err != nil {
+						out = append(out, fmt.Sprintf("fused %d/%d: %v", r.Partition, r.Offset, err))
+						continue
+					}
+					out = append(out, fmt.Sprintf("fused %d/%d revision %d: %d spans, %d logs", r.Partition, r.Offset, ft.Revision, len(ft.Spans), len(ft.Logs)))
+				case topic != "braid.fused" && (bytes.Contains(r.Value, id) || bytes.Contains(r.Value, []byte(traceHex))):
+					var hs []string
+					for _, h := range r.Headers {
+						hs = append(hs, h.Key+"="+string(h.Value))
+					}
+					out = append(out, fmt.Sprintf("%s %d/%d %v", topic, r.Partition, r.Offset, hs))
 				}
 			}
-			switch {
-			case r.Topic == "braid.fused" && (string(r.Key) == traceHex || bytes.Equal(r.Key, id)):
-				var ft braidpb.FusedTrace
-				if err := proto.Unmarshal(r.Value, &ft); err != nil {
-					out = append(out, fmt.Sprintf("fused %d/%d: %v", r.Partition, r.Offset, err))
-					return
-				}
-				out = append(out, fmt.Sprintf("fused %d/%d revision %d: %d spans, %d logs", r.Partition, r.Offset, ft.Revision, len(ft.Spans), len(ft.Logs)))
-			case r.Topic != "braid.fused" && (bytes.Contains(r.Value, id) || bytes.Contains(r.Value, []byte(traceHex))):
-				var hs []string
-				for _, h := range r.Headers {
-					hs = append(hs, h.Key+"="+string(h.Value))
-				}
-				out = append(out, fmt.Sprintf("%s %d/%d %v", r.Topic, r.Partition, r.Offset, hs))
-			}
-		})
-	}
-	if len(left) > 0 {
-		out = append(out, fmt.Sprintf("(not read to the end: %v)", left))
+		}
 	}
 	return strings.Join(out, "; ")
 }

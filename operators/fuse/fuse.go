@@ -282,32 +282,26 @@ func (p *fuser) add(t *engine.Task, id [16]byte, chunk []byte) error {
 	if tr == nil && len(p.closed) > 0 {
 		next, closed = p.closed[id]
 	}
-	newest, newestKnown := int64(math.MinInt64), false
+	looked := false                // in the keyspace, for a trace evicted from memory
+	newest := int64(math.MinInt64) // of the chunk's members, once one is late
 	err := readMembers(chunk, func(m *member) error {
-		late := p.isLate(m.time, wm)
-		if late && !closed && tr == nil && p.evicted > 0 {
+		if tr == nil && !closed && p.evicted > 0 && !looked {
+			looked = true
 			var err error
 			if tr, err = p.reload(t, id); err != nil {
 				return err
 			}
 		}
-		if late && !closed && tr == nil {
-			if !newestKnown {
-				newestKnown = true
-				_ = readMembers(chunk, func(m *member) error { // chunk has been read once: no error
-					if m.kind != kindIncident {
-						newest = max(newest, m.time)
-					}
-					return nil
-				})
+		// An open trace takes the member however late it is (an incident
+		// tag included: no input record, and the trace is still here).
+		late := tr == nil && p.isLate(m.time, wm)
+		if late && !closed {
+			if newest == math.MinInt64 {
+				newest = newestMember(chunk)
 			}
 			late = p.isLate(newest, wm)
 		}
-		late = late && tr == nil
-		if m.kind == kindIncident && tr != nil {
-			// A tag revises its open trace however late it is: it is
-			// no input record, and the trace is still here to take it.
-		} else if late || closed {
+		if late || closed {
 			switch {
 			case m.kind == kindIncident:
 				p.s.counters.IncidentTagsLate.Add(1) // not an input record: nothing to send
@@ -317,12 +311,6 @@ func (p *fuser) add(t *engine.Task, id [16]byte, chunk []byte) error {
 				p.lateClosed(t, id, next, m)
 			}
 			return nil
-		}
-		if tr == nil && p.evicted > 0 {
-			var err error
-			if tr, err = p.reload(t, id); err != nil {
-				return err
-			}
 		}
 		if tr == nil {
 			tr = &trace{id: id, first: m.time, last: m.time}
@@ -534,6 +522,20 @@ func (p *fuser) fireTimers(t *engine.Task, wm int64) error {
 	}
 	_, err = p.expireClosed(t, wm, fired)
 	return err
+}
+
+// newestMember is the latest event time of chunk's members other than
+// incident tags (MinInt64: none). chunk has been read once: it is well
+// formed.
+func newestMember(chunk []byte) int64 {
+	newest := int64(math.MinInt64)
+	_ = readMembers(chunk, func(m *member) error {
+		if m.kind != kindIncident {
+			newest = max(newest, m.time)
+		}
+		return nil
+	})
+	return newest
 }
 
 var (
