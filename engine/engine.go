@@ -155,8 +155,9 @@ type Config struct {
 	ProducerBufferBytes int64
 	// FetchBufferBytes bounds the records polled but not yet processed by
 	// the tasks, in bytes (RecordBytes): the poll loop stops polling while
-	// the tasks' queues hold more (one poll may overshoot it by up to
-	// MaxPollRecords records). The client's own fetch buffer is bounded
+	// the tasks' queues hold more, and a poll takes no more records than
+	// fit, at the mean record size, in the room left here and in
+	// PendingStateBytes. The client's own fetch buffer is bounded
 	// at half of it (4 concurrent fetches of FetchBufferBytes/8 each, at
 	// least MaxRecordBytes), so fetched input takes at most about 1.5 ×
 	// FetchBufferBytes (more when batches decompress). Smaller fetches
@@ -366,6 +367,10 @@ type Engine struct {
 	// polled counts records dispatched since the last checkpoint (Run
 	// goroutine only).
 	polled int
+	// recordBytes is the mean RecordBytes of the records dispatched
+	// (a moving average; 0 before the first): pollSize turns the room
+	// left for input into a number of records with it. Run goroutine.
+	recordBytes int64
 	// queued is the RecordBytes of the records dispatched to tasks and not
 	// yet processed; a task signals drained when it lowers it.
 	queued atomic.Int64
@@ -658,10 +663,15 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 		if e.follow.armed && e.followWait.Load() <= 0 {
 			cancel() // the tasks have read the markers: follow up now
 		}
-		if e.stateFull() {
-			cancel() // the tasks' pending writes are full: checkpoint now
+		var fetches kgo.Fetches
+		if !e.stateFull() {
+			fetches = sess.PollRecords(pollCtx, e.pollSize())
 		}
-		fetches := sess.PollRecords(pollCtx, e.cfg.MaxPollRecords)
+		// Else the tasks' pending writes are full: checkpoint now,
+		// without polling first. A poll would return what the client
+		// has buffered even so, and in a backlog that is a fetch's
+		// worth of records processed, and written to state, before
+		// the barrier.
 		e.wake.Store(nil)
 		cancel()
 		if fetches.NumRecords() > 0 {
@@ -779,7 +789,7 @@ func (e *Engine) runOnWith(ahead kgo.Fetches) error {
 		if e.inputFull() {
 			return nil
 		}
-		more := e.sess.PollRecords(nil, e.cfg.MaxPollRecords) //nolint:staticcheck // nil: take what is buffered, do not wait
+		more := e.sess.PollRecords(nil, e.pollSize()) //nolint:staticcheck // nil: take what is buffered, do not wait
 		if err := e.pollErr(more); err != nil {
 			return err
 		}
@@ -851,6 +861,11 @@ func (e *Engine) dispatch(fetches kgo.Fetches) {
 		}
 		e.stats.RecordsIn.Add(int64(data))
 		e.queued.Add(n)
+		if mean := n / int64(len(ftp.Records)); e.recordBytes == 0 {
+			e.recordBytes = mean
+		} else {
+			e.recordBytes += (mean - e.recordBytes) / 8
+		}
 		// The partition's end when it was fetched: read_committed
 		// reads up to the last stable offset.
 		end := ftp.LastStableOffset
@@ -867,17 +882,23 @@ const ampOne = 1000
 // stateAhead is the tasks' pending state writes plus what the input queued
 // for them is expected to add before they reach a barrier.
 func (e *Engine) stateAhead() int64 {
+	return e.pending.Load() + e.flushing.Load() + e.queued.Load()*e.ampNow()/ampOne
+}
+
+// ampNow is the state bytes per input byte (in thousandths) expected of
+// the input not processed yet: the last checkpoints' measure, or this
+// epoch's so far when it writes more per byte (the first epoch, a change
+// of input), or ampPrior before anything is measured.
+func (e *Engine) ampNow() int64 {
 	p, a := e.pending.Load(), e.amp.Load()
 	if in := e.processed.Load(); in >= ampMinInput {
-		// This epoch so far, when it writes more per byte than the last
-		// ones did (the first epoch, a change of input).
 		if live := p * ampOne / in; a == 0 || live > a {
 			a = live
 		}
 	} else if a == 0 {
-		a = ampPrior // nothing measured yet: a cautious guess
+		a = ampPrior
 	}
-	return p + e.flushing.Load() + e.queued.Load()*a/ampOne
+	return max(a, 1)
 }
 
 const (
@@ -946,6 +967,26 @@ func (e *Engine) waitQueued(ctx context.Context, next time.Time) {
 		}
 	}
 }
+
+// pollSize is how many records the next poll may take: as many as fit,
+// at the mean record size, into the room the tasks' queues have left
+// (FetchBufferBytes) and into what the state writes may still grow by
+// before the checkpoint (PendingStateBytes, at the measured writes per
+// input byte), at least one and at most MaxPollRecords. A poll returns
+// what the client has buffered, and a backlog's fetch holds more than
+// either share: without the bound one poll of large records (KV-block
+// events) filled both twice over before the barrier could come.
+func (e *Engine) pollSize() int {
+	most := e.cfg.MaxPollRecords
+	if e.recordBytes <= 0 {
+		return min(most, pollFirst)
+	}
+	room := min(e.cfg.FetchBufferBytes-e.queued.Load(), (e.cfg.PendingStateBytes-e.stateAhead())*ampOne/e.ampNow())
+	return int(min(max(room/e.recordBytes, 1), int64(most)))
+}
+
+// pollFirst bounds the polls before a record size is known.
+const pollFirst = 16
 
 // inputFull reports whether the tasks' queues hold more than
 // FetchBufferBytes, or the state writes pending and expected from the
