@@ -521,6 +521,11 @@ func (t *Task) handle(m taskMsg) bool {
 			t.follow.emitted = t.sealEmitted
 		}
 		m.reply <- err
+		if err == nil && !t.failed {
+			// A memtable the next checkpoint would fill is rotated
+			// now, its disk syncs outside the pause.
+			t.fail(t.ks.MakeRoom())
+		}
 		if ranOn && err == nil && !t.failed {
 			// The timers that waited while holding.
 			t.fail(t.advance())

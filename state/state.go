@@ -11,6 +11,7 @@ import (
 	"math/bits"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/vfs"
@@ -182,6 +183,8 @@ func (s *Store) Keyspace(name string) (*Keyspace, error) {
 	listener := eventListener(log)
 	listener.FlushBegin = func(pebble.FlushInfo) { flushes.begin() }
 	listener.FlushEnd = func(info pebble.FlushInfo) { flushes.end(info.Err) }
+	wals := &atomic.Int64{}
+	listener.WALCreated = func(pebble.WALCreateInfo) { wals.Add(1) }
 	db, err := pebble.Open(filepath.Join(s.opts.Dir, name), &pebble.Options{
 		FS:                          s.fs,
 		Cache:                       s.cache,
@@ -194,8 +197,10 @@ func (s *Store) Keyspace(name string) (*Keyspace, error) {
 	if err != nil {
 		return nil, fmt.Errorf("state: open keyspace %s: %w", name, err)
 	}
+	mt := s.memTableSize(len(s.mu.open))
 	k := &Keyspace{name: name, db: db, store: s, sync: !s.opts.NoSync,
-		largeBatch: s.memTableSize(len(s.mu.open)) / 2, flushes: flushes}
+		largeBatch: mt / 2, flushes: flushes, memTable: mt, memNext: min(mt, initialMemTable), wals: wals, walsSeen: wals.Load()}
+	k.rotated()
 	k.batch = db.NewIndexedBatch()
 	s.mu.open[name] = k
 	return k, nil
@@ -256,6 +261,15 @@ type Keyspace struct {
 	largeBatch int64
 	lastFlush  Flush
 	flushes    *flushTracker
+	// For MakeRoom: memTable is Pebble's memtable size here; memCap
+	// that of the memtable in use and memNext of the next (Pebble starts
+	// small and doubles, see rotated); memUsed estimates what the commits
+	// since the write-ahead log last rotated take of it (wals counts the
+	// rotations, walsSeen is the count memUsed goes with), and lastCommit
+	// what the last commit took.
+	memTable, memCap, memNext, memUsed, lastCommit int64
+	wals                                           *atomic.Int64
+	walsSeen                                       int64
 	// seal is where Seal ended the sealed checkpoint in batch: the
 	// writes before it are what CommitSealed commits; {0, 0}: none.
 	seal batchMark
@@ -532,6 +546,7 @@ func (k *Keyspace) commitBatch(opt *pebble.WriteOptions, background bool) error 
 // LastFlush then tells whether Pebble keeps it in memory until its flush.
 func (k *Keyspace) commit(b *pebble.Batch, held int64, opt *pebble.WriteOptions) error {
 	large := int64(b.Len()) >= k.largeBatch
+	cost := int64(b.Len()) + memNodeBytes*int64(b.Count())
 	// Before the commit: the flush Pebble schedules for a large batch
 	// may begin before Commit returns.
 	begun := k.flushes.begunCount()
@@ -542,6 +557,7 @@ func (k *Keyspace) commit(b *pebble.Batch, held int64, opt *pebble.WriteOptions)
 		return fmt.Errorf("state: checkpoint %s: %w", k.name, err)
 	}
 	k.lastFlush = Flush{}
+	k.noteCommit(cost, large)
 	if large {
 		// Pebble queued the batch, immutable, for a flush it has
 		// scheduled: the first flush to begin after the commit did
@@ -551,6 +567,74 @@ func (k *Keyspace) commit(b *pebble.Batch, held int64, opt *pebble.WriteOptions)
 		k.lastFlush = Flush{Bytes: held, Done: k.flushes.next(begun)}
 	}
 	return nil
+}
+
+// noteCommit updates the estimate of the memtable's use with a committed
+// batch of cost bytes in the memtable (large: Pebble keeps it as a
+// memtable of its own, and rotated the write-ahead log for it).
+func (k *Keyspace) noteCommit(cost int64, large bool) {
+	// The commit may have rotated the memtable: the batch is then the
+	// new one's first.
+	k.seeRotations()
+	if large {
+		k.memUsed, k.lastCommit = 0, 0
+		return
+	}
+	k.memUsed += cost
+	k.lastCommit = cost
+}
+
+// memNodeBytes estimates what a memtable entry takes besides its key and
+// value: its skiplist node (offsets, tower) in the arena.
+const memNodeBytes = 48
+
+// MakeRoom rotates the memtable now when a commit the size of the last
+// one might not fit in what is left of it. Pebble rotates a full
+// memtable inside the commit that overflows it, and a rotation closes
+// the write-ahead log with a sync and syncs its directory: two disk
+// syncs inside a checkpoint's local commit (tens of milliseconds on a
+// slow disk, the outliers of the checkpoint pause). Called between
+// checkpoints, it pays them outside the pause; the memtable is flushed in
+// the background as Pebble would have.
+func (k *Keyspace) MakeRoom() error {
+	if k.batch == nil {
+		return ErrClosed
+	}
+	k.seeRotations()
+	if k.lastCommit == 0 || k.memUsed+2*k.lastCommit < k.memCap {
+		return nil
+	}
+	if k.memUsed < k.memCap/2 {
+		// Pebble does not grow the next memtable after a flush asked
+		// for with less than half of it used.
+		k.memNext = k.memCap
+	}
+	before := k.wals.Load()
+	if _, err := k.db.AsyncFlush(); err != nil {
+		return fmt.Errorf("state: rotate memtable of %s: %w", k.name, err)
+	}
+	if k.wals.Load() != before {
+		k.walsSeen++
+		k.rotated()
+	}
+	return nil
+}
+
+// initialMemTable is the size of Pebble's first memtable; each new one
+// doubles it, up to Options.MemTableSize.
+const initialMemTable = 256 << 10
+
+// seeRotations follows the memtable rotations Pebble made since the last
+// look (in a commit that overflowed the memtable, for a large batch).
+func (k *Keyspace) seeRotations() {
+	for n := k.wals.Load(); k.walsSeen < n; k.walsSeen++ {
+		k.rotated()
+	}
+}
+
+// rotated moves the estimate to a new, empty memtable.
+func (k *Keyspace) rotated() {
+	k.memCap, k.memNext, k.memUsed = k.memNext, min(2*k.memNext, k.memTable), 0
 }
 
 // Seal ends the checkpoint in the pending batch: offsets are written with
