@@ -595,13 +595,20 @@ const memNodeBytes = 48
 // syncs inside a checkpoint's local commit (tens of milliseconds on a
 // slow disk, the outliers of the checkpoint pause). Called between
 // checkpoints, it pays them outside the pause; the memtable is flushed in
-// the background as Pebble would have.
+// the background as Pebble would have. Not while the memtable before is
+// still being flushed: the rotation would wait for that flush.
 func (k *Keyspace) MakeRoom() error {
 	if k.batch == nil {
 		return ErrClosed
 	}
 	k.seeRotations()
 	if k.lastCommit == 0 || k.memUsed+2*k.lastCommit < k.memCap {
+		return nil
+	}
+	if k.db.Metrics().MemTable.Count > 1 {
+		// The last memtable is still being flushed: a rotation now
+		// would wait for it (a write stall, Pebble keeps two). Pebble
+		// rotates in the commit that needs it, as without MakeRoom.
 		return nil
 	}
 	if k.memUsed < k.memCap/2 {
