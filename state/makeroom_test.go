@@ -4,14 +4,28 @@ import (
 	"bytes"
 	"fmt"
 	"testing"
+	"time"
 )
+
+// waitFlushed waits until k has no memtable waiting for its flush.
+func waitFlushed(t *testing.T, k *Keyspace) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for k.db.Metrics().MemTable.Count > 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("a memtable still waits for its flush after 10s")
+		}
+		time.Sleep(time.Millisecond) // polling interval
+	}
+}
 
 // TestMakeRoomKeepsRotationsOutOfCheckpoints: Pebble rotates a full
 // memtable inside the commit that overflows it, and the rotation syncs the
 // old write-ahead log and its directory. Checkpoints of 80 KB into 2 MiB
 // memtables fill one every ~25 checkpoints: without MakeRoom the rotations
-// happen inside checkpoints; with MakeRoom between checkpoints, none does,
-// and the state reads back whole.
+// happen inside checkpoints; with MakeRoom between checkpoints (once the
+// last flush has ended, as it has seconds later), none does, and the state
+// reads back whole.
 func TestMakeRoomKeepsRotationsOutOfCheckpoints(t *testing.T) {
 	for _, makeRoom := range []bool{false, true} {
 		t.Run(fmt.Sprintf("makeRoom=%v", makeRoom), func(t *testing.T) {
@@ -41,6 +55,10 @@ func TestMakeRoomKeepsRotationsOutOfCheckpoints(t *testing.T) {
 					inside++
 				}
 				if makeRoom {
+					// Checkpoints come seconds apart: the flush of the
+					// memtable before has ended (MakeRoom leaves a
+					// rotation that would wait for it to the commit).
+					waitFlushed(t, k)
 					if err := k.MakeRoom(); err != nil {
 						t.Fatal(err)
 					}
