@@ -125,10 +125,11 @@ type Config struct {
 	// polled before the checkpoint are dispatched once every task has
 	// prepared, and processed while the transaction ends, their output
 	// held until the next one begins, so the pause a task sees is its
-	// barrier and local commit, not the broker's round trips. Default
-	// off: every task waits from its barrier until the transaction has
-	// ended. The final checkpoint, and every checkpoint under AtLeastOnce,
-	// hold the tasks.
+	// barrier and local commit, not the broker's round trips. Off (the
+	// zero value): every task waits from its barrier until the
+	// transaction has ended; braid's job turns it on unless configured
+	// otherwise (checkpoint_run_on). The final checkpoint, and every
+	// checkpoint under AtLeastOnce, hold the tasks.
 	RunOn bool
 	// OnCheckpoint, if set, is called on the Run goroutine after every
 	// checkpoint (metrics). It must not block.

@@ -136,8 +136,8 @@ func main() {
 	flag.BoolVar(&o.keepTopics, "keep-topics", false, "do not delete the topics at the end")
 	flag.StringVar(&o.description, "note", "", "free text stored in the result")
 	flag.BoolVar(&o.alo, "at-least-once", true, "also run braid with exactly-once off (engine AtLeastOnce: no transactions) in each round")
-	flag.BoolVar(&o.runOn, "run-on", false, "run the braid contender with tasks running on past a checkpoint's barrier (checkpoint_run_on)")
-	flag.BoolVar(&o.held, "held", false, "also run braid with tasks held from a checkpoint's barrier to the end of its transaction (the default) in each round: with -run-on, the comparison")
+	flag.BoolVar(&o.runOn, "run-on", true, "run the braid contenders with tasks running on past a checkpoint's barrier (checkpoint_run_on, braid's default); false: held to the end of its transaction")
+	flag.BoolVar(&o.held, "held", false, "also run braid with tasks held from a checkpoint's barrier to the end of its transaction in each round: the comparison with running on")
 	flag.BoolVar(&o.alertsOff, "alerts-off", true, "also run braid with the alerts stage off (alerts.disabled) in each round: the cost of the default rules")
 	flag.Int64Var(&o.budget, "memory-budget", 0, "braid's state.memory_budget, bytes (0: the job's default, 512 MiB); a backlog of more than ~150,000 requests read within one checkpoint interval needs more")
 	flag.IntVar(&o.settle, "settle", 3, "braid's third window: this many more checkpoints after the second (the alerts stage evaluates the last partial aggregates)")
@@ -994,7 +994,8 @@ func braidJob(ctx context.Context, o options, in simulator.Topics, group string,
 	cfg.Outputs.Pollution, cfg.Outputs.Incidents, cfg.Outputs.Alerts = group+".pollution", group+".incidents", group+".alerts"
 	cfg.CheckpointInterval = o.checkpoint
 	cfg.AtLeastOnce = kind == braidALO
-	cfg.CheckpointRunOn = o.runOn && kind != braidHeld
+	runOn := o.runOn && kind != braidHeld
+	cfg.CheckpointRunOn = &runOn
 	cfg.Alerts.Disabled = kind == braidNoAlerts
 	if kind == braidSampling {
 		// The default policy; the sampled topics are the run's own, as

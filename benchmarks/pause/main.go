@@ -7,11 +7,11 @@
 // batch and resume).
 //
 // It runs braid with tasks running on past the barrier while the
-// transaction ends (checkpoint_run_on, engine.Config.RunOn: their output
-// held, the pause is the barrier and the apply) and, side by side on the
-// same broker and input, with tasks held from the barrier to the end of
-// the transaction (the default: the pause is the whole checkpoint), in
-// interleaved rounds.
+// transaction ends (checkpoint_run_on, braid's default, engine.Config.RunOn:
+// their output held, the pause is the barrier and the apply) and, side by
+// side on the same broker and input, with tasks held from the barrier to
+// the end of the transaction (checkpoint_run_on: false: the pause is the
+// whole checkpoint), in interleaved rounds.
 //
 //	BRAID_KAFKA_BROKERS=127.0.0.1:39092 go run ./benchmarks/pause -interval 5s -duration 1m -rounds 2
 package main
@@ -118,7 +118,8 @@ func measure(brokers []string, interval, duration time.Duration, rate int, hold 
 	cfg.Inputs.Spans.Topic, cfg.Inputs.Logs.Topic, cfg.Inputs.Metrics.Topic = topics.Spans, topics.Logs, topics.Metrics
 	cfg.Outputs.Fused, cfg.Outputs.Late, cfg.Outputs.DLQ = run+"-fused", run+"-late", run+"-dlq"
 	cfg.CheckpointInterval = interval
-	cfg.CheckpointRunOn = !hold
+	runOn := !hold
+	cfg.CheckpointRunOn = &runOn
 	// Every checkpoint, as it ends: the pause and its parts.
 	var mu sync.Mutex
 	var infos []engine.CheckpointInfo

@@ -126,8 +126,8 @@ type Config struct {
 	OnCheckpoint func(engine.CheckpointInfo) `yaml:"-"`
 	// CheckpointRunOn lets tasks go on past a checkpoint's barrier while
 	// its transaction ends, their output held until the next begins
-	// (engine.Config.RunOn). Default off.
-	CheckpointRunOn bool `yaml:"checkpoint_run_on"`
+	// (engine.Config.RunOn). Default on; false holds them to its end.
+	CheckpointRunOn *bool `yaml:"checkpoint_run_on"`
 	// LogInterval is how often a progress line is logged. Default 30s.
 	LogInterval time.Duration `yaml:"log_interval"`
 
@@ -338,6 +338,10 @@ func (c *Config) EnsureDefaults() {
 	if c.Correlation.RequestIDs == nil {
 		r := semconv.DefaultRequestIDRules()
 		c.Correlation.RequestIDs = &r
+	}
+	if c.CheckpointRunOn == nil {
+		on := true
+		c.CheckpointRunOn = &on
 	}
 	if c.Correlation.Resources == nil {
 		on := true
@@ -564,7 +568,7 @@ func (c *Config) EngineConfig(budget Budget) engine.Config {
 		InstanceID:         c.InstanceID,
 		SessionTimeout:     c.SessionTimeout,
 		AtLeastOnce:        c.AtLeastOnce,
-		RunOn:              c.CheckpointRunOn,
+		RunOn:              c.CheckpointRunOn == nil || *c.CheckpointRunOn,
 		CheckpointInterval: c.CheckpointInterval,
 		OutOfOrderness:     c.EventTime.OutOfOrderness,
 		Idleness:           c.EventTime.Idleness,
