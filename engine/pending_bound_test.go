@@ -28,8 +28,8 @@ func (a amplifier) Process(t *Task, r *kgo.Record, _ int) error {
 // finds stays within the bound plus what one poll adds and one doubling
 // of a task's batch buffer, and every record is processed.
 func TestPendingStateBoundCountsQueuedInput(t *testing.T) {
-	const bound, maxPoll, size, amp = 2 << 20, 32, 4 << 10, 4
-	pendingStatePeak(t, bound, maxPoll, int64(bound+maxPoll*size*amp+bound/2))
+	const bound, maxPoll = 2 << 20, 32
+	pendingStatePeak(t, bound, maxPoll, int64(bound+maxPoll*peakSize*peakAmp+bound/2))
 }
 
 // TestPendingStateBoundSizesPolls: a poll returns what the client has
@@ -41,19 +41,23 @@ func TestPendingStateBoundCountsQueuedInput(t *testing.T) {
 // records (the amplification is measured, not known: the first epoch's is
 // a guess).
 func TestPendingStateBoundSizesPolls(t *testing.T) {
-	const bound, size, amp = 2 << 20, 4 << 10, 4
-	pendingStatePeak(t, bound, 10000, int64(bound+bound/2+16*size*amp))
+	const bound = 2 << 20
+	pendingStatePeak(t, bound, 10000, int64(bound+bound/2+16*peakSize*peakAmp))
 }
 
-// pendingStatePeak reads 3,000 records of 4 KiB with an amplifier writing
-// 4 bytes of state per input byte, under a pending state bound and a
+// The workload of pendingStatePeak: peakN records of peakSize bytes, each
+// writing peakAmp bytes of state per input byte.
+const peakN, peakSize, peakAmp = 3000, 4 << 10, 4
+
+// pendingStatePeak reads peakN records of peakSize bytes with an amplifier
+// writing peakAmp bytes of state per input byte, under a pending state bound and a
 // fetch buffer 8 times it, and checks the largest pending total any
 // barrier found against limit, and that the bound brought checkpoints
 // forward.
 func pendingStatePeak(t *testing.T, bound int64, maxPoll int, limit int64) {
 	t.Helper()
 	f := newFakeEnv(t, 2)
-	const n, size, amp = 3000, 4 << 10, 4
+	const n, size, amp = peakN, peakSize, peakAmp
 	cl := f.client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchMaxBytes(1<<20))
 	recs := make([]*kgo.Record, 0, n)
 	for i := range n {

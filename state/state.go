@@ -616,14 +616,10 @@ func (k *Keyspace) MakeRoom() error {
 		// for with less than half of it used.
 		k.memNext = k.memCap
 	}
-	before := k.wals.Load()
 	if _, err := k.db.AsyncFlush(); err != nil {
 		return fmt.Errorf("state: rotate memtable of %s: %w", k.name, err)
 	}
-	if k.wals.Load() != before {
-		k.walsSeen++
-		k.rotated()
-	}
+	k.seeRotations()
 	return nil
 }
 

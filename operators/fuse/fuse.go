@@ -282,16 +282,15 @@ func (p *fuser) add(t *engine.Task, id [16]byte, chunk []byte) error {
 	if tr == nil && len(p.closed) > 0 {
 		next, closed = p.closed[id]
 	}
-	looked := false                // in the keyspace, for a trace evicted from memory
+	if tr == nil && !closed && p.evicted > 0 {
+		// A trace evicted from memory, looked up in the keyspace.
+		var err error
+		if tr, err = p.reload(t, id); err != nil {
+			return err
+		}
+	}
 	newest := int64(math.MinInt64) // of the chunk's members, once one is late
 	err := readMembers(chunk, func(m *member) error {
-		if tr == nil && !closed && p.evicted > 0 && !looked {
-			looked = true
-			var err error
-			if tr, err = p.reload(t, id); err != nil {
-				return err
-			}
-		}
 		// An open trace takes the member however late it is (an incident
 		// tag included: no input record, and the trace is still here).
 		late := tr == nil && p.isLate(m.time, wm)
