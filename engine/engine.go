@@ -159,9 +159,11 @@ type Config struct {
 	// the tasks' queues hold more, and a poll takes no more records than
 	// fit, at the mean record size, in the room left here and in
 	// PendingStateBytes. The client's own fetch buffer is bounded
-	// at half of it (4 concurrent fetches of FetchBufferBytes/8 each, at
-	// least MaxRecordBytes), so fetched input takes at most about 1.5 ×
-	// FetchBufferBytes (more when batches decompress). Smaller fetches
+	// at half of it decompressed (4 concurrent fetches of
+	// FetchBufferBytes/8 each, at least MaxRecordBytes: a fetch asks for
+	// that over the ratio of decompressed to compressed bytes read so far,
+	// see fetchSizer), so fetched input takes at most about 1.5 ×
+	// FetchBufferBytes (plus a batch per fetch). Smaller fetches
 	// (/32) read the input partitions further apart in event time: the KV
 	// buffer overflowed (86 incidents instead of 6 on the 600 MB KV fleet
 	// of the memory benchmark). Default 64 MiB.
@@ -352,6 +354,8 @@ type Engine struct {
 	log  *slog.Logger
 
 	sess session
+	// fetches sizes the client's fetches (Run).
+	fetches *fetchSizer
 
 	mu struct {
 		sync.Mutex
@@ -494,6 +498,10 @@ type Stats struct {
 	// checkpoint's barrier found (bytes, the high-water mark of what
 	// PendingStateBytes bounds).
 	PendingStatePeak atomic.Int64
+	// FetchBytes is the size of the client's fetches now, in bytes as
+	// the brokers send them: the fetch buffer's share over the measured
+	// ratio of decompressed to compressed bytes (fetchSizer).
+	FetchBytes atomic.Int64
 	// FollowUpCheckpoints counts follow-up checkpoints
 	// (Config.FollowUpWait), committed or not; Checkpoints and Aborts
 	// count them too.
@@ -592,12 +600,13 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 		kgo.OnPartitionsLost(e.onRevoked),
 		kgo.MaxBufferedRecords(producerBufferRecords),
 		kgo.MaxBufferedBytes(int(min(e.cfg.ProducerBufferBytes, 1<<40))),
-		kgo.FetchMaxBytes(int32(min(max(e.cfg.FetchBufferBytes/8, int64(e.cfg.MaxRecordBytes)), 1<<30))),
-		kgo.MaxConcurrentFetches(4),
+		kgo.MaxConcurrentFetches(maxConcurrentFetches),
 		// Room for a record of MaxRecordBytes with its record and batch
 		// overhead; the broker's own limit is message.max.bytes.
 		kgo.ProducerBatchMaxBytes(int32(min(e.cfg.MaxRecordBytes+48_000, 1<<30))),
 	)
+	e.fetches = newFetchSizer(max(e.cfg.FetchBufferBytes/(2*maxConcurrentFetches), int64(e.cfg.MaxRecordBytes)), &e.stats.FetchBytes)
+	opts = append(opts, e.fetches.opts()...)
 	var sess session
 	if e.cfg.AtLeastOnce {
 		opts = append(opts, kgo.DisableAutoCommit())
@@ -615,6 +624,7 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 		sess = s
 	}
 	e.sess = sess
+	e.fetches.attach(sess.Client())
 	e.committed = e.fetchCommitted
 	gctx, stopGlobals := context.WithCancel(context.Background())
 	globalsDone := make(chan struct{})

@@ -24,6 +24,8 @@ func EngineMetrics(e EngineView) Table {
 		{Name: "braid_pending_state_peak_bytes", Gauge: true, Value: st.PendingStatePeak.Load,
 			Help: "The largest state writes waiting for a checkpoint that any barrier found since the start: what the share state writes before checkpoint bounds, " +
 				"plus at most what one poll added."},
+		{Name: "braid_fetch_bytes", Gauge: true, Value: st.FetchBytes.Load,
+			Help: "The size the consumer's fetches ask the brokers for, in bytes as sent: an eighth of the fetched-records share over the ratio of decompressed to compressed bytes read, so that a fetch held decompressed stays within it."},
 		{Name: "braid_backpressure_total", Value: st.Backpressure.Load,
 			Help: "Polls held back because the records fetched and not yet processed filled their share of the memory budget."},
 		{Name: "braid_clamped_event_times_total", Value: st.ClampedEvents.Load,

@@ -1,0 +1,112 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// fetchProbe counts the bytes of the records the client holds, fetched
+// and not yet polled, as the engine's memory model counts them (their
+// bytes and recordOverhead each), and keeps the peak.
+type fetchProbe struct {
+	mu         sync.Mutex
+	held, peak int64
+}
+
+func (p *fetchProbe) OnFetchRecordBuffered(r *kgo.Record) {
+	p.mu.Lock()
+	p.held += int64(RecordBytes(r)) + recordOverhead
+	p.peak = max(p.peak, p.held)
+	p.mu.Unlock()
+}
+
+func (p *fetchProbe) OnFetchRecordUnbuffered(r *kgo.Record, _ bool) {
+	p.mu.Lock()
+	p.held -= int64(RecordBytes(r)) + recordOverhead
+	p.mu.Unlock()
+}
+
+// sink processes records and keeps nothing.
+type sink struct{}
+
+func (sink) Process(*Task, *kgo.Record, int) error { return nil }
+
+// TestFetchesHeldWithinTheirShareDecompressed: the client's fetches are
+// sized in bytes as the broker sends them, compressed, but held
+// decompressed until polled. Three brokers, input that compresses about
+// 20:1 (zstd), a fetch buffer of 4 MiB: each of the at most four fetches
+// the client holds may take an eighth of it decompressed, so the client
+// never holds more than half of it plus one producer batch per fetch.
+// Fetches sized at an eighth in compressed bytes held 30 MB here.
+func TestFetchesHeldWithinTheirShareDecompressed(t *testing.T) {
+	const partitions, perPartition, size = 6, 600, 16 << 10
+	const fetchBuffer, batch = 4 << 20, 64 << 10
+	c, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.SeedTopics(partitions, "in", "out", "changelog"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	f := &fakeEnv{c: c, brokers: c.ListenAddrs(), partitions: partitions, in: "in", out: "out", changelog: "changelog", group: "sink"}
+	cl := f.client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerBatchCompression(kgo.ZstdCompression()), kgo.ProducerBatchMaxBytes(batch))
+	rng := rand.New(rand.NewPCG(1, 2))
+	value := func() []byte {
+		b := make([]byte, size)
+		for j := range b {
+			if j%48 == 0 {
+				b[j] = byte(rng.Uint32()) // one random byte in 48: ~20:1 with zstd
+			} else {
+				b[j] = 'a'
+			}
+		}
+		return b
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for p := range partitions {
+		recs := make([]*kgo.Record, 0, perPartition)
+		for i := range perPartition {
+			recs = append(recs, &kgo.Record{Topic: f.in, Partition: int32(p), Key: fmt.Appendf(nil, "k%d", i), Value: value()})
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	probe := &fetchProbe{}
+	cfg := f.config(t, t.TempDir(), "sink")
+	cfg.ClientOpts = append(cfg.ClientOpts, kgo.WithHooks(probe))
+	cfg.FetchBufferBytes = fetchBuffer
+	cfg.MaxRecordBytes = 256 << 10 // under an eighth of the fetch buffer: the share is that eighth
+	top := f.topology()
+	top.NewProcessor = func(*Task) (Processor, error) { return sink{}, nil }
+	e, err := New(cfg, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := start(t, e)
+	const n = partitions * perPartition
+	waitCond(t, 60*time.Second, fmt.Sprintf("%d records in", n), func() bool { return e.Stats().RecordsIn.Load() >= n }, r)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	probe.mu.Lock()
+	peak := probe.peak
+	probe.mu.Unlock()
+	share := int64(fetchBuffer / 8)
+	limit := maxConcurrentFetches * (share + batch + batch/size*recordOverhead)
+	t.Logf("client held at most %d bytes decompressed (limit %d); fetch size now %d", peak, limit, e.Stats().FetchBytes.Load())
+	if peak > limit {
+		t.Errorf("client held %d bytes of fetched records, over %d: %d fetches of %d and a batch each", peak, limit, maxConcurrentFetches, share)
+	}
+	if fb := e.Stats().FetchBytes.Load(); fb >= share/10 {
+		t.Errorf("fetch size %d bytes for input that compresses ~20:1, want under a tenth of the share %d", fb, share)
+	}
+}
+
