@@ -312,8 +312,7 @@ func TestFollowUpCheckpointCommitsReleasedOutput(t *testing.T) {
 func TestNoFollowUpWhileReadingBacklog(t *testing.T) {
 	const n = 2000
 	tt := newTimedTopics(t, "fu-backlog", false)
-	// One record per batch, and the engine fetches one batch per
-	// partition at a time, the task reads at most 500 records/s: the
+	// One record per poll, the task reads at most 500 records/s: the
 	// backlog takes several checkpoints, and the poll loop never waits
 	// for the task more than a record's time (the other task reads what
 	// it is sent at once).
@@ -334,7 +333,7 @@ func TestNoFollowUpWhileReadingBacklog(t *testing.T) {
 	var read, followUps, first, checkpoints atomic.Int64
 	var eng atomic.Pointer[Engine]
 	e := timedEngine(t, tt, func(c *Config) {
-		c.ClientOpts = append(c.ClientOpts, kgo.FetchMaxPartitionBytes(1))
+		c.MaxPollRecords = 1
 	}, func(p *timed) {
 		p.throttle = tick.C
 		p.onSource = func(*kgo.Record) {
