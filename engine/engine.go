@@ -400,8 +400,11 @@ type Engine struct {
 	// of the poll in progress).
 	opening map[int32]*opening
 	opened  chan openResult
-	openWG  sync.WaitGroup
-	wake    atomic.Pointer[context.CancelFunc]
+	// restoring holds a token per restore from the changelog under way
+	// (maxConcurrentRestores).
+	restoring chan struct{}
+	openWG    sync.WaitGroup
+	wake      atomic.Pointer[context.CancelFunc]
 
 	inputIndex map[string]int
 	srcIndex   []int    // input index → source index (-1 for internal)
@@ -526,6 +529,7 @@ func New(cfg Config, topo Topology) (*Engine, error) {
 	e.mu.fresh = map[int32]bool{}
 	e.opening = map[int32]*opening{}
 	e.opened = make(chan openResult, topo.Partitions)
+	e.restoring = make(chan struct{}, maxConcurrentRestores)
 	e.drained = make(chan struct{}, 1)
 	e.mu.tasks = map[int32]*published{}
 	var hops []int // per internal input
@@ -605,7 +609,7 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 		// overhead; the broker's own limit is message.max.bytes.
 		kgo.ProducerBatchMaxBytes(int32(min(e.cfg.MaxRecordBytes+48_000, 1<<30))),
 	)
-	e.fetches = newFetchSizer(max(e.cfg.FetchBufferBytes/(2*maxConcurrentFetches), int64(e.cfg.MaxRecordBytes)), &e.stats.FetchBytes)
+	e.fetches = newFetchSizer(e.fetchShare(), &e.stats.FetchBytes)
 	opts = append(opts, e.fetches.opts()...)
 	var sess session
 	if e.cfg.AtLeastOnce {

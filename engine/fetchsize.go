@@ -53,6 +53,10 @@ const maxPartitionFetchBytes = 1 << 20
 // per broker at most).
 const maxConcurrentFetches = 4
 
+// maxConcurrentRestores bounds the tasks restoring their state from the
+// changelog at once; the others opening wait their turn.
+const maxConcurrentRestores = 4
+
 func newFetchSizer(target int64, size *atomic.Int64) *fetchSizer {
 	s := &fetchSizer{target: max(target, minFetchBytes), size: size}
 	// Until a batch has been read the ratio is unknown: the first
@@ -111,4 +115,23 @@ func (s *fetchSizer) OnFetchBatchRead(_ kgo.BrokerMetadata, _ string, _ int32, m
 	if cl := s.cl.Load(); changed && cl != nil {
 		cl.UpdateFetchMaxBytes(int32(n), int32(min(n, maxPartitionFetchBytes)))
 	}
+}
+
+// newSizedClient is a client of opts whose fetches a fetchSizer keeps
+// within target decompressed bytes each, at most maxConcurrentFetches of
+// them: the changelog reader of a restore and the global tables' reader.
+func newSizedClient(opts []kgo.Opt, target int64) (*kgo.Client, error) {
+	s := newFetchSizer(target, new(atomic.Int64))
+	cl, err := kgo.NewClient(append(append(opts, kgo.MaxConcurrentFetches(maxConcurrentFetches)), s.opts()...)...)
+	if err != nil {
+		return nil, err
+	}
+	s.attach(cl)
+	return cl, nil
+}
+
+// fetchShare is what one fetch may hold decompressed: an eighth of
+// FetchBufferBytes (four such fetches are half of it), at least a record.
+func (e *Engine) fetchShare() int64 {
+	return max(e.cfg.FetchBufferBytes/(2*maxConcurrentFetches), int64(e.cfg.MaxRecordBytes))
 }

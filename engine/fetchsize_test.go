@@ -3,8 +3,11 @@ package engine
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -110,3 +113,89 @@ func TestFetchesHeldWithinTheirShareDecompressed(t *testing.T) {
 	}
 }
 
+// bloater sets a value of its own, size bytes, under each record's key.
+type bloater struct{ value func() []byte }
+
+func (b bloater) Process(t *Task, r *kgo.Record, _ int) error {
+	return t.State.Set(append([]byte(nil), r.Key...), b.value())
+}
+
+// TestRestoreFetchesHeldWithinTheirShare: a task restoring its state
+// from the changelog reads it with a client of its own, whose fetches are
+// sized as the engine's (an eighth of the fetch buffer decompressed each),
+// and at most maxConcurrentRestores tasks restore at once (here 6 open).
+// With Kafka's default of 1 MiB per partition, compressed, a restore of
+// state that compresses well held tens of megabytes, outside the budget.
+func TestRestoreFetchesHeldWithinTheirShare(t *testing.T) {
+	const n, size = 1200, 16 << 10
+	f := newFakeEnv(t, 6)
+	f.produce(t, n, n, 0) // n keys: n values in state
+	rng := rand.New(rand.NewPCG(3, 4))
+	value := func() []byte {
+		b := make([]byte, size)
+		for j := range b {
+			if j%48 == 0 {
+				b[j] = byte(rng.Uint32())
+			} else {
+				b[j] = 'a'
+			}
+		}
+		return b
+	}
+	top := f.topology()
+	top.NewProcessor = func(*Task) (Processor, error) { return bloater{value: value}, nil }
+	cfg := f.config(t, t.TempDir(), "bloater")
+	cfg.ClientOpts = append(cfg.ClientOpts, kgo.ProducerBatchCompression(kgo.ZstdCompression()))
+	e, err := New(cfg, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := start(t, e)
+	waitCond(t, 60*time.Second, fmt.Sprintf("%d records in", n), func() bool { return e.Stats().RecordsIn.Load() >= n }, r)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another instance without local state restores every task.
+	probe := &fetchProbe{}
+	cfg = f.config(t, t.TempDir(), "bloater-2")
+	cfg.ClientOpts = append(cfg.ClientOpts, kgo.WithHooks(probe))
+	cfg.FetchBufferBytes = 4 << 20
+	cfg.MaxRecordBytes = 256 << 10
+	var restored atomic.Int64
+	cfg.Logger = slog.New(countRestores{slog.NewTextHandler(io.Discard, nil), &restored})
+	e2, err := New(cfg, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2 := start(t, e2)
+	waitCond(t, 60*time.Second, "every task restored", func() bool { return restored.Load() >= int64(f.partitions) }, r2)
+	if err := r2.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	probe.mu.Lock()
+	peak := probe.peak
+	probe.mu.Unlock()
+	share := cfg.FetchBufferBytes / 8
+	batch := int64(cfg.MaxRecordBytes + 48_000) // the engine's producer batches
+	// At most maxConcurrentRestores restore at once.
+	limit := maxConcurrentRestores * (share + batch + batch/size*recordOverhead)
+	t.Logf("restores held at most %d bytes of changelog records decompressed (limit %d)", peak, limit)
+	if peak > limit {
+		t.Errorf("restores held %d bytes of fetched changelog records, over %d: a fetch of %d and a batch per restoring task", peak, limit, share)
+	}
+}
+
+// countRestores counts the log records that say a task restored its state
+// from the changelog.
+type countRestores struct {
+	slog.Handler
+	n *atomic.Int64
+}
+
+func (c countRestores) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "restored state from changelog" {
+		c.n.Add(1)
+	}
+	return c.Handler.Handle(ctx, r)
+}

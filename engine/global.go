@@ -107,7 +107,7 @@ func (e *Engine) readGlobals(ctx context.Context) error {
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 	)
-	cl, err := kgo.NewClient(opts...)
+	cl, err := newSizedClient(opts, e.fetchShare())
 	if err != nil {
 		return fmt.Errorf("engine: global table client: %w", err)
 	}

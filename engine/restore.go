@@ -65,7 +65,15 @@ func (e *Engine) openKeyspace(ctx context.Context, p int32) (ks *state.Keyspace,
 	if len(want) == 0 {
 		return ks, nil, nil // nothing committed: a fresh start
 	}
+	// At most maxConcurrentRestores at once: each holds its fetches and
+	// a checkpoint's writes.
+	select {
+	case e.restoring <- struct{}{}:
+	case <-ctx.Done():
+		return nil, nil, errors.Join(fmt.Errorf("engine: restore partition %d: %w", p, ctx.Err()), ks.Close())
+	}
 	res, err := e.restore(ctx, ks, p, want)
+	<-e.restoring
 	if err != nil {
 		return nil, nil, errors.Join(fmt.Errorf("engine: restore partition %d from %s: %w", p, e.topo.Changelog, err), ks.Close())
 	}
@@ -101,7 +109,7 @@ func (e *Engine) restore(ctx context.Context, ks *state.Keyspace, p int32, want 
 		kgo.KeepControlRecords(),
 	)
 	var res restoreResult
-	cl, err := kgo.NewClient(opts...)
+	cl, err := newSizedClient(opts, e.fetchShare())
 	if err != nil {
 		return res, err
 	}
