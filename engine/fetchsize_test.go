@@ -113,11 +113,12 @@ func TestFetchesHeldWithinTheirShareDecompressed(t *testing.T) {
 	}
 }
 
-// bloater sets a value of its own, size bytes, under each record's key.
-type bloater struct{ value func() []byte }
+// bloater sets a value of its own under each record's key, made from the
+// record's offset (tasks run on goroutines of their own: nothing shared).
+type bloater struct{ value func(seed uint64) []byte }
 
 func (b bloater) Process(t *Task, r *kgo.Record, _ int) error {
-	return t.State.Set(append([]byte(nil), r.Key...), b.value())
+	return t.State.Set(append([]byte(nil), r.Key...), b.value(uint64(r.Offset)))
 }
 
 // TestRestoreFetchesHeldWithinTheirShare: a task restoring its state
@@ -130,8 +131,8 @@ func TestRestoreFetchesHeldWithinTheirShare(t *testing.T) {
 	const n, size = 1200, 16 << 10
 	f := newFakeEnv(t, 6)
 	f.produce(t, n, n, 0) // n keys: n values in state
-	rng := rand.New(rand.NewPCG(3, 4))
-	value := func() []byte {
+	value := func(seed uint64) []byte {
+		rng := rand.New(rand.NewPCG(seed, 4))
 		b := make([]byte, size)
 		for j := range b {
 			if j%48 == 0 {
