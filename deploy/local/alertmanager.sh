@@ -89,10 +89,15 @@ pid_of() {
   echo "$pid"
 }
 
+# alive PID: whether PID is a live process (not a zombie).
+alive() {
+  kill -0 "$1" 2>/dev/null || return 1
+  [[ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]]
+}
+
 # is_ours PID: whether PID is alive (not a zombie) and is our Alertmanager.
 is_ours() {
-  kill -0 "$1" 2>/dev/null || return 1
-  [[ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]] || return 1
+  alive "$1" || return 1
   tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -qF -- "--storage.path=$DIR/data "
 }
 
@@ -211,7 +216,9 @@ cmd_start() {
 
   local deadline=$((SECONDS + START_TIMEOUT))
   until is_ready; do
-    if ! is_ours "$pid"; then
+    # alive, not is_ours: until the child has exec'd the binary its
+    # command line is this script's, and it would look gone.
+    if ! alive "$pid"; then
       log_tail
       rm -f "$PIDFILE"
       # Taken between the check above and the bind: say so, so that a
