@@ -49,6 +49,12 @@ const minFetchBytes = 16 << 10
 // one partition contributes to a fetch.
 const maxPartitionFetchBytes = 1 << 20
 
+// maxFetchBytes is the largest fetch size asked for: franz-go's default
+// (and about the brokers' fetch.max.bytes), half of what the client reads
+// from a broker at most (BrokerMaxReadBytes, 100 MiB), which a larger
+// fetch would pass on a large budget.
+const maxFetchBytes = 50 << 20
+
 // maxConcurrentFetches bounds the fetches the client holds at once (one
 // per broker at most).
 const maxConcurrentFetches = 4
@@ -80,12 +86,12 @@ func (s *fetchSizer) attach(cl *kgo.Client) { s.cl.Store(cl) }
 
 // fetchBytes is the fetch size for raw decompressed bytes per comp bytes
 // as sent: the target over that ratio, at least minFetchBytes and at most
-// the target (a ratio below 1 is taken as 1).
+// the target (a ratio below 1 is taken as 1) and maxFetchBytes.
 func (s *fetchSizer) fetchBytes(comp, raw int64) int64 {
 	if raw <= comp {
-		return min(s.target, 1<<30)
+		return min(s.target, maxFetchBytes)
 	}
-	return min(max(int64(float64(s.target)*float64(comp)/float64(raw)), minFetchBytes), 1<<30)
+	return min(max(int64(float64(s.target)*float64(comp)/float64(raw)), minFetchBytes), maxFetchBytes)
 }
 
 // OnFetchBatchRead implements kgo.HookFetchBatchRead. It runs on the

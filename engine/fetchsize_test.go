@@ -200,3 +200,29 @@ func (c countRestores) Handle(ctx context.Context, r slog.Record) error {
 	}
 	return c.Handler.Handle(ctx, r)
 }
+
+// TestFetchBytes: the fetch size is the target over the ratio of
+// decompressed to compressed bytes, within [minFetchBytes, maxFetchBytes],
+// and never more than the target.
+func TestFetchBytes(t *testing.T) {
+	var size atomic.Int64
+	for _, c := range []struct {
+		target, comp, raw, want int64
+	}{
+		{8 << 20, 1, 1, 8 << 20},                 // incompressible
+		{8 << 20, 2, 1, 8 << 20},                 // a ratio below 1 counts as 1
+		{8 << 20, 1, 8, 1 << 20},                 // 8:1
+		{8 << 20, 1, 10_000, minFetchBytes},      // a ratio too high for the smallest fetch
+		{1 << 30, 1, 1, maxFetchBytes},           // a large budget: franz-go's read bound
+		{1 << 30, 1, 2, maxFetchBytes},           // …whatever the ratio, while over it
+		{minFetchBytes / 2, 1, 1, minFetchBytes}, // a target under the smallest fetch
+	} {
+		s := newFetchSizer(c.target, &size)
+		if got := s.fetchBytes(c.comp, c.raw); got != c.want {
+			t.Errorf("target %d, %d bytes as sent for %d decompressed: fetch %d, want %d", c.target, c.comp, c.raw, got, c.want)
+		}
+	}
+	if size.Load() != minFetchBytes {
+		t.Errorf("first fetches %d bytes, want %d until a batch is read", size.Load(), minFetchBytes)
+	}
+}
