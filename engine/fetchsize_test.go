@@ -226,3 +226,23 @@ func TestFetchBytes(t *testing.T) {
 		t.Errorf("first fetches %d bytes, want %d until a batch is read", size.Load(), minFetchBytes)
 	}
 }
+
+// TestLargeFetchBufferReads: a fetch buffer whose eighth is more than
+// franz-go reads from a broker at once (BrokerMaxReadBytes, 100 MiB) —
+// the fetched-records share of a memory budget over 8 GiB — made the
+// client refuse its options, and the engine could not start.
+func TestLargeFetchBufferReads(t *testing.T) {
+	f := newFakeEnv(t, 2)
+	f.produce(t, 4, 40, 0)
+	cfg := f.config(t, t.TempDir(), "large")
+	cfg.FetchBufferBytes = 1 << 30
+	e := f.engine(t, cfg)
+	r := start(t, e)
+	waitCond(t, 30*time.Second, "40 records in", func() bool { return e.Stats().RecordsIn.Load() >= 40 }, r)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.Stats().FetchBytes.Load(); got > maxFetchBytes {
+		t.Errorf("fetch size %d, over %d", got, maxFetchBytes)
+	}
+}
