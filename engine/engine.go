@@ -605,7 +605,6 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 		kgo.OnPartitionsLost(e.onRevoked),
 		kgo.MaxBufferedRecords(producerBufferRecords),
 		kgo.MaxBufferedBytes(int(min(e.cfg.ProducerBufferBytes, 1<<40))),
-		kgo.MaxConcurrentFetches(maxConcurrentFetches),
 		// Room for a record of MaxRecordBytes with its record and batch
 		// overhead; the broker's own limit is message.max.bytes.
 		kgo.ProducerBatchMaxBytes(int32(min(e.cfg.MaxRecordBytes+48_000, 1<<30))),

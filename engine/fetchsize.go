@@ -71,15 +71,21 @@ func newFetchSizer(target int64, size *atomic.Int64) *fetchSizer {
 	return s
 }
 
-// opts are the client options the sizer starts with.
+// opts are the client options the sizer starts with: its hook, the first
+// fetch size, and at most maxConcurrentFetches fetches held at once.
 func (s *fetchSizer) opts() []kgo.Opt {
 	n := s.size.Load()
 	return []kgo.Opt{
 		kgo.WithHooks(s),
 		kgo.FetchMaxBytes(int32(n)),
-		kgo.FetchMaxPartitionBytes(int32(min(n, maxPartitionFetchBytes))),
+		kgo.FetchMaxPartitionBytes(partitionBytes(n)),
+		kgo.MaxConcurrentFetches(maxConcurrentFetches),
 	}
 }
+
+// partitionBytes is what one partition may contribute to a fetch of n
+// bytes.
+func partitionBytes(n int64) int32 { return int32(min(n, maxPartitionFetchBytes)) }
 
 // attach gives the sizer the client whose fetches it sizes.
 func (s *fetchSizer) attach(cl *kgo.Client) { s.cl.Store(cl) }
@@ -119,7 +125,7 @@ func (s *fetchSizer) OnFetchBatchRead(_ kgo.BrokerMetadata, _ string, _ int32, m
 	}
 	s.mu.Unlock()
 	if cl := s.cl.Load(); changed && cl != nil {
-		cl.UpdateFetchMaxBytes(int32(n), int32(min(n, maxPartitionFetchBytes)))
+		cl.UpdateFetchMaxBytes(int32(n), partitionBytes(n))
 	}
 }
 
@@ -128,7 +134,7 @@ func (s *fetchSizer) OnFetchBatchRead(_ kgo.BrokerMetadata, _ string, _ int32, m
 // them: the changelog reader of a restore and the global tables' reader.
 func newSizedClient(opts []kgo.Opt, target int64) (*kgo.Client, error) {
 	s := newFetchSizer(target, new(atomic.Int64))
-	cl, err := kgo.NewClient(append(append(opts, kgo.MaxConcurrentFetches(maxConcurrentFetches)), s.opts()...)...)
+	cl, err := kgo.NewClient(append(opts, s.opts()...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -36,6 +36,20 @@ func (p *fetchProbe) OnFetchRecordUnbuffered(r *kgo.Record, _ bool) {
 	p.mu.Unlock()
 }
 
+// compressible is size bytes of which one in 48 is random and the rest
+// 'a': about 20:1 with zstd.
+func compressible(rng *rand.Rand, size int) []byte {
+	b := make([]byte, size)
+	for j := range b {
+		if j%48 == 0 {
+			b[j] = byte(rng.Uint32())
+		} else {
+			b[j] = 'a'
+		}
+	}
+	return b
+}
+
 // sink processes records and keeps nothing.
 type sink struct{}
 
@@ -60,23 +74,12 @@ func TestFetchesHeldWithinTheirShareDecompressed(t *testing.T) {
 	cl := f.client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerBatchCompression(kgo.ZstdCompression()), kgo.ProducerBatchMaxBytes(batch))
 	rng := rand.New(rand.NewPCG(1, 2))
-	value := func() []byte {
-		b := make([]byte, size)
-		for j := range b {
-			if j%48 == 0 {
-				b[j] = byte(rng.Uint32()) // one random byte in 48: ~20:1 with zstd
-			} else {
-				b[j] = 'a'
-			}
-		}
-		return b
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for p := range partitions {
 		recs := make([]*kgo.Record, 0, perPartition)
 		for i := range perPartition {
-			recs = append(recs, &kgo.Record{Topic: f.in, Partition: int32(p), Key: fmt.Appendf(nil, "k%d", i), Value: value()})
+			recs = append(recs, &kgo.Record{Topic: f.in, Partition: int32(p), Key: fmt.Appendf(nil, "k%d", i), Value: compressible(rng, size)})
 		}
 		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 			t.Fatal(err)
@@ -131,18 +134,7 @@ func TestRestoreFetchesHeldWithinTheirShare(t *testing.T) {
 	const n, size = 1200, 16 << 10
 	f := newFakeEnv(t, 6)
 	f.produce(t, n, n, 0) // n keys: n values in state
-	value := func(seed uint64) []byte {
-		rng := rand.New(rand.NewPCG(seed, 4))
-		b := make([]byte, size)
-		for j := range b {
-			if j%48 == 0 {
-				b[j] = byte(rng.Uint32())
-			} else {
-				b[j] = 'a'
-			}
-		}
-		return b
-	}
+	value := func(seed uint64) []byte { return compressible(rand.New(rand.NewPCG(seed, 4)), size) }
 	top := f.topology()
 	top.NewProcessor = func(*Task) (Processor, error) { return bloater{value: value}, nil }
 	cfg := f.config(t, t.TempDir(), "bloater")
