@@ -169,24 +169,54 @@ func TestReportFromDemo(t *testing.T) {
 	truth := readTruth(t, truthFile)
 
 	// Each trigger: its incident, root, victims, top known cause.
-	// A fault's incident: on its GPU, with its source request as root or
-	// one of its victims among the incident's.
+	// A fault's incidents: on its GPU, with its source request as root
+	// (its own, then those that continue it: its pollution carried on by
+	// prefix sharing after it closed); else the one that names most of
+	// its victims.
 	first, roots, matched := 0, 0, 0
 	var tp, fp, fn int
 	for _, f := range truth.faults {
-		var r *report.Report
+		var rs []*report.Report
 		for _, rr := range reports {
-			if rr.GPU != f.GPU {
-				continue
+			if rr.GPU == f.GPU && rr.Root.Request == f.SourceRequest {
+				rs = append(rs, rr)
 			}
-			if rr.Root.Request == f.SourceRequest {
-				r = rr
-				break
-			}
-			for _, v := range rr.Victims {
-				if slices.Contains(f.Victims, v.RequestID) || slices.Contains(f.Propagated, v.RequestID) {
-					r = rr
+		}
+		if len(rs) == 0 {
+			var best *report.Report
+			bestN := 0
+			for _, rr := range reports {
+				n := 0
+				for _, v := range rr.Victims {
+					if rr.GPU == f.GPU && (slices.Contains(f.Victims, v.RequestID) || slices.Contains(f.Propagated, v.RequestID)) {
+						n++
+					}
 				}
+				if n > bestN || n == bestN && n > 0 && rr.ID < best.ID {
+					best, bestN = rr, n
+				}
+			}
+			if best != nil {
+				rs = append(rs, best)
+			}
+		}
+		slices.SortFunc(rs, func(a, b *report.Report) int {
+			if (a.Continues == "") != (b.Continues == "") {
+				if a.Continues == "" {
+					return -1
+				}
+				return 1
+			}
+			return a.First.Compare(b.First)
+		})
+		var r *report.Report
+		var last time.Time
+		for _, rr := range rs {
+			if r == nil {
+				r = rr
+			}
+			if rr.Last.After(last) {
+				last = rr.Last
 			}
 		}
 		if r == nil {
@@ -206,21 +236,27 @@ func TestReportFromDemo(t *testing.T) {
 		if top == string(f.Trigger) {
 			first++
 		}
-		// The victims the incident's revision could know: polluted by its
-		// last event time (an open incident grows on after the report).
+		// The victims the incidents' revisions could know: polluted by
+		// their last event time (an open incident grows on after the
+		// report).
 		truthV := map[string]bool{}
 		for _, v := range append(slices.Clone(f.Victims), f.Propagated...) {
-			if at, ok := truth.polluted[v]; !ok || !at.After(r.Last.Add(time.Millisecond)) {
+			if at, ok := truth.polluted[v]; !ok || !at.After(last.Add(time.Millisecond)) {
 				truthV[v] = true
 			}
 		}
 		got := map[string]bool{}
-		for _, v := range r.Victims {
-			got[v.RequestID] = true
-			if truthV[v.RequestID] {
-				tp++
-			} else {
-				fp++
+		for _, rr := range rs {
+			for _, v := range rr.Victims {
+				if got[v.RequestID] {
+					continue
+				}
+				got[v.RequestID] = true
+				if truthV[v.RequestID] {
+					tp++
+				} else {
+					fp++
+				}
 			}
 		}
 		for v := range truthV {
@@ -232,7 +268,7 @@ func TestReportFromDemo(t *testing.T) {
 		for _, ft := range r.Features {
 			feats = append(feats, ft.Text)
 		}
-		t.Logf("%-22s %s: root %s, %d victims (truth %d), top %s; features: %s", f.Trigger, r.ID, r.Root.Request, len(r.Victims), len(truthV), top, strings.Join(feats, " | "))
+		t.Logf("%-22s %s (+%d continuing it): root %s, %d victims (truth %d), top %s; features: %s", f.Trigger, r.ID, len(rs)-1, r.Root.Request, len(got), len(truthV), top, strings.Join(feats, " | "))
 		name := "report-" + string(f.Trigger)
 		if err := os.WriteFile(filepath.Join(art, name+".html"), pages[r.ID+".html"], 0o644); err != nil {
 			t.Fatal(err)

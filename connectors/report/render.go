@@ -83,6 +83,9 @@ func (r *Report) Markdown(w io.Writer, svgName string) {
 		p(" View: %s/incident/%s", r.ViewURL, r.ID)
 	}
 	p("\n\n## Root cause\n\n")
+	if r.Continues != "" {
+		p("Continues incident `%s`, closed: requests it polluted shared their content by prefix hash after it closed, and carried its pollution on.\n\n", r.Continues)
+	}
 	p("| | |\n|---|---|\n")
 	p("| request | `%s` |\n| trace | `%s` |\n| block | %d |\n| layer | %d |\n| GPU | `%s` (%s) |\n| time | %s |\n| record | `%s` |\n",
 		r.Root.Request, r.Root.TraceID, r.Root.Block, r.Root.Layer, r.GPU, r.Host, r.Root.Time.Format("2006-01-02 15:04:05.000000"), r.Root.Origin)

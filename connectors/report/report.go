@@ -60,6 +60,9 @@ type Report struct {
 	Last     time.Time `json:"last"`
 
 	Root Root `json:"root"`
+	// Continues is the closed incident whose pollution this one carries
+	// on (its root is that incident's), "" for an incident of its own.
+	Continues string `json:"continues,omitempty"`
 	// Rule is the invariant of the KV-block convention the root broke.
 	Rule string `json:"rule"`
 
@@ -178,6 +181,7 @@ func Build(ctx context.Context, ix *view.Index, id string, opts Options) (*Repor
 		First: time.Unix(0, int64(inc.FirstUnixNano)).UTC(), Last: time.Unix(0, int64(inc.LastUnixNano)).UTC(),
 		Resources: page.Resources, Alerts: page.Alerts, ViewURL: strings.TrimRight(opts.ViewURL, "/")}
 	r.Links = r.ViewURL != "" || opts.RelativeLinks
+	r.Continues = inc.Continues
 	if rc := inc.GetRoot(); rc != nil {
 		r.Root = Root{Request: rc.RequestId, Block: rc.Block, Layer: rc.Layer, Time: time.Unix(0, int64(rc.TimeUnixNano)).UTC(),
 			Kind: kvgraph.KindName(rc.Kind), Detail: rc.Detail, Origin: view.OriginString(rc.Origin)}

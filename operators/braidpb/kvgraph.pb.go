@@ -727,8 +727,12 @@ type Incident struct {
 	PollutedDropped uint32 `protobuf:"varint,17,opt,name=polluted_dropped,json=pollutedDropped,proto3" json:"polluted_dropped,omitempty"`
 	EvidenceDropped uint32 `protobuf:"varint,18,opt,name=evidence_dropped,json=evidenceDropped,proto3" json:"evidence_dropped,omitempty"`
 	LayersDropped   uint32 `protobuf:"varint,19,opt,name=layers_dropped,json=layersDropped,proto3" json:"layers_dropped,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The closed incident whose pollution this one carries on: a request it
+	// polluted shared its content by prefix hash after it closed. The root
+	// is that incident's root (empty: this incident has a root of its own).
+	Continues     string `protobuf:"bytes,20,opt,name=continues,proto3" json:"continues,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Incident) Reset() {
@@ -894,6 +898,13 @@ func (x *Incident) GetLayersDropped() uint32 {
 	return 0
 }
 
+func (x *Incident) GetContinues() string {
+	if x != nil {
+		return x.Continues
+	}
+	return ""
+}
+
 var File_braid_v1_kvgraph_proto protoreflect.FileDescriptor
 
 const file_braid_v1_kvgraph_proto_rawDesc = "" +
@@ -946,7 +957,7 @@ const file_braid_v1_kvgraph_proto_rawDesc = "" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12$\n" +
 	"\x0etime_unix_nano\x18\x02 \x01(\x06R\ftimeUnixNano\x12\x12\n" +
 	"\x04text\x18\x03 \x01(\tR\x04text\x12(\n" +
-	"\x06origin\x18\x04 \x01(\v2\x10.braid.v1.OriginR\x06origin\"\x84\x06\n" +
+	"\x06origin\x18\x04 \x01(\v2\x10.braid.v1.OriginR\x06origin\"\xa2\x06\n" +
 	"\bIncident\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\rR\brevision\x12-\n" +
@@ -967,7 +978,8 @@ const file_braid_v1_kvgraph_proto_rawDesc = "" +
 	"\tresources\x18\x10 \x01(\v2\x19.braid.v1.ResourceContextR\tresources\x12)\n" +
 	"\x10polluted_dropped\x18\x11 \x01(\rR\x0fpollutedDropped\x12)\n" +
 	"\x10evidence_dropped\x18\x12 \x01(\rR\x0fevidenceDropped\x12%\n" +
-	"\x0elayers_dropped\x18\x13 \x01(\rR\rlayersDropped*\xae\x01\n" +
+	"\x0elayers_dropped\x18\x13 \x01(\rR\rlayersDropped\x12\x1c\n" +
+	"\tcontinues\x18\x14 \x01(\tR\tcontinues*\xae\x01\n" +
 	"\rPollutionKind\x12\x1e\n" +
 	"\x1aPOLLUTION_KIND_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cPOLLUTION_KIND_DIRTY_RESIDUE\x10\x01\x12\x1e\n" +

@@ -7,8 +7,8 @@ import (
 	"github.com/braidlabs/braid/engine"
 )
 
-// Memory (see the package doc): estimated sizes of blocks, requests, GPUs
-// and open incidents — structs, strings that are not shared, map entries,
+// Memory (see the package doc): estimated sizes of blocks, requests, GPUs,
+// open incidents and the closed ones remembered (carry.go) — structs, strings that are not shared, map entries,
 // timers — kept under Config.MaxStateBytes.
 
 const (
@@ -106,6 +106,9 @@ func (p *Processor) evict(t *engine.Task) {
 func (p *Processor) restoreSizes() {
 	p.stateBytes, p.incBytes = 0, 0
 	var n int64
+	for _, c := range p.closedList {
+		n += c.size
+	}
 	for _, g := range p.gpus {
 		n += gpuBytes(g)
 		for _, b := range g.blocks {

@@ -138,8 +138,18 @@
 // layer go to braid.pollution (key = source node id) as PollutionEdge, with
 // kind, time, GPU, block, layer, byte range, trace ids and the input
 // origins (topic/partition/offset) of the ops behind them. Edges that share
-// a node on the same GPU belong to one incident (when an edge joins two,
-// the one whose root is earlier absorbs the other, which closes). An
+// a link on the same GPU belong to one incident (when an edge joins two,
+// the one whose root is earlier absorbs the other, which closes). The
+// links are the request whose write or bytes an edge is about, and a
+// block where a fault wrote or whose bytes were read as another owner's or
+// as residue; not a victim (two faults that meet in a request are two
+// incidents), not a block a write out of its layer landed in (reading
+// those bytes is that writer's fault), not a layer. Content shared by
+// prefix hash (PROPAGATED) belongs to the incident that polluted its
+// writer, whatever else that request is part of; when that incident has
+// closed, a continuation opens: an incident with `continues` set to the
+// closed one's id and with its root, which is remembered for BlockTTL of
+// event time after the close. An
 // incident's root is its earliest fault (by the fault's event time); its id
 // is "inc-" + FNV-64a of the GPU and the root's kind, source, block, layer
 // and time, so the same input gives the same ids. It lists the polluted
@@ -160,7 +170,8 @@
 // checkpoint (only what changed) and reloaded by Restore: per block its
 // owners, hash, content spans per layer (byte range, writer, time, how it
 // got there); per request its trace id and pollution; per GPU its pool
-// geometry; open incidents; supporting lines waiting for an incident. A
+// geometry; open incidents; supporting lines waiting for an incident; the
+// roots of incidents closed within BlockTTL (one value, at most 1,024). A
 // block or request that saw no op for BlockTTL of event time is forgotten
 // (at most 512 per OnWatermark call; Backlog reports more). An open
 // incident is a head (its record without its lists) and its lists —

@@ -530,3 +530,121 @@ func TestRetryOfACancelledRequestWithoutAHash(t *testing.T) {
 		})
 	}
 }
+
+// r2, polluted by r1's residue, writes a fault of its own after that
+// incident closed; later requests share r2's polluted prefix. They are
+// the first incident's victims, carried on (a continuation with its
+// root), not victims of r2's fault, whose node r2 is.
+func TestPropagationAfterCloseContinuesItsIncident(t *testing.T) {
+	h := newHarness(t, nil)
+	h.feed(gpu0, seq(
+		alloc(0, "r1", 1), fill(1, "r1", 1, 0), free(2, "r1", 1),
+		alloc(3, "r2", 1), readAll(4, "r2", 1), // r2 polluted by residue: incident A
+		alloc(5, "r2", 2), fill(6, "r2", 2, 0xcafe), // r2's polluted prefix
+		allocHit(7, "r3", 2, 0xcafe), readAll(8, "r3", 2), // shared while A is open
+	)...)
+	h.feed(gpu0, alloc(20000, "t1", 10)) // A closes
+	h.feed(gpu0, seq(
+		alloc(20001, "r6", 5), fill(20002, "r6", 5, 0),
+		pool.Write(at(20003), "r2", 5, 1, 0, 1024), // r2 writes into r6's block: incident B
+		pool.Read(at(20004), "r6", 5, 1, 0, 1024),
+		allocHit(20005, "r7", 2, 0xcafe), readAll(20006, "r7", 2),
+		allocHit(20007, "r8", 2, 0xcafe), readAll(20008, "r8", 2),
+	)...)
+	latest, _ := h.incidents()
+	var a, b, c *braidpb.Incident
+	for _, inc := range latest {
+		switch {
+		case slices.Contains(polluted(inc), "r2"):
+			a = inc
+		case slices.Contains(polluted(inc), "r6"):
+			b = inc
+		case slices.Contains(polluted(inc), "r7"):
+			c = inc
+		}
+	}
+	if len(latest) != 3 || a == nil || b == nil || c == nil {
+		t.Fatalf("incidents %v", latest)
+	}
+	if got := polluted(a); !slices.Equal(got, []string{"r2", "r3"}) || a.State != braidpb.IncidentState_INCIDENT_STATE_CLOSED {
+		t.Fatalf("A: %v %v", got, a.State)
+	}
+	if got := polluted(b); !slices.Equal(got, []string{"r6"}) || b.Root.RequestId != "r2" || b.Pattern != braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE {
+		t.Fatalf("B: victims %v, root %v", got, b.Root)
+	}
+	if got := polluted(c); !slices.Equal(got, []string{"r7", "r8"}) {
+		t.Fatalf("continuation: victims %v", got)
+	}
+	if c.Continues != a.Id || c.Root.RequestId != "r1" || c.Pattern != a.Pattern || c.Id == a.Id {
+		t.Fatalf("continuation: continues %q (A %q), root %v, pattern %v", c.Continues, a.Id, c.Root, c.Pattern)
+	}
+	for _, p := range c.Polluted {
+		if p.Via != braidpb.PollutionVia_POLLUTION_VIA_PROPAGATED || p.From != "req:GPU-0/r2" {
+			t.Fatalf("continuation victim %v", p)
+		}
+	}
+}
+
+// r2, a victim of r1's open incident, writes out of bounds into r9's
+// block: a fault of its own, its own incident; the two faults met in r2,
+// they are not one.
+func TestVictimsOwnFaultIsItsOwnIncident(t *testing.T) {
+	h := newHarness(t, nil)
+	oob := pool.Write(at(22), "r2", 3, 1, 0, 1024)
+	oob.Addr += pool.LayerSize()
+	h.feed(gpu0, seq(
+		alloc(0, "r1", 1), fill(1, "r1", 1, 0), free(2, "r1", 1),
+		alloc(3, "r2", 1), readAll(4, "r2", 1), // r2 polluted by residue
+		alloc(10, "r2", 9), fill(11, "r2", 9, 0),
+		alloc(20, "r9", 3), fill(21, "r9", 3, 0), oob, pool.Read(at(23), "r9", 3, 2, 0, 1024),
+	)...)
+	latest, _ := h.incidents()
+	if len(latest) != 2 {
+		t.Fatalf("%d incidents, want 2: %v", len(latest), latest)
+	}
+	for _, inc := range latest {
+		switch inc.Root.RequestId {
+		case "r1":
+			if got := polluted(inc); !slices.Equal(got, []string{"r2"}) {
+				t.Fatalf("r1's incident: victims %v", got)
+			}
+		case "r2":
+			if got := polluted(inc); !slices.Equal(got, []string{"r9"}) || inc.Pattern != braidpb.PollutionKind_POLLUTION_KIND_LAYER_OOB {
+				t.Fatalf("r2's incident: victims %v, pattern %v", got, inc.Pattern)
+			}
+		default:
+			t.Fatalf("root %v", inc.Root)
+		}
+	}
+}
+
+// r5 writes into r6's block 5 (one fault); later r2's write for layer 1
+// lands in layer 2 of the same block (another), and r6 reads it. The
+// read belongs to r2's fault: the block links the faults that wrote into
+// it, not a read of another fault's bytes.
+func TestReadOfAnotherFaultsBytesIsThatFaults(t *testing.T) {
+	h := newHarness(t, nil)
+	oob := pool.Write(at(6), "r2", 5, 1, 0, 1024)
+	oob.Addr += pool.LayerSize()
+	h.feed(gpu0, seq(
+		alloc(0, "r1", 9), fill(1, "r1", 9, 0), // teaches the block size
+		alloc(2, "r6", 5), fill(3, "r6", 5, 0),
+		pool.Write(at(4), "r5", 5, 1, 0, 1024), pool.Read(at(5), "r6", 5, 1, 0, 1024),
+		oob, pool.Read(at(7), "r6", 5, 2, 0, 1024),
+	)...)
+	latest, _ := h.incidents()
+	if len(latest) != 2 {
+		t.Fatalf("%d incidents, want 2: %v", len(latest), latest)
+	}
+	for _, inc := range latest {
+		want := braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE
+		if inc.Root.RequestId == "r2" {
+			want = braidpb.PollutionKind_POLLUTION_KIND_LAYER_OOB
+		} else if inc.Root.RequestId != "r5" {
+			t.Fatalf("root %v", inc.Root)
+		}
+		if got := polluted(inc); inc.Pattern != want || !slices.Equal(got, []string{"r6"}) {
+			t.Fatalf("%s's incident: pattern %v, victims %v", inc.Root.RequestId, inc.Pattern, got)
+		}
+	}
+}

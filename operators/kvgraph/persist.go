@@ -156,6 +156,25 @@ func (p *Processor) PrepareCheckpoint(t *engine.Task) error {
 			return fmt.Errorf("kvgraph: write evidence: %w", err)
 		}
 	}
+	if p.closedChanged {
+		p.closedChanged = false
+		b, err := encodeClosed(p.buf[:0], p.closedList)
+		for err == nil && len(b) > p.cfg.MaxRecordBytes-incidentHeadroom && len(p.closedList) > 0 {
+			// One state value: the oldest go until it fits.
+			for range max(1, len(p.closedList)/8) {
+				p.forgetClosed(p.closedList[0])
+			}
+			b, err = encodeClosed(p.buf[:0], p.closedList)
+		}
+		if err != nil {
+			return err
+		}
+		p.buf = b
+		p.closedChanged = false
+		if err := t.State.Set(closedKey, p.buf); err != nil {
+			return fmt.Errorf("kvgraph: write closed incidents: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -169,6 +188,7 @@ func (p *Processor) Restore(t *engine.Task) error {
 	p.open = nil
 	p.pending = nil
 	p.pendingChanged = false
+	p.closed, p.closedList, p.closedChanged = nil, nil, false
 	p.timers = p.timers[:0]
 	p.backlog = false
 	p.changedBlocks, p.changedReqs, p.changedGPUs, p.changedIncs = p.changedBlocks[:0], p.changedReqs[:0], p.changedGPUs[:0], p.changedIncs[:0]
@@ -285,8 +305,22 @@ func (p *Processor) Restore(t *engine.Task) error {
 			p.nextOrder = inc.order + 1
 		}
 	}
+	v, ok, err := t.State.Get(nil, closedKey)
+	if err != nil {
+		return err
+	}
+	if ok {
+		cs, err := decodeClosed(v)
+		if err != nil {
+			return err
+		}
+		for _, c := range cs {
+			p.keepClosed(c)
+		}
+		p.closedChanged = false
+	}
 	p.restoreSizes()
-	v, ok, err := t.State.Get(nil, evidenceKey)
+	v, ok, err = t.State.Get(nil, evidenceKey)
 	if err != nil {
 		return err
 	}

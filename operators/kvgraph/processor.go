@@ -85,6 +85,12 @@ type Processor struct {
 	touchedReqs   []*request
 	dirtyIncs     []*incident
 
+	// closed: incidents closed within BlockTTL whose pollution may still
+	// be carried on (carry.go), closedList the same in order of closing.
+	closed        map[string]*closedInc
+	closedList    []*closedInc
+	closedChanged bool
+
 	hits []readHit
 	key  []byte
 	buf  []byte
@@ -861,15 +867,33 @@ func (p *Processor) pollute(t *engine.Task, g *gpu, pe pollution) *incident {
 		dst = reqNode(g, pe.victim)
 	}
 	// The incidents these nodes belong to; the one with the earliest root
-	// absorbs the others. A layer node is no link: every request on the GPU
-	// has every layer, so two faults whose writes land in one layer are
-	// two incidents unless a request or block joins them.
-	var inc *incident
-	for _, n := range []string{src, mid, dst} {
-		if n == "" || n == mid && pe.toLayer {
-			continue
+	// absorbs the others. What links:
+	//   - the request whose bytes (or write) the edge is about: a fault's
+	//     writer, or the last writer of residue;
+	//   - a block where a fault wrote (a write into a block not the
+	//     writer's, a block handed out twice) or whose bytes were read as
+	//     another owner's or as residue; not a block a write out of its
+	//     layer landed in: a read of those bytes is that writer's fault,
+	//     whatever else happened to the block;
+	//   - not a victim: two faults that meet in a request (a victim of
+	//     one, the writer or a victim of the other) are two incidents;
+	//   - not a layer node: every request on the GPU has every layer, so
+	//     two faults whose writes land in one layer are two incidents
+	//     unless a request or block joins them.
+	// Content shared by prefix hash carries the pollution of the incident
+	// that polluted its writer (carry.go).
+	if pe.kind == braidpb.PollutionKind_POLLUTION_KIND_PROPAGATED {
+		if w := g.reqs[pe.src]; w != nil && w.polluted != 0 && w.incident != "" {
+			return p.propagate(t, g, w, pe, src, mid, dst)
 		}
-		if o := g.nodes[n]; o != nil && o != inc {
+	}
+	links := [2]string{src}
+	if mid != "" && !pe.toLayer && (pe.victim == "" || pe.kind != braidpb.PollutionKind_POLLUTION_KIND_LAYER_OOB) {
+		links[1] = mid
+	}
+	var inc *incident
+	for _, n := range links {
+		if o := g.nodes[n]; n != "" && o != nil && o != inc {
 			if inc == nil {
 				inc = o
 			} else {
@@ -888,13 +912,17 @@ func (p *Processor) pollute(t *engine.Task, g *gpu, pe pollution) *incident {
 		inc.pb.Root = p.rootOf(g, pe)
 		inc.pb.Pattern = pe.kind
 	}
-	inc.addNode(src)
-	if mid != "" {
-		inc.addNode(mid)
+	for _, n := range links {
+		if n != "" {
+			inc.addNode(n)
+		}
 	}
-	if dst != "" {
-		inc.addNode(dst)
-	}
+	p.attach(t, g, inc, pe, src, mid, dst)
+	return inc
+}
+
+// attach adds the edges of pe to inc and marks its victim polluted.
+func (p *Processor) attach(t *engine.Task, g *gpu, inc *incident, pe pollution, src, mid, dst string) {
 	if pe.rootSrc != "" && mid != "" {
 		inc.addNode(reqNode(g, pe.rootSrc))
 		p.edge(t, g, inc, pe, reqNode(g, pe.rootSrc), mid)
@@ -915,7 +943,6 @@ func (p *Processor) pollute(t *engine.Task, g *gpu, pe pollution) *incident {
 	inc.pb.LastUnixNano = max(inc.pb.LastUnixNano, uint64(at))
 	p.markInc(inc)
 	p.dirty(inc)
-	return inc
 }
 
 func (p *Processor) rootOf(g *gpu, pe pollution) *braidpb.RootCause {
@@ -976,10 +1003,10 @@ func (p *Processor) merge(t *engine.Task, a, b *incident) *incident {
 		if _, ok := a.victims[v.RequestId]; !ok {
 			a.victims[v.RequestId] = struct{}{}
 			a.addVictim(v)
-			if r := a.g.reqs[v.RequestId]; r != nil && r.incident == b.pb.Id {
-				r.incident = a.pb.Id
-				p.markReq(a.g, r)
-			}
+		}
+		if r := a.g.reqs[v.RequestId]; r != nil && r.incident == b.pb.Id {
+			r.incident = a.pb.Id
+			p.markReq(a.g, r)
 		}
 	}
 	for _, lc := range b.pb.Layers {
@@ -1283,6 +1310,7 @@ func (p *Processor) close(t *engine.Task, inc *incident, wm int64) {
 		inc.pb.Root.Detail += " (merged into another incident)"
 	}
 	p.emitIncident(t, inc, wm)
+	p.remember(inc, wm)
 	for n, o := range inc.g.nodes {
 		if o == inc {
 			delete(inc.g.nodes, n)
@@ -1341,6 +1369,7 @@ func (p *Processor) OnWatermark(t *engine.Task, wm int64) error {
 		p.pendingChanged = true
 	}
 	err := p.expire(wm)
+	p.expireClosed(wm)
 	p.report()
 	if err == nil {
 		err = p.takeErr()

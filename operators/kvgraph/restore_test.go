@@ -38,6 +38,8 @@ func story() []msg {
 		{gpu1, seq(alloc(607, "retry9", 8), pool.Write(at(608), "retry9", 8, 2, 0, 512), pool.Write(at(608), "retry9", 8, 3, 0, 512))},
 		{gpu1, seq(readAll(609, "retry9", 8))},
 		{gpu0, seq(alloc(20000, "t1", 10))},
+		// r2's incident has closed; r5 shares r2's polluted prefix.
+		{gpu0, seq(allocHit(20000, "r5", 2, 0xcafe), readAll(20000, "r5", 2), free(20000, "r5", 2))},
 		{gpu0, seq(free(20001, "r3", 2), alloc(20002, "r4", 2), readAll(20003, "r4", 2))},
 		{gpu1, seq(alloc(50000, "t2", 10))},
 		{gpu0, seq(alloc(200000, "t3", 11))},
@@ -90,7 +92,7 @@ func TestStoryOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	latest, _ := h.incidents()
-	if len(latest) != 5 {
+	if len(latest) != 6 {
 		t.Fatalf("%d incidents", len(latest))
 	}
 	var victims []string
@@ -99,8 +101,13 @@ func TestStoryOutput(t *testing.T) {
 		if slices.Contains(polluted(inc), "retry9") && inc.Root.RequestId != "c9" {
 			t.Fatalf("the retry's incident has root %q, want the cancelled c9", inc.Root.RequestId)
 		}
+		if slices.Contains(polluted(inc), "r5") {
+			if inc.Root.RequestId != "r1" || inc.Continues == "" || latest[inc.Continues] == nil || !slices.Contains(polluted(latest[inc.Continues]), "r2") {
+				t.Fatalf("r5's incident: root %q, continues %q; want root r1, continuing r2's incident", inc.Root.RequestId, inc.Continues)
+			}
+		}
 	}
-	want := map[string]bool{"r2": true, "r3": true, "d2": true, "d3": true, "o2": true, "r4": true, "retry9": true}
+	want := map[string]bool{"r2": true, "r3": true, "d2": true, "d3": true, "o2": true, "r4": true, "retry9": true, "r5": true}
 	if len(victims) != len(want) {
 		t.Fatalf("victims %v", victims)
 	}
