@@ -237,6 +237,7 @@ type Graph struct {
 	GPU          string           `json:"gpu"`
 	Pattern      string           `json:"pattern"`
 	Root         map[string]any   `json:"root"`
+	Continues    string           `json:"continues,omitempty"` // the closed incident whose pollution this one carries on
 	First        string           `json:"first"`
 	Last         string           `json:"last"`
 	Nodes        []GraphNode      `json:"nodes"`

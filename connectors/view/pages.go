@@ -28,7 +28,7 @@ func nanoTime(ns uint64) string {
 func IncidentGraph(inc *braidpb.Incident) Graph {
 	v := Graph{ID: inc.Id, Revision: inc.Revision, State: strings.TrimPrefix(inc.State.String(), "INCIDENT_STATE_"), Host: inc.Host, GPU: inc.Gpu,
 		Pattern: kvgraph.KindName(inc.Pattern), First: nanoTime(inc.FirstUnixNano), Last: nanoTime(inc.LastUnixNano), EdgesDropped: inc.EdgesDropped,
-		Layers: []LayerCount{}, Nodes: []GraphNode{}, Edges: []GraphEdge{}}
+		Layers: []LayerCount{}, Nodes: []GraphNode{}, Edges: []GraphEdge{}, Continues: inc.Continues}
 	for _, l := range inc.Layers {
 		v.Layers = append(v.Layers, LayerCount{Layer: l.Layer, Hits: l.Hits, CorruptedReads: l.CorruptedReads})
 	}

@@ -509,6 +509,8 @@
           el('dt', {}, 'report'), el('dd', {}, reportLink(id, 'html', 'attribution report'), ' · ', reportLink(id, 'md', 'Markdown')))),
         el('div', { class: 'card root-box', id: 'root-cause', 'data-request': r.request_id || '' },
           el('h2', {}, 'Root cause'),
+          g.continues ? el('p', { class: 'hint', id: 'continues' }, 'carries on incident ', link('/incident/' + g.continues, g.continues),
+            ' (closed): requests it polluted shared their content by prefix hash after it closed') : null,
           el('p', {}, el('b', {}, r.request_id ? 'request ' + r.request_id : r.node || 'unknown'), r.kind ? ` (${r.kind})` : ''),
           el('p', {}, r.detail || ''),
           el('p', { class: 'hint' }, `block ${r.block ?? '–'}${r.layer >= 0 ? ', layer ' + r.layer : ''} at ${r.time || '–'}`),
