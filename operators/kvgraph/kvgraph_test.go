@@ -648,3 +648,24 @@ func TestReadOfAnotherFaultsBytesIsThatFaults(t *testing.T) {
 		}
 	}
 }
+
+// r2's write for layer 1 of its block lands in layer 2 (a K/V base
+// mix-up); reading layer 1 then returns r1's leftovers. The residue read
+// is r2's fault's doing: one incident, rooted at r2, not one rooted at r1.
+func TestResidueReadByAFaultsWriterIsItsFault(t *testing.T) {
+	h := newHarness(t, nil)
+	swap := pool.Write(at(5), "r2", 1, 1, 0, 512) // half the slot: the read sees r1's leftovers past it
+	swap.Addr += pool.LayerSize()
+	h.feed(gpu0, seq(
+		alloc(0, "r1", 1), fill(1, "r1", 1, 0), free(2, "r1", 1),
+		alloc(3, "r2", 1), pool.Write(at(4), "r2", 1, 0, 0, 1024), swap,
+		pool.Read(at(6), "r2", 1, 1, 0, 1024),
+	)...)
+	inc := h.only()
+	if inc.Root.RequestId != "r2" || inc.Pattern != braidpb.PollutionKind_POLLUTION_KIND_LAYER_OOB {
+		t.Fatalf("root %v, pattern %v", inc.Root, inc.Pattern)
+	}
+	if got := polluted(inc); !slices.Equal(got, []string{"r2"}) {
+		t.Fatalf("victims %v", got)
+	}
+}

@@ -875,8 +875,11 @@ func (p *Processor) pollute(t *engine.Task, g *gpu, pe pollution) *incident {
 	//     another owner's or as residue; not a block a write out of its
 	//     layer landed in: a read of those bytes is that writer's fault,
 	//     whatever else happened to the block;
-	//   - not a victim: two faults that meet in a request (a victim of
-	//     one, the writer or a victim of the other) are two incidents;
+	//   - a victim only where it reads residue and is the writer of a
+	//     fault itself (a write for one layer that landed in the next
+	//     leaves the range it was for unwritten: reading it is that
+	//     fault's doing); else two faults that meet in a request (a victim
+	//     of one, the writer or a victim of the other) are two incidents;
 	//   - not a layer node: every request on the GPU has every layer, so
 	//     two faults whose writes land in one layer are two incidents
 	//     unless a request or block joins them.
@@ -887,9 +890,12 @@ func (p *Processor) pollute(t *engine.Task, g *gpu, pe pollution) *incident {
 			return p.propagate(t, g, w, pe, src, mid, dst)
 		}
 	}
-	links := [2]string{src}
+	links := [3]string{src}
 	if mid != "" && !pe.toLayer && (pe.victim == "" || pe.kind != braidpb.PollutionKind_POLLUTION_KIND_LAYER_OOB) {
 		links[1] = mid
+	}
+	if pe.kind == braidpb.PollutionKind_POLLUTION_KIND_DIRTY_RESIDUE && g.nodes[dst] != nil {
+		links[2] = dst // its node is a writer's: victims are not added
 	}
 	var inc *incident
 	for _, n := range links {
