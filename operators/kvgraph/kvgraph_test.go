@@ -669,3 +669,23 @@ func TestResidueReadByAFaultsWriterIsItsFault(t *testing.T) {
 		t.Fatalf("victims %v", got)
 	}
 }
+
+// A prefill cancelled after layers 0-1; its retry takes those layers as
+// computed in two blocks that others left residue in. One fault, the
+// cancelled prefill's: one incident, though the residue's writers, the
+// blocks and the reads differ.
+func TestRetryResidueInTwoBlocksIsOneIncident(t *testing.T) {
+	h := newHarness(t, nil)
+	h.feed(gpu1, seq(
+		alloc(600, "w9", 8), fill(601, "w9", 8, 0), free(602, "w9", 8),
+		alloc(600, "w8", 6), fill(601, "w8", 6, 0), free(602, "w8", 6),
+		alloc(604, "c9", 7), pool.Write(at(605), "c9", 7, 0, 0, 512), pool.Write(at(605), "c9", 7, 1, 0, 512), free(606, "c9", 7),
+		alloc(607, "retry9", 8), pool.Write(at(608), "retry9", 8, 2, 0, 512), pool.Write(at(608), "retry9", 8, 3, 0, 512),
+		alloc(607, "retry9", 6), pool.Write(at(608), "retry9", 6, 2, 0, 512), pool.Write(at(608), "retry9", 6, 3, 0, 512),
+		readAll(609, "retry9", 8), readAll(610, "retry9", 6),
+	)...)
+	inc := h.only()
+	if inc.Root.RequestId != "c9" || !slices.Equal(polluted(inc), []string{"retry9"}) {
+		t.Fatalf("root %v, victims %v", inc.Root, polluted(inc))
+	}
+}

@@ -869,7 +869,9 @@ func (p *Processor) pollute(t *engine.Task, g *gpu, pe pollution) *incident {
 	// The incidents these nodes belong to; the one with the earliest root
 	// absorbs the others. What links:
 	//   - the request whose bytes (or write) the edge is about: a fault's
-	//     writer, or the last writer of residue;
+	//     writer, or the last writer of residue; and the fault's source
+	//     where it is another (a cancelled prefill a retry took as
+	//     computed, pollution.rootSrc);
 	//   - a block where a fault wrote (a write into a block not the
 	//     writer's, a block handed out twice) or whose bytes were read as
 	//     another owner's or as residue; not a block a write out of its
@@ -890,7 +892,10 @@ func (p *Processor) pollute(t *engine.Task, g *gpu, pe pollution) *incident {
 			return p.propagate(t, g, w, pe, src, mid, dst)
 		}
 	}
-	links := [3]string{src}
+	links := [4]string{src}
+	if pe.rootSrc != "" {
+		links[3] = reqNode(g, pe.rootSrc) // the fault's source, whoever left the residue
+	}
 	if mid != "" && !pe.toLayer && (pe.victim == "" || pe.kind != braidpb.PollutionKind_POLLUTION_KIND_LAYER_OOB) {
 		links[1] = mid
 	}
