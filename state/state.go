@@ -215,8 +215,8 @@ func (s *Store) Keyspace(name string) (*Keyspace, error) {
 // one read, cost CPU (a sixth of braid's in the e2e benchmark's profile)
 // to save disk that is soon given back. A point read without filters
 // loads an index and a data block of every level above the key's; with
-// them (10 bits a key) reading chunks back took 2.7 s of CPU instead of
-// 3.8 s in the e2e benchmark.
+// them (10 bits a key) reading chunks back took 2.1–3.0 s of CPU instead
+// of 3.3–3.8 s in the e2e benchmark's profiles.
 func uncompressedLevels() []pebble.LevelOptions {
 	ls := make([]pebble.LevelOptions, 7)
 	for i := range ls {
