@@ -689,3 +689,29 @@ func TestRetryResidueInTwoBlocksIsOneIncident(t *testing.T) {
 		t.Fatalf("root %v, victims %v", inc.Root, polluted(inc))
 	}
 }
+
+// r2's write for its block 2 lands in block 5's slot (a fault: r5 reads
+// it). r5 frees block 5 unzeroed and r6 reads r5's leftovers in another
+// layer: another fault, the block's. Block 5 is where r2's write landed,
+// no link between the two.
+func TestResidueInABlockAnotherFaultWroteIntoIsItsOwn(t *testing.T) {
+	h := newHarness(t, nil)
+	stray := pool.Write(at(5), "r2", 2, 0, 0, 1024)
+	stray.Addr += 3 * pool.BlockBytes // slot 5 of layer 0
+	h.feed(gpu0, seq(
+		alloc(0, "r1", 9), fill(1, "r1", 9, 0), // teaches the block size
+		alloc(2, "r5", 5), fill(3, "r5", 5, 0),
+		alloc(4, "r2", 2), stray, pool.Read(at(6), "r5", 5, 0, 0, 1024),
+		free(7, "r5", 5), alloc(8, "r6", 5), pool.Read(at(9), "r6", 5, 1, 0, 1024),
+	)...)
+	latest, _ := h.incidents()
+	if len(latest) != 2 {
+		t.Fatalf("%d incidents, want 2: %v", len(latest), latest)
+	}
+	for _, inc := range latest {
+		want := map[string]string{"r2": "r5", "r5": "r6"}[inc.Root.RequestId]
+		if got := polluted(inc); want == "" || !slices.Equal(got, []string{want}) {
+			t.Fatalf("root %s: victims %v", inc.Root.RequestId, got)
+		}
+	}
+}

@@ -412,7 +412,7 @@ func (p *Processor) alloc(t *engine.Task, g *gpu, b *block, r *request, ev *Even
 			src, at = b.doubleFree, b.doubleFreeAt
 			detail += " after a double free by " + b.doubleFree
 		}
-		p.pollute(t, g, pollution{kind: braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE, src: src, srcAt: at, block: b.id, layer: -1, ev: ev, srcOrigin: ev.Origin, detail: detail})
+		p.pollute(t, g, pollution{kind: braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE, src: src, srcAt: at, block: b.id, layer: -1, ev: ev, srcOrigin: ev.Origin, detail: detail, blockFault: true})
 	}
 	if len(b.owners) > 0 && !shared {
 		b.doubleFree = "" // the doubled free-list entry is used up
@@ -602,7 +602,8 @@ func (p *Processor) foreign(t *engine.Task, g *gpu, b *block, r *request, ev *Ev
 	}
 	if pk == braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE {
 		// (An out-of-bounds write has its edge already: outOfBounds.)
-		e := pollution{kind: pk, src: r.id, srcAt: ev.Time, srcOrigin: ev.Origin, block: b.id, layer: l, ev: ev, lo: lo, hi: hi, detail: detail}
+		e := pollution{kind: pk, src: r.id, srcAt: ev.Time, srcOrigin: ev.Origin, block: b.id, layer: l, ev: ev, lo: lo, hi: hi, detail: detail,
+			blockFault: len(b.owners) > 1} // a block with two live owners
 		if inc := p.pollute(t, g, e); inc != nil && l >= 0 {
 			inc.layer(l).Hits++
 		}
@@ -845,10 +846,13 @@ type pollution struct {
 	block     int64 // -1 none
 	layer     int64 // -1 unknown
 	toLayer   bool  // the edge goes to the layer node, not the block
-	victim    string
-	ev        *Event // the op that exposed it
-	lo, hi    int64
-	detail    string
+	// blockFault: the fault is the block's (handed out to two live
+	// owners), not only its writer's: the block links.
+	blockFault bool
+	victim     string
+	ev         *Event // the op that exposed it
+	lo, hi     int64
+	detail     string
 }
 
 // pollute adds the edges of pe to the GPU's incident (opening, or merging
@@ -872,11 +876,12 @@ func (p *Processor) pollute(t *engine.Task, g *gpu, pe pollution) *incident {
 	//     writer, or the last writer of residue; and the fault's source
 	//     where it is another (a cancelled prefill a retry took as
 	//     computed, pollution.rootSrc);
-	//   - a block where a fault wrote (a write into a block not the
-	//     writer's, a block handed out twice) or whose bytes were read as
-	//     another owner's or as residue; not a block a write out of its
-	//     layer landed in: a read of those bytes is that writer's fault,
-	//     whatever else happened to the block;
+	//   - a block whose fault it is: handed out to two live owners, or
+	//     read as residue; a read of another owner's bytes goes through
+	//     such a block too. Not a block another fault's write landed in
+	//     (a write into another request's block or slot, out of its
+	//     layer): a read of those bytes is that writer's fault, a later
+	//     read of other bytes there is not;
 	//   - a victim only where it reads residue and is the writer of a
 	//     fault itself (a write for one layer that landed in the next
 	//     leaves the range it was for unwritten: reading it is that
@@ -896,7 +901,9 @@ func (p *Processor) pollute(t *engine.Task, g *gpu, pe pollution) *incident {
 	if pe.rootSrc != "" {
 		links[3] = reqNode(g, pe.rootSrc) // the fault's source, whoever left the residue
 	}
-	if mid != "" && !pe.toLayer && (pe.victim == "" || pe.kind != braidpb.PollutionKind_POLLUTION_KIND_LAYER_OOB) {
+	residue := pe.kind == braidpb.PollutionKind_POLLUTION_KIND_DIRTY_RESIDUE && pe.victim != ""
+	keepMid := mid != "" && !pe.toLayer && (pe.blockFault || residue)
+	if keepMid || mid != "" && !pe.toLayer && pe.victim != "" && pe.kind == braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE {
 		links[1] = mid
 	}
 	if pe.kind == braidpb.PollutionKind_POLLUTION_KIND_DIRTY_RESIDUE && g.nodes[dst] != nil {
@@ -923,8 +930,8 @@ func (p *Processor) pollute(t *engine.Task, g *gpu, pe pollution) *incident {
 		inc.pb.Root = p.rootOf(g, pe)
 		inc.pb.Pattern = pe.kind
 	}
-	for _, n := range links {
-		if n != "" {
+	for i, n := range links {
+		if n != "" && (i != 1 || keepMid) {
 			inc.addNode(n)
 		}
 	}
