@@ -140,11 +140,13 @@
 // origins (topic/partition/offset) of the ops behind them. Edges that share
 // a link on the same GPU belong to one incident (when an edge joins two,
 // the one whose root is earlier absorbs the other, which closes). The
-// links are the request whose write or bytes an edge is about, and a
-// block where a fault wrote or whose bytes were read as another owner's or
-// as residue; not a victim (two faults that meet in a request are two
-// incidents), not a block a write out of its layer landed in (reading
-// those bytes is that writer's fault), not a layer. Content shared by
+// links are the request whose write or bytes an edge is about (and the
+// fault's source where it is another), and a block whose fault it is
+// (handed out to two live owners, or read as residue); not a victim (two
+// faults that meet in a request are two incidents, unless the victim
+// reads residue its own faulty write left unwritten), not a block another
+// fault's write landed in (reading those bytes is that writer's fault),
+// not a layer. Content shared by
 // prefix hash (PROPAGATED) belongs to the incident that polluted its
 // writer, whatever else that request is part of; when that incident has
 // closed, a continuation opens: an incident with `continues` set to the
