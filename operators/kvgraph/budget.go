@@ -8,8 +8,9 @@ import (
 )
 
 // Memory (see the package doc): estimated sizes of blocks, requests, GPUs,
-// open incidents and the closed ones remembered (carry.go) — structs, strings that are not shared, map entries,
-// timers — kept under Config.MaxStateBytes.
+// open incidents and the closed ones remembered (carry.go) — structs,
+// strings that are not shared, map entries, timers — kept under
+// Config.MaxStateBytes.
 
 const (
 	blockFixed   = 240 // struct, map entry, timer

@@ -89,17 +89,17 @@ func (p *Processor) expireClosed(wm int64) {
 // carrier is the open incident of g that carries on the pollution of
 // incident id: that incident, or its continuation; nil if none is open.
 func (p *Processor) carrier(g *gpu, id string) *incident {
+	var cont *incident
 	for _, inc := range p.open {
-		if inc.g == g && inc.pb.Id == id {
+		switch {
+		case inc.g != g:
+		case inc.pb.Id == id:
 			return inc
+		case cont == nil && inc.pb.Continues == id:
+			cont = inc
 		}
 	}
-	for _, inc := range p.open {
-		if inc.g == g && inc.pb.Continues == id {
-			return inc
-		}
-	}
-	return nil
+	return cont
 }
 
 // propagate adds pe, pollution shared by prefix hash from w, to the

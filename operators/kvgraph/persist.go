@@ -157,7 +157,6 @@ func (p *Processor) PrepareCheckpoint(t *engine.Task) error {
 		}
 	}
 	if p.closedChanged {
-		p.closedChanged = false
 		b, err := encodeClosed(p.buf[:0], p.closedList)
 		for err == nil && len(b) > p.cfg.MaxRecordBytes-incidentHeadroom && len(p.closedList) > 0 {
 			// One state value: the oldest go until it fits.
@@ -170,7 +169,7 @@ func (p *Processor) PrepareCheckpoint(t *engine.Task) error {
 			return err
 		}
 		p.buf = b
-		p.closedChanged = false
+		p.closedChanged = false // forgetClosed above sets it
 		if err := t.State.Set(closedKey, p.buf); err != nil {
 			return fmt.Errorf("kvgraph: write closed incidents: %w", err)
 		}

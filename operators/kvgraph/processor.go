@@ -902,11 +902,12 @@ func (p *Processor) pollute(t *engine.Task, g *gpu, pe pollution) *incident {
 		links[3] = reqNode(g, pe.rootSrc) // the fault's source, whoever left the residue
 	}
 	residue := pe.kind == braidpb.PollutionKind_POLLUTION_KIND_DIRTY_RESIDUE && pe.victim != ""
-	keepMid := mid != "" && !pe.toLayer && (pe.blockFault || residue)
-	if keepMid || mid != "" && !pe.toLayer && pe.victim != "" && pe.kind == braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE {
+	block := mid != "" && !pe.toLayer
+	keepMid := block && (pe.blockFault || residue)
+	if keepMid || block && pe.victim != "" && pe.kind == braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE {
 		links[1] = mid
 	}
-	if pe.kind == braidpb.PollutionKind_POLLUTION_KIND_DIRTY_RESIDUE && g.nodes[dst] != nil {
+	if residue && g.nodes[dst] != nil {
 		links[2] = dst // its node is a writer's: victims are not added
 	}
 	var inc *incident
@@ -942,8 +943,7 @@ func (p *Processor) pollute(t *engine.Task, g *gpu, pe pollution) *incident {
 // attach adds the edges of pe to inc and marks its victim polluted.
 func (p *Processor) attach(t *engine.Task, g *gpu, inc *incident, pe pollution, src, mid, dst string) {
 	if pe.rootSrc != "" && mid != "" {
-		inc.addNode(reqNode(g, pe.rootSrc))
-		p.edge(t, g, inc, pe, reqNode(g, pe.rootSrc), mid)
+		p.edge(t, g, inc, pe, reqNode(g, pe.rootSrc), mid) // its node joined inc in pollute
 	}
 	if mid != "" {
 		p.edge(t, g, inc, pe, src, mid)
