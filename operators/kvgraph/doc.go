@@ -55,7 +55,11 @@
 // hash the block's content was written with; zeroed (or never written)
 // bytes; content swapped in for it. A non-shared block has one live writer
 // (its owner), and writes stay inside the writer's layer range and the
-// owner's block slot.
+// owner's block slot. An owner's write replaces the block's content hash
+// (with the write's kv.block.hash, or none); a stray write (by a request
+// that does not own the block, or into a block with another live owner)
+// without one leaves it: the server's prefix index still hands the block
+// out for that hash, and whoever takes it so reads the stray bytes.
 //
 // A swap-in is a write of the whole block, every layer, by its owner: it
 // replaces the content and its hash (the op's kv.block.hash, if any); a

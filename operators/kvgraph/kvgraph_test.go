@@ -715,3 +715,47 @@ func TestResidueInABlockAnotherFaultWroteIntoIsItsOwn(t *testing.T) {
 		}
 	}
 }
+
+// r2, sharing r1's prefix block 15 by its hash, writes half of layer 0
+// into it without a hash (a padded slot's stray store). The server's
+// prefix index is unchanged: r3 and r4 still get the block for that hash
+// (r3 while r1 and r2 hold it), read r2's bytes and are its victims. They
+// are prefix hits, not a block handed out twice: r3's own fault later (a
+// write into r9's block out of its layer) is an incident of its own.
+func TestStrayWriteIntoASharedBlockKeepsItsHash(t *testing.T) {
+	h := newHarness(t, nil)
+	oob := pool.Write(at(9), "r3", 3, 1, 0, 1024)
+	oob.Addr += pool.LayerSize() // lands in layer 2 of r9's block 3
+	h.feed(gpu0, seq(
+		alloc(0, "r1", 15), fill(1, "r1", 15, 0xbeef),
+		allocHit(2, "r2", 15, 0xbeef), readAll(3, "r2", 15),
+		pool.Write(at(4), "r2", 15, 0, 0, 512),
+		allocHit(5, "r3", 15, 0xbeef), readAll(6, "r3", 15),
+		alloc(7, "r9", 3), fill(7, "r9", 3, 0), alloc(8, "r3", 4), oob, pool.Read(at(10), "r9", 3, 2, 0, 1024),
+		free(11, "r1", 15), free(11, "r2", 15), free(11, "r3", 15),
+		allocHit(12, "r4", 15, 0xbeef), readAll(13, "r4", 15),
+	)...)
+	for _, e := range h.edges() {
+		if strings.Contains(e.Detail, "allocated") {
+			t.Errorf("a prefix hit taken for a block handed out twice: %s", e.Detail)
+		}
+	}
+	latest, _ := h.incidents()
+	if len(latest) != 2 {
+		t.Fatalf("%d incidents, want 2: %v", len(latest), latest)
+	}
+	for _, inc := range latest {
+		switch inc.Root.RequestId {
+		case "r2":
+			if got := polluted(inc); !slices.Equal(got, []string{"r3", "r4"}) || inc.Pattern != braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE {
+				t.Fatalf("r2's incident: victims %v, pattern %v", got, inc.Pattern)
+			}
+		case "r3":
+			if got := polluted(inc); !slices.Equal(got, []string{"r9"}) || inc.Pattern != braidpb.PollutionKind_POLLUTION_KIND_LAYER_OOB {
+				t.Fatalf("r3's incident: victims %v, pattern %v", got, inc.Pattern)
+			}
+		default:
+			t.Fatalf("root %v", inc.Root)
+		}
+	}
+}

@@ -569,7 +569,8 @@ func (p *Processor) writeBlock(t *engine.Task, g *gpu, b *block, r *request, ev 
 	if own {
 		o.wrote = true
 	}
-	if !own || (len(b.owners) > 1 && !sameHash) {
+	stray := !own || (len(b.owners) > 1 && !sameHash)
+	if stray {
 		p.foreign(t, g, b, r, ev, l, lo, hi, spanForeign, braidpb.PollutionKind_POLLUTION_KIND_MIXED_WRITE)
 	} else {
 		b.layer(l, true).overwrite(span{lo: lo, hi: hi, writer: r.id, at: ev.Time, kind: spanOwn, taint: r.taints(b.id), origin: ev.Origin})
@@ -579,7 +580,11 @@ func (p *Processor) writeBlock(t *engine.Task, g *gpu, b *block, r *request, ev 
 		if r.wroteHash(ev.Hash) {
 			p.markReq(g, r)
 		}
-	} else if b.hasHash && r.id != b.hashWriter {
+	} else if !stray && b.hasHash && r.id != b.hashWriter {
+		// An owner's new content: the hash no longer names it. A stray
+		// write changes the bytes, not the server's prefix index: the
+		// block is still handed out for its hash, and whoever shares it
+		// by that hash reads the stray bytes (read).
 		b.hasHash = false
 	}
 }
