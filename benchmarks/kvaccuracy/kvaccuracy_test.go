@@ -49,3 +49,40 @@ func TestAccuracyShort(t *testing.T) {
 		t.Errorf("clean run: %d incidents, %d edges (preemptions %d swaps %d evictions %d)", r.Incidents, r.Edges, r.Preemptions, r.Swaps, r.Evictions)
 	}
 }
+
+// The realistic fleet (the demo's) with every trigger once, on seeds that
+// met faults on one GPU: the padding write into a shared prefix block
+// with a second fault on its GPU (1796516439317146427: kv_base_swap,
+// 1796525873030091290: wrong_stride), a radix fault's writer among the
+// padding's victims (1796515565941556742), and a seed of no story. Each
+// fault's incidents must hold its victims and no others' (a report shows
+// one incident); victims are scored against the reference model over all
+// seeds (it and the truth disagree on some radix_stale propagation: see
+// benchmarks/README.md).
+func TestFleetAccuracy(t *testing.T) {
+	var all []Result
+	for _, seed := range []int64{1796516439317146427, 1796525873030091290, 1796515565941556742, 7} {
+		r, err := RunFleet(FleetScenario{Seed: seed, Hosts: 4, Rate: 10, Duration: 4 * time.Minute}, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("seed %d: %d GPUs, %d events, faults %d, incidents %d (%d no fault's), root %d; victims P %.3f R %.3f, against the reference P %.3f R %.3f, grouped by fault P %.3f R %.3f (%.1fs)",
+			seed, r.GPUs, r.Events, r.FaultsRealised, r.Incidents, r.Unmatched, r.RootCorrect, r.Precision, r.Recall, r.RefPrecision, r.RefRecall, r.GroupPrecision, r.GroupRecall, r.WallS)
+		if r.FaultsRealised < len(simulator.KVTriggers)-1 {
+			t.Errorf("seed %d: %d faults realised of %d", seed, r.FaultsRealised, len(simulator.KVTriggers))
+		}
+		// A retry that took a cancelled prefill's layers as computed in
+		// a block another request left residue in names that request:
+		// one such root is allowed.
+		if r.RootCorrect < r.FaultsRealised-1 || r.Unmatched > 0 {
+			t.Errorf("seed %d: root first for %d of %d faults, %d incidents of no fault", seed, r.RootCorrect, r.FaultsRealised, r.Unmatched)
+		}
+		if r.GroupPrecision < 0.95 || r.GroupRecall < 0.85 { // recall: the truth also counts a stray writer reading back its own block (README)
+			t.Errorf("seed %d: victims grouped by fault P %.3f R %.3f", seed, r.GroupPrecision, r.GroupRecall)
+		}
+		all = append(all, r.Result)
+	}
+	if s := Aggregate(all); s.RefPrecision < 0.95 || s.RefRecall < 0.95 {
+		t.Errorf("victims against the reference model: precision %.3f recall %.3f", s.RefPrecision, s.RefRecall)
+	}
+}

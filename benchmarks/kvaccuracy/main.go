@@ -17,6 +17,7 @@
 //
 //	go run ./benchmarks/kvaccuracy                 # full suite, writes benchmarks/results/kvaccuracy.json
 //	go run ./benchmarks/kvaccuracy -short          # minutes of event time per scenario
+//	go run ./benchmarks/kvaccuracy -trigger none -fleet 10   # the realistic fleet (RunFleet), 10 seeds
 package main
 
 import (
@@ -41,6 +42,18 @@ type Report struct {
 	Clean      Result             `json:"clean"`
 	Throughput Throughput         `json:"throughput"`
 	Targets    map[string]bool    `json:"targets_met"`
+	// Fleet: the realistic fleet's runs (-fleet), and their sum.
+	Fleet        []FleetResult `json:"fleet,omitempty"`
+	FleetOverall *FleetSummary `json:"fleet_overall,omitempty"`
+}
+
+// FleetSummary sums the fleet's runs: Summary, and the victims grouped by
+// fault (FleetResult).
+type FleetSummary struct {
+	Summary
+	GroupPrecision float64 `json:"group_precision"`
+	GroupRecall    float64 `json:"group_recall"`
+	Unmatched      int     `json:"unmatched_incidents"`
 }
 
 // Summary aggregates scenarios.
@@ -117,6 +130,7 @@ type Options struct {
 	GPUs      int           // GPUs per scenario; 0: the suite's
 	Clean     time.Duration // event time of the clean run; 0: the suite's
 	CleanGPUs int           // GPUs of the clean run; 0: the suite's
+	Fleet     int           // runs of the realistic fleet (FleetScenario), seeds 1… (+SeedBase)
 }
 
 // Aggregate sums results into a Summary.
@@ -206,6 +220,23 @@ func Build(o Options, dir string, log func(string)) (Report, error) {
 		rep.ByPattern[k] = Aggregate(v)
 	}
 	rep.Overall = Aggregate(rep.Scenarios)
+	if o.Fleet > 0 {
+		var rs []Result
+		var tp, fp, fn, unmatched int
+		for i := range o.Fleet {
+			r, err := RunFleet(FleetScenario{Seed: o.SeedBase + int64(i) + 1, Hosts: 4, Rate: 10, Duration: 4 * time.Minute}, filepath.Join(dir, "state"))
+			if err != nil {
+				return rep, fmt.Errorf("fleet: %w", err)
+			}
+			log(fmt.Sprintf("%-28s faults %d polluted %3d detected %3d  P %.3f R %.3f  ref %3d P %.3f R %.3f  root %d/%d  grouped P %.3f R %.3f  incidents %d (%d no fault's)  events %d  %.1fs",
+				r.Name, r.FaultsRealised, r.TruthPolluted, r.Detected, r.Precision, r.Recall, r.RefPolluted, r.RefPrecision, r.RefRecall, r.RootCorrect, r.FaultsRealised,
+				r.GroupPrecision, r.GroupRecall, r.Incidents, r.Unmatched, r.Events, r.WallS))
+			rep.Fleet = append(rep.Fleet, r)
+			rs = append(rs, r.Result)
+			tp, fp, fn, unmatched = tp+r.GroupTP, fp+r.GroupFP, fn+r.GroupFN, unmatched+r.Unmatched
+		}
+		rep.FleetOverall = &FleetSummary{Summary: Aggregate(rs), GroupPrecision: ratio(tp, tp+fp), GroupRecall: ratio(tp, tp+fn), Unmatched: unmatched}
+	}
 	r, err := Run(clean, filepath.Join(dir, "state"))
 	if err != nil {
 		return rep, fmt.Errorf("clean: %w", err)
@@ -239,6 +270,7 @@ func main() {
 	flag.IntVar(&o.GPUs, "gpus", 0, "GPUs per scenario (0: the suite's, 4)")
 	flag.DurationVar(&o.Clean, "clean", 0, "event time of the clean run (0: the suite's, 1h; 5m with -short)")
 	flag.IntVar(&o.CleanGPUs, "clean-gpus", 0, "GPUs of the clean run (0: the suite's, 2)")
+	flag.IntVar(&o.Fleet, "fleet", 0, "also run the realistic fleet (the demo's: 8 GPUs, 10 requests/s, every trigger once, 4 minutes) under this many seeds")
 	flag.Parse()
 	dir, err := os.MkdirTemp("", "kvaccuracy")
 	if err != nil {
@@ -254,6 +286,10 @@ func main() {
 	ov := rep.Overall
 	fmt.Printf("overall: precision %.3f recall %.3f root first %d/%d (%.3f) pattern %d latency p50 %d ms max %d ms; victims against the reference model: precision %.3f recall %.3f\n",
 		ov.Precision, ov.Recall, ov.RootCorrect, ov.Faults, ov.RootAccuracy, ov.PatternCorrect, ov.LatencyP50Ms, ov.LatencyMaxMs, ov.RefPrecision, ov.RefRecall)
+	if f := rep.FleetOverall; f != nil {
+		fmt.Printf("fleet: %d runs, root first %d/%d; victims precision %.3f recall %.3f, against the reference %.3f / %.3f, grouped by fault %.3f / %.3f; %d incidents of no fault\n",
+			len(rep.Fleet), f.RootCorrect, f.Faults, f.Precision, f.Recall, f.RefPrecision, f.RefRecall, f.GroupPrecision, f.GroupRecall, f.Unmatched)
+	}
 	t := rep.Throughput
 	fmt.Printf("throughput: %d events in %.2fs = %.0f events/s; fleet of %d GPUs emits %.0f events/s → %.1f× real time\n",
 		t.Events, t.WallS, t.EventsPerS, t.GPUs, t.FleetEventsPerS, t.XRealTime)
