@@ -759,3 +759,36 @@ func TestStrayWriteIntoASharedBlockKeepsItsHash(t *testing.T) {
 		}
 	}
 }
+
+// r2 shares r1's prefix block by its hash and writes into it without the
+// hash (a padded slot's stray store); reading the prefix back, it reads
+// its stray bytes, not the content it shares: a victim of its own fault,
+// as r1 is.
+func TestStrayWriteOverASharedPrefixPollutesItsWriter(t *testing.T) {
+	h := newHarness(t, nil)
+	h.feed(gpu0, seq(
+		alloc(0, "r1", 15), fill(1, "r1", 15, 0xbeef),
+		allocHit(2, "r2", 15, 0xbeef), readAll(3, "r2", 15),
+		pool.Write(at(4), "r2", 15, 0, 0, 512),
+		readAll(5, "r2", 15), readAll(6, "r1", 15),
+	)...)
+	inc := h.only()
+	if got := polluted(inc); inc.Root.RequestId != "r2" || !slices.Equal(got, []string{"r1", "r2"}) {
+		t.Fatalf("root %v, victims %v", inc.Root, got)
+	}
+}
+
+// A block handed out twice: r2, its second owner, writes its own content
+// into it (no hash) and reads it back. Its own bytes are what it may read:
+// r1, whose content it overwrote, is the victim.
+func TestSecondOwnerReadsItsOwnWrites(t *testing.T) {
+	h := newHarness(t, nil)
+	h.feed(gpu0, seq(
+		alloc(0, "r1", 7), fill(1, "r1", 7, 0),
+		alloc(2, "r2", 7), fill(3, "r2", 7, 0), readAll(4, "r2", 7), readAll(5, "r1", 7),
+	)...)
+	inc := h.only()
+	if got := polluted(inc); !slices.Equal(got, []string{"r1"}) {
+		t.Fatalf("root %v, victims %v", inc.Root, got)
+	}
+}

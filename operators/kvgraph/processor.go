@@ -652,8 +652,10 @@ func (p *Processor) read(t *engine.Task, g *gpu, b *block, r *request, ev *Event
 		}
 		for _, s := range ls.spans {
 			// A request's own writes are what it may read, except those
-			// that landed outside the range they were for.
-			own := s.ownBy(r.id)
+			// that landed outside the range they were for, and, in a
+			// block it holds by a prefix hit, those not made with the
+			// hash it shares (a stray write over the prefix it reads).
+			own := s.ownBy(r.id) && (s.kind != spanForeign || o == nil || !o.shared)
 			if own && s.taint && r.polluted != 0 && overlaps(s, lo, hi) {
 				// Its own content written while it was polluted (a
 				// recompute reusing its cached prefix): what it computes
