@@ -131,6 +131,8 @@ type Options struct {
 	Clean     time.Duration // event time of the clean run; 0: the suite's
 	CleanGPUs int           // GPUs of the clean run; 0: the suite's
 	Fleet     int           // runs of the realistic fleet (FleetScenario), seeds 1… (+SeedBase)
+	FleetRate float64       // its requests per second (0: the demo's, 10)
+	FleetHost int           // its hosts, two GPUs each (0: the demo's, 4)
 }
 
 // Aggregate sums results into a Summary.
@@ -224,7 +226,14 @@ func Build(o Options, dir string, log func(string)) (Report, error) {
 		var rs []Result
 		var tp, fp, fn, unmatched int
 		for i := range o.Fleet {
-			r, err := RunFleet(FleetScenario{Seed: o.SeedBase + int64(i) + 1, Hosts: 4, Rate: 10, Duration: 4 * time.Minute}, filepath.Join(dir, "state"))
+			sc := FleetScenario{Seed: o.SeedBase + int64(i) + 1, Hosts: 4, Rate: 10, Duration: 4 * time.Minute}
+			if o.FleetRate > 0 {
+				sc.Rate = o.FleetRate
+			}
+			if o.FleetHost > 0 {
+				sc.Hosts = o.FleetHost
+			}
+			r, err := RunFleet(sc, filepath.Join(dir, "state"))
 			if err != nil {
 				return rep, fmt.Errorf("fleet: %w", err)
 			}
@@ -270,6 +279,8 @@ func main() {
 	flag.IntVar(&o.GPUs, "gpus", 0, "GPUs per scenario (0: the suite's, 4)")
 	flag.DurationVar(&o.Clean, "clean", 0, "event time of the clean run (0: the suite's, 1h; 5m with -short)")
 	flag.IntVar(&o.CleanGPUs, "clean-gpus", 0, "GPUs of the clean run (0: the suite's, 2)")
+	flag.Float64Var(&o.FleetRate, "fleet-rate", 0, "requests per second of the -fleet runs (0: 10)")
+	flag.IntVar(&o.FleetHost, "fleet-hosts", 0, "hosts of the -fleet runs, two GPUs each (0: 4)")
 	flag.IntVar(&o.Fleet, "fleet", 0, "also run the realistic fleet (the demo's: 8 GPUs, 10 requests/s, every trigger once, 4 minutes) under this many seeds")
 	flag.Parse()
 	dir, err := os.MkdirTemp("", "kvaccuracy")
