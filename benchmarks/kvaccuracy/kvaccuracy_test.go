@@ -50,18 +50,17 @@ func TestAccuracyShort(t *testing.T) {
 	}
 }
 
-// The realistic fleet (the demo's) with every trigger once, on seeds that
-// met faults on one GPU: the padding write into a shared prefix block
-// with a second fault on its GPU (1796516439317146427: kv_base_swap,
-// 1796525873030091290: wrong_stride), a radix fault's writer among the
-// padding's victims (1796515565941556742), and a seed of no story. Each
-// fault's incidents must hold its victims and no others' (a report shows
-// one incident); victims are scored against the reference model over all
-// seeds (it and the truth disagree on some radix_stale propagation: see
-// benchmarks/README.md).
+// The realistic fleet (the demo's) with every trigger once, on the two
+// seeds that made TestReportFromDemo fail: a padding write into the
+// fleet's shared prefix block with a second fault on its GPU
+// (1796516439317146427: kv_base_swap, 1796525873030091290: wrong_stride).
+// Each fault's incidents must hold its victims and no others' (a report
+// shows one incident); victims are scored against the reference model too.
+// Two seeds: the pass it runs in is make test's longest (more seeds:
+// go run ./benchmarks/kvaccuracy -fleet N).
 func TestFleetAccuracy(t *testing.T) {
 	var all []Result
-	for _, seed := range []int64{1796516439317146427, 1796525873030091290, 1796515565941556742, 7} {
+	for _, seed := range []int64{1796516439317146427, 1796525873030091290} {
 		r, err := RunFleet(FleetScenario{Seed: seed, Hosts: 4, Rate: 10, Duration: 4 * time.Minute}, t.TempDir())
 		if err != nil {
 			t.Fatal(err)
