@@ -88,9 +88,12 @@ func cmdReport(ctx context.Context, args []string, log *slog.Logger, out io.Writ
 	}
 	defer ix.Close()
 	fctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	followed := make(chan error, 1)
-	go func() { followed <- view.Follow(fctx, ix, topics, log, opts...) }()
+	followed, stopped := make(chan error, 1), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		followed <- view.Follow(fctx, ix, topics, log, opts...)
+	}()
+	defer func() { cancel(); <-stopped }() // before the index closes
 	if err := caughtUp(ctx, ix, *id, *wait, followed); err != nil {
 		return err
 	}

@@ -108,6 +108,10 @@ type Index struct {
 	// next Apply deletes them (the writer's own field). A crash in between
 	// leaves them in the store, and the next load evicts them again.
 	deletes [][]byte
+	// applying is held by Apply for its whole run and by Close, so that a
+	// Close waits for the Apply in flight instead of closing the store
+	// under it.
+	applying sync.Mutex
 
 	mu struct {
 		sync.RWMutex
@@ -233,6 +237,8 @@ func (ix *Index) load() error {
 
 // Close closes the store. Queries after Close return errClosed.
 func (ix *Index) Close() error {
+	ix.applying.Lock()
+	defer ix.applying.Unlock()
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	if ix.mu.closed {
@@ -292,6 +298,8 @@ type pending struct {
 // one batch; then the queries see them. Records it cannot read are counted
 // (Invalid) and skipped. Only one goroutine may call Apply.
 func (ix *Index) Apply(recs []Record) error {
+	ix.applying.Lock()
+	defer ix.applying.Unlock()
 	ix.mu.RLock()
 	closed := ix.mu.closed
 	offs := state.Offsets{}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -11,8 +12,10 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -670,4 +673,36 @@ func TestAlertKeyFromRecord(t *testing.T) {
 		ix = openIndex(t, dir, nil)
 	}
 	ix.Close()
+}
+
+// A Close while the follower's Apply runs waits for it: the Apply ends,
+// the next one returns errClosed, nothing uses the closed store.
+func TestCloseDuringApply(t *testing.T) {
+	ix := openIndex(t, t.TempDir(), nil)
+	fs := fleet(3, 2000, "")
+	var applied atomic.Int64
+	errc := make(chan error, 1)
+	go func() {
+		for i := 0; ; i = (i + 50) % len(fs) {
+			var ms []proto.Message
+			for _, f := range fs[i : i+50] {
+				ms = append(ms, f.record())
+			}
+			if err := ix.Apply(records(t, "braid.fused", KindFused, applied.Load()*50, ms...)); err != nil {
+				errc <- err
+				return
+			}
+			applied.Add(1)
+		}
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for applied.Load() < 5 && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
+	if err := ix.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; !errors.Is(err, errClosed) {
+		t.Fatalf("Apply after Close: %v", err)
+	}
 }
