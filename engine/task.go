@@ -592,13 +592,20 @@ func (t *Task) processRecord(r *kgo.Record, input int) error {
 		}
 		t.noteMarker(k, up, r)
 		i := t.e.sources + k*int(t.e.topo.Partitions) + int(up)
-		t.all.Report(i, wm, idle, t.now)
+		sent := recordTime(r)
+		report := func(w *windows.Watermarks, i int) {
+			w.Report(i, wm, idle, t.now)
+			if sent != windows.MinTime {
+				w.ReportSent(i, sent)
+			}
+		}
+		report(t.all, i)
 		if t.full != nil {
-			t.full.Report(i, wm, idle, t.now)
+			report(t.full, i)
 		}
 		for _, u := range t.up {
 			if i, ok := u.index(t.e, k, up); ok {
-				u.w.Report(i, wm, idle, t.now)
+				report(u.w, i)
 			}
 		}
 		return nil

@@ -22,8 +22,10 @@ const (
 // holding the watermark back, and so does one that is caught up (SetCaughtUp:
 // it has nothing more to read) once it has shown no activity for the
 // caught-up idleness (SetCaughtUpIdleness). An upstream input does only
-// while its markers say the upstream task is idle, or while it has never
-// reported (a task that does not exist, as in a test harness). When every input is idle the
+// while its markers say the upstream task is idle — not a marker sent
+// before the task's current backlog began (SetStale), which the upstream
+// task may have taken up since — or while it has never reported (a task
+// that does not exist, as in a test harness). When every input is idle the
 // watermark moves to the largest watermark among the inputs, but never past
 // the ceiling (SetCeiling). Freeze disables idleness for deterministic
 // replay.
@@ -39,6 +41,10 @@ type Watermarks struct {
 	inputs     []input
 	current    int64
 	ceiling    int64 // the all-idle rule never passes it; MaxTime: none
+	// backlogAt is the processing time (ns) at which the current backlog
+	// began (a source input went stale while none was), 0 when none;
+	// lastObserve the processing time of the last Observe.
+	backlogAt, lastObserve int64
 }
 
 type input struct {
@@ -51,6 +57,9 @@ type input struct {
 	behind   bool  // records are known to be waiting on it (SetBehind)
 	excluded bool  // never holds the watermark nor moves it (Exclude)
 	activity int64 // processing time of the last activity, ns
+	// reportAt: when the upstream task sent its last marker (ReportSent),
+	// else when it was read, ns.
+	reportAt int64
 }
 
 // NewWatermarks returns a tracker for inputs inputs, all created at processing
@@ -116,6 +125,7 @@ func (w *Watermarks) Observe(i int, ts int64, now time.Time) {
 	in.seen = true
 	in.caughtUp = false
 	in.activity = now.UnixNano()
+	w.lastObserve = in.activity
 }
 
 // Max returns the largest event time (source) or watermark (upstream) seen
@@ -129,7 +139,20 @@ func (w *Watermarks) Max(i int) int64 { return w.inputs[i].max }
 // excluded for being caught up — more of that backlog may be on its way,
 // to this partition or to one that has shown nothing yet, behind the
 // others — only by the regular idleness.
-func (w *Watermarks) SetStale(i int, stale bool) { w.inputs[i].stale = stale }
+//
+// The moment a backlog begins (an input goes stale while none is) is kept:
+// an upstream task's idle flag sent before it is not trusted (see
+// isIdle).
+func (w *Watermarks) SetStale(i int, stale bool) {
+	was := w.backlog()
+	w.inputs[i].stale = stale
+	switch now := w.backlog(); {
+	case now && !was:
+		w.backlogAt = w.lastObserve
+	case !now:
+		w.backlogAt = 0
+	}
+}
 
 // SetBehind records whether source input i is known to be behind: its
 // partition holds records the task has not processed yet (the broker's end
@@ -156,7 +179,13 @@ func (w *Watermarks) Report(i int, wm int64, idle bool, now time.Time) {
 	in.seen = true
 	in.idleFlag = idle
 	in.activity = now.UnixNano()
+	in.reportAt = in.activity
 }
+
+// ReportSent records when the marker Report just took was sent (the
+// upstream task's clock, its record's timestamp), for the idle flag's
+// age (isIdle); without it the time it was read stands.
+func (w *Watermarks) ReportSent(i int, sent int64) { w.inputs[i].reportAt = sent }
 
 // Current computes the watermark at processing time now.
 func (w *Watermarks) Current(now time.Time) int64 {
@@ -290,7 +319,13 @@ func (w *Watermarks) isIdle(in *input, n int64, backlog bool) bool {
 		return true
 	}
 	if in.upstream {
-		if in.idleFlag {
+		// An upstream task idle since before this task's backlog began
+		// may have taken up its share of that backlog since: its idle
+		// flag stands again only once a marker sent during the backlog
+		// repeats it (a checkpoint later). Else this task runs the
+		// watermark over its own share of the backlog, and what that
+		// upstream task forwards of the same event times arrives late.
+		if in.idleFlag && !(backlog && w.backlogAt != 0 && in.reportAt < w.backlogAt) {
 			return true
 		}
 		if in.seen {

@@ -309,3 +309,44 @@ func TestBehindInputIsNeverIdle(t *testing.T) {
 		t.Fatalf("watermark %d once input 0 caught up and idle, want 500", got)
 	}
 }
+
+// TestIdleUpstreamBeforeABacklog: an upstream task idle since before this
+// task's backlog began (its sources were empty when it sent the marker)
+// holds the watermark once the backlog comes — it may be reading its share
+// of it — until a marker sent during the backlog says it is idle still.
+// With live input, or a marker sent after the backlog began, it does not.
+func TestIdleUpstreamBeforeABacklog(t *testing.T) {
+	now := time.Unix(1000, 0)
+	for _, stale := range []bool{false, true} {
+		w := NewWatermarks(2, 0, 30*time.Second, now)
+		w.MarkUpstream(1)
+		w.Report(1, MinTime, true, now) // idle: nothing to read yet
+		w.ReportSent(1, now.UnixNano())
+		w.Observe(0, 60_000, now.Add(time.Second)) // the backlog reaches input 0
+		w.SetStale(0, stale)
+		got := w.Current(now.Add(2 * time.Second))
+		want := MinTime
+		if !stale {
+			want = 60_000
+		}
+		if got != want {
+			t.Errorf("stale=%v: watermark %d with the upstream idle since before, want %d", stale, got, want)
+		}
+		// Its next marker, sent during the backlog, still idle: it had
+		// nothing of it.
+		w.Report(1, MinTime, true, now.Add(3*time.Second))
+		w.ReportSent(1, now.Add(3*time.Second).UnixNano())
+		if got := w.Current(now.Add(3 * time.Second)); got != 60_000 {
+			t.Errorf("stale=%v: watermark %d after an idle marker sent during the backlog, want 60000", stale, got)
+		}
+	}
+	// Reported without a send time: the time it was read stands.
+	w := NewWatermarks(2, 0, 30*time.Second, now)
+	w.MarkUpstream(1)
+	w.Report(1, MinTime, true, now.Add(5*time.Second))
+	w.Observe(0, 60_000, now.Add(time.Second))
+	w.SetStale(0, true)
+	if got := w.Current(now.Add(6 * time.Second)); got != 60_000 {
+		t.Errorf("watermark %d with an idle marker read after the backlog began, want 60000", got)
+	}
+}

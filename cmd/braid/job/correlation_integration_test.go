@@ -51,6 +51,14 @@ func TestIntegrationCorrelationOnRealisticTelemetry(t *testing.T) {
 		msgs = append(msgs, sim.Next()...)
 	}
 	msgs = append(msgs, sim.Flush()...)
+	// The history comes into topics the job has been reading empty for a
+	// few checkpoints: its tasks have told each other they are idle.
+	for deadline := time.Now().Add(time.Minute); tj.job.Engine().Stats().Checkpoints.Load() < 3; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the job committed %d checkpoints in a minute", tj.job.Engine().Stats().Checkpoints.Load())
+		}
+		time.Sleep(20 * time.Millisecond) // polling the counter
+	}
 	tj.produce(msgs)
 	truth := sim.Truth()
 	if len(truth.Orphans) == 0 || truth.ResourcePoints == 0 {
