@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"fmt"
-	"os"
 	"slices"
 	"time"
 
@@ -14,10 +13,7 @@ import (
 
 	"github.com/braidlabs/braid/benchmarks/kvaccuracy/kvref"
 	"github.com/braidlabs/braid/connectors/simulator"
-	"github.com/braidlabs/braid/engine"
 	"github.com/braidlabs/braid/operators/braidpb"
-	"github.com/braidlabs/braid/operators/kvgraph"
-	"github.com/braidlabs/braid/state"
 )
 
 // FleetScenario is a run of the realistic fleet (the simulator's
@@ -111,37 +107,11 @@ func RunFleet(sc FleetScenario, dir string) (FleetResult, error) {
 	}
 	slices.SortStableFunc(recs, func(a, b record) int { return cmp.Compare(a.t, b.t) })
 
-	kcfg := kvgraph.Config{Counters: &kvgraph.Counters{}}
-	kcfg.EnsureDefaults()
-	os.RemoveAll(dir)
-	store, err := state.Open(state.Options{Dir: dir})
+	d, err := openDetector(dir)
 	if err != nil {
 		return FleetResult{}, err
 	}
-	defer os.RemoveAll(dir)
-	defer store.Close()
-	h, err := engine.NewHarness(engine.Config{Store: store, OutOfOrderness: time.Second, Idleness: time.Hour},
-		kvgraph.Standalone(kcfg, []string{"otlp_logs"}, 1, ""), 0, time.Unix(1000, 0))
-	if err != nil {
-		return FleetResult{}, err
-	}
-	defer h.Close()
-	var incidents []*braidpb.Incident
-	collect := func() error {
-		for _, r := range h.Out {
-			if r.Topic != kcfg.IncidentsTopic {
-				continue
-			}
-			inc := &braidpb.Incident{}
-			if err := proto.Unmarshal(r.Value, inc); err != nil {
-				return err
-			}
-			incidents = append(incidents, inc)
-		}
-		clear(h.Out)
-		h.Out = h.Out[:0]
-		return nil
-	}
+	defer d.close()
 	ref := kvref.New()
 	instances := map[int]string{}
 	t0 := time.Now()
@@ -151,30 +121,30 @@ func RunFleet(sc FleetScenario, dir string) (FleetResult, error) {
 		}
 		instances[r.e.GPU] = r.e.Instance
 		ref.Apply(r.e)
-		if err := h.Process(0, &kgo.Record{Topic: "otlp_logs", Value: r.v, Offset: int64(i)}); err != nil {
+		if err := d.Process(0, &kgo.Record{Topic: "otlp_logs", Value: r.v, Offset: int64(i)}); err != nil {
 			return FleetResult{}, err
 		}
 		if i%20000 == 19999 {
-			if err := h.Checkpoint(); err != nil {
+			if err := d.Checkpoint(); err != nil {
 				return FleetResult{}, err
 			}
-			if err := collect(); err != nil {
+			if err := d.collect(); err != nil {
 				return FleetResult{}, err
 			}
 		}
 	}
-	if err := h.Finish(); err != nil {
+	if err := d.Finish(); err != nil {
 		return FleetResult{}, err
 	}
-	if err := collect(); err != nil {
+	if err := d.collect(); err != nil {
 		return FleetResult{}, err
 	}
 	res := FleetResult{Result: Result{Name: fmt.Sprintf("fleet/seed%d", sc.Seed), Load: "fleet", GPUs: len(gpus), EventTimeS: sc.Duration.Seconds(),
-		Events: len(recs), WallS: time.Since(t0).Seconds(), Edges: kcfg.Counters.Edges.Load()}}
+		Events: len(recs), WallS: time.Since(t0).Seconds(), Edges: d.cfg.Counters.Edges.Load()}}
 	truth := sim.Truth().KV
-	score(&res.Result, truth, incidents, kcfg.IncidentWindow)
-	scoreRef(&res.Result, ref.Polluted(), incidents)
-	scoreGroups(&res, truth, incidents)
+	score(&res.Result, truth, d.incidents, d.cfg.IncidentWindow)
+	scoreRef(&res.Result, ref.Polluted(), d.incidents)
+	scoreGroups(&res, truth, d.incidents)
 	return res, nil
 }
 

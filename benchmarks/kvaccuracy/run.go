@@ -4,7 +4,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math/rand"
-	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -16,11 +15,9 @@ import (
 
 	"github.com/braidlabs/braid/benchmarks/kvaccuracy/kvref"
 	"github.com/braidlabs/braid/connectors/simulator"
-	"github.com/braidlabs/braid/engine"
 	"github.com/braidlabs/braid/operators/braidpb"
 	"github.com/braidlabs/braid/operators/kvgraph"
 	"github.com/braidlabs/braid/operators/kvgraph/kvlog"
-	"github.com/braidlabs/braid/state"
 )
 
 var start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -104,7 +101,7 @@ type Result struct {
 func Run(sc Scenario, dir string) (Result, error) {
 	cfg := simulator.KVConfig{Seed: sc.Seed, Layers: 8, BlocksPerGPU: sc.Load.BlocksPerGPU, PrefixShare: sc.Load.PrefixShare,
 		PrefixGroups: sc.Load.PrefixGroups, Pressure: sc.Load.Pressure}
-	kcfg := kvgraph.Config{Counters: &kvgraph.Counters{}}
+	var kcfg kvgraph.Config
 	kcfg.EnsureDefaults()
 	window := kcfg.IncidentWindow
 	if sc.RestartEvery > 0 {
@@ -126,19 +123,11 @@ func Run(sc Scenario, dir string) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	os.RemoveAll(dir)
-	store, err := state.Open(state.Options{Dir: dir})
+	d, err := openDetector(dir)
 	if err != nil {
 		return Result{}, err
 	}
-	defer os.RemoveAll(dir)
-	defer store.Close()
-	h, err := engine.NewHarness(engine.Config{Store: store, OutOfOrderness: time.Second, Idleness: time.Hour},
-		kvgraph.Standalone(kcfg, []string{"otlp_logs"}, 1, ""), 0, time.Unix(1000, 0))
-	if err != nil {
-		return Result{}, err
-	}
-	defer h.Close()
+	defer d.close()
 
 	res := Result{Name: sc.Name, Load: sc.Load.Name, GPUs: sc.GPUs, EventTimeS: sc.Duration.Seconds()}
 	if sc.Trigger != "" {
@@ -153,22 +142,6 @@ func Run(sc Scenario, dir string) (Result, error) {
 	var offset int64
 	ref := kvref.New()
 	refInstance := make([]string, len(gpus))
-	var incidents []*braidpb.Incident
-	collect := func() error {
-		for _, r := range h.Out {
-			if r.Topic != kcfg.IncidentsTopic {
-				continue
-			}
-			inc := &braidpb.Incident{}
-			if err := proto.Unmarshal(r.Value, inc); err != nil {
-				return err
-			}
-			incidents = append(incidents, inc)
-		}
-		clear(h.Out)
-		h.Out = h.Out[:0]
-		return nil
-	}
 	feed := func(evs []simulator.KVEvent) error {
 		for _, ev := range evs {
 			if ev.Instance != refInstance[ev.GPU] {
@@ -200,16 +173,16 @@ func Run(sc Scenario, dir string) (Result, error) {
 		}
 		t0 := time.Now()
 		for _, r := range recs {
-			if err := h.Process(0, r); err != nil {
+			if err := d.Process(0, r); err != nil {
 				return err
 			}
 		}
-		if err := h.Checkpoint(); err != nil {
+		if err := d.Checkpoint(); err != nil {
 			return err
 		}
 		wall += time.Since(t0)
 		res.Events += len(evs)
-		return collect()
+		return d.collect()
 	}
 	i := 0
 	const step = 10 * time.Second
@@ -227,17 +200,17 @@ func Run(sc Scenario, dir string) (Result, error) {
 		return res, err
 	}
 	t0 := time.Now()
-	if err := h.Finish(); err != nil {
+	if err := d.Finish(); err != nil {
 		return res, err
 	}
 	wall += time.Since(t0)
-	if err := collect(); err != nil {
+	if err := d.collect(); err != nil {
 		return res, err
 	}
 	res.WallS = wall.Seconds()
-	res.Edges = kcfg.Counters.Edges.Load()
-	score(&res, sim.Truth(), incidents, window)
-	scoreRef(&res, ref.Polluted(), incidents)
+	res.Edges = d.cfg.Counters.Edges.Load()
+	score(&res, sim.Truth(), d.incidents, window)
+	scoreRef(&res, ref.Polluted(), d.incidents)
 	return res, nil
 }
 
