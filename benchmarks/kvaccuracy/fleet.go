@@ -34,8 +34,9 @@ type FleetScenario struct {
 
 // FleetResult is Result plus the grouping a report shows: for each fault,
 // the victims of its incidents (those on its GPU rooted at its source
-// request, else the one naming most of its victims) against its victims in
-// the simulator's truth.
+// request, else the one naming most of its victims — not another fault's
+// own incident unless this fault's source is in it, merged) against its
+// victims in the simulator's truth.
 type FleetResult struct {
 	Result
 	GroupTP, GroupFP, GroupFN int
@@ -156,6 +157,18 @@ func scoreGroups(res *FleetResult, truth simulator.KVTruth, all []*braidpb.Incid
 			latest[inc.Id] = inc
 		}
 	}
+	sources := map[string]bool{}
+	for _, f := range truth.Faults {
+		sources[f.GPU+"/"+f.SourceRequest] = true
+	}
+	holds := func(inc *braidpb.Incident, req string) bool {
+		for _, e := range inc.Edges {
+			if e.SourceRequest == req || e.TargetRequest == req {
+				return true
+			}
+		}
+		return false
+	}
 	matched := map[string]bool{}
 	for _, f := range truth.Faults {
 		want := map[string]bool{}
@@ -172,6 +185,9 @@ func scoreGroups(res *FleetResult, truth simulator.KVTruth, all []*braidpb.Incid
 			var best *braidpb.Incident
 			bestN := 0
 			for _, inc := range latest {
+				if inc.Root.GetRequestId() != f.SourceRequest && sources[inc.Gpu+"/"+inc.Root.GetRequestId()] && !holds(inc, f.SourceRequest) {
+					continue // another fault's own incident, this one not merged into it
+				}
 				n := 0
 				for _, p := range inc.Polluted {
 					if inc.Gpu == f.GPU && want[p.RequestId] {
