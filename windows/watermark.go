@@ -144,6 +144,9 @@ func (w *Watermarks) Max(i int) int64 { return w.inputs[i].max }
 // an upstream task's idle flag sent before it is not trusted (see
 // isIdle).
 func (w *Watermarks) SetStale(i int, stale bool) {
+	if w.inputs[i].stale == stale {
+		return // the common case, once per newest event: nothing to scan
+	}
 	was := w.backlog()
 	w.inputs[i].stale = stale
 	switch now := w.backlog(); {

@@ -63,3 +63,14 @@ func (d *detector) close() {
 	d.store.Close()
 	os.RemoveAll(d.dir)
 }
+
+// latestRevisions maps each incident id to its latest revision in all.
+func latestRevisions(all []*braidpb.Incident) map[string]*braidpb.Incident {
+	latest := map[string]*braidpb.Incident{}
+	for _, inc := range all {
+		if old := latest[inc.Id]; old == nil || inc.Revision > old.Revision {
+			latest[inc.Id] = inc
+		}
+	}
+	return latest
+}

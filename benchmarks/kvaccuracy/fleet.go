@@ -151,12 +151,7 @@ func RunFleet(sc FleetScenario, dir string) (FleetResult, error) {
 
 // scoreGroups scores each fault's incidents (FleetResult).
 func scoreGroups(res *FleetResult, truth simulator.KVTruth, all []*braidpb.Incident) {
-	latest := map[string]*braidpb.Incident{}
-	for _, inc := range all {
-		if old := latest[inc.Id]; old == nil || inc.Revision > old.Revision {
-			latest[inc.Id] = inc
-		}
-	}
+	latest := latestRevisions(all)
 	sources := map[string]bool{}
 	for _, f := range truth.Faults {
 		sources[f.GPU+"/"+f.SourceRequest] = true

@@ -265,12 +265,7 @@ func score(res *Result, truth simulator.KVTruth, all []*braidpb.Incident, window
 	s := truth.Summary
 	res.Requests, res.Preemptions, res.Swaps, res.Evictions = s.Requests, s.Preemptions, s.Swaps, s.Evictions
 	res.FaultsRealised = len(truth.Faults)
-	latest := map[string]*braidpb.Incident{}
-	for _, inc := range all {
-		if old := latest[inc.Id]; old == nil || inc.Revision > old.Revision {
-			latest[inc.Id] = inc
-		}
-	}
+	latest := latestRevisions(all)
 	var incs []*braidpb.Incident
 	for _, inc := range latest {
 		if inc.Root.GetDetail() != "" && len(inc.Root.Detail) > 0 && hasSuffix(inc.Root.Detail, "(merged into another incident)") {
