@@ -245,6 +245,7 @@ func (t *Task) takeEnds() {
 		}
 	}
 	t.publishCaughtUp()
+	t.align()
 }
 
 // publishCaughtUp publishes CaughtUp for the end checker and Engine.Tasks.

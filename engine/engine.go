@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"slices"
 	"sort"
 	"strconv"
@@ -100,6 +101,16 @@ type Config struct {
 	// negative: off (every partition waits for Idleness). At most
 	// Idleness.
 	CaughtUpIdleness time.Duration
+	// Alignment bounds how far, in event time, a task reads one of its
+	// source partitions ahead of another that still has a backlog
+	// (Flink's watermark alignment, within a task): a source partition
+	// whose newest event time is more than Alignment past that of the
+	// task's slowest source partition with a backlog is paused until the
+	// slowest catches up. Members of traces that only the slow source
+	// can close then wait in Kafka, not in the open traces in memory. A
+	// source that has read to its end (caught up) never holds the others:
+	// there is nothing to wait for. 0: off.
+	Alignment time.Duration
 	// TickInterval is how often an idle task re-evaluates its watermark.
 	// Default 200ms.
 	TickInterval time.Duration
@@ -342,6 +353,9 @@ func (c *Config) Validate() error {
 	if c.FollowUpWait > c.CheckpointInterval/2 {
 		errs = append(errs, fmt.Errorf("engine: Config.FollowUpWait %v exceeds half of CheckpointInterval %v", c.FollowUpWait, c.CheckpointInterval))
 	}
+	if c.Alignment < 0 {
+		errs = append(errs, fmt.Errorf("engine: Config.Alignment %v is negative", c.Alignment))
+	}
 	if c.CaughtUpIdleness > c.Idleness {
 		errs = append(errs, fmt.Errorf("engine: Config.CaughtUpIdleness %v exceeds Idleness %v", c.CaughtUpIdleness, c.Idleness))
 	}
@@ -370,6 +384,10 @@ type Engine struct {
 	}
 	// tasks is touched only by the Run goroutine.
 	tasks map[int32]*Task
+	// aligned: the source partitions of each task that the Run goroutine
+	// paused for Config.Alignment (bit i: source i), as published by the
+	// task (published.ahead).
+	aligned map[int32]uint64
 	// polled counts records dispatched since the last checkpoint (Run
 	// goroutine only).
 	polled int
@@ -514,6 +532,11 @@ type Stats struct {
 	// regular schedule because a task asked for one
 	// (Task.RequestCheckpoint), committed or not.
 	RequestedCheckpoints atomic.Int64
+	// AlignmentPauses counts source partitions paused because they ran
+	// more than Config.Alignment ahead of their task's slowest source
+	// with a backlog; AlignedPartitions is how many are paused now.
+	AlignmentPauses   atomic.Int64
+	AlignedPartitions atomic.Int64
 }
 
 // New validates cfg and topo.
@@ -525,7 +548,7 @@ func New(cfg Config, topo Topology) (*Engine, error) {
 	if topo.Name == "" || len(topo.Inputs) == 0 || topo.Partitions <= 0 || topo.NewProcessor == nil {
 		return nil, errors.New("engine: Topology needs Name, Inputs, Partitions > 0 and NewProcessor")
 	}
-	e := &Engine{cfg: cfg, topo: topo, log: cfg.Logger, tasks: map[int32]*Task{}, inputIndex: map[string]int{}}
+	e := &Engine{cfg: cfg, topo: topo, log: cfg.Logger, tasks: map[int32]*Task{}, aligned: map[int32]uint64{}, inputIndex: map[string]int{}}
 	e.mu.assigned = map[int32]map[string]bool{}
 	e.mu.fresh = map[int32]bool{}
 	e.opening = map[int32]*opening{}
@@ -667,6 +690,7 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 			// (followUpDue): the poll must not end before that is due.
 			due = at
 		}
+		e.align()
 		e.waitQueued(ctx, due)
 		pollCtx, cancel := context.WithDeadline(ctx, due)
 		e.wake.Store(&cancel)
@@ -1333,6 +1357,7 @@ func (e *Engine) applyAssignment() error {
 
 func (e *Engine) closeTask(p int32, t *Task) error {
 	delete(e.tasks, p)
+	e.unalign(p)
 	e.mu.Lock()
 	delete(e.mu.tasks, p)
 	e.mu.Unlock()
@@ -1390,8 +1415,60 @@ func (e *Engine) install(r openResult, want map[int32]bool) error {
 	e.mu.Lock()
 	e.mu.tasks[r.p] = &t.pub
 	e.mu.Unlock()
+	e.unalign(r.p)
 	e.resume(r.p)
 	return nil
+}
+
+// align pauses the source partitions that their tasks found too far ahead
+// of their slowest source with a backlog (Config.Alignment), and resumes
+// those no longer ahead. Run goroutine.
+func (e *Engine) align() {
+	if e.cfg.Alignment <= 0 || e.sess == nil {
+		return
+	}
+	pause, resume := map[string][]int32{}, map[string][]int32{}
+	for p, t := range e.tasks {
+		was, now := e.aligned[p], t.pub.ahead.Load()
+		if was == now {
+			continue
+		}
+		for i, topic := range e.srcTopics {
+			if i >= 64 {
+				break
+			}
+			bit := uint64(1) << i
+			switch {
+			case now&bit != 0 && was&bit == 0:
+				pause[topic] = append(pause[topic], p)
+				e.stats.AlignmentPauses.Add(1)
+				e.stats.AlignedPartitions.Add(1)
+			case now&bit == 0 && was&bit != 0:
+				resume[topic] = append(resume[topic], p)
+				e.stats.AlignedPartitions.Add(-1)
+			}
+		}
+		if now == 0 {
+			delete(e.aligned, p)
+		} else {
+			e.aligned[p] = now
+		}
+	}
+	if len(pause) > 0 {
+		e.sess.Client().PauseFetchPartitions(pause)
+	}
+	if len(resume) > 0 {
+		e.sess.Client().ResumeFetchPartitions(resume)
+	}
+}
+
+// unalign forgets the alignment pauses of partition p's sources, for a
+// task that closes or is installed (which resumes its partitions).
+func (e *Engine) unalign(p int32) {
+	if was := e.aligned[p]; was != 0 {
+		e.stats.AlignedPartitions.Add(-int64(bits.OnesCount64(was)))
+		delete(e.aligned, p)
+	}
 }
 
 // resume fetches partition p of every input again.
@@ -1469,6 +1546,10 @@ type published struct {
 	// the end checker also asks for the log start offset.
 	caughtUp  atomic.Bool
 	needStart atomic.Bool
+	// ahead: the task's source partitions more than Config.Alignment
+	// ahead of its slowest source with a backlog (bit i: source i), for
+	// the Run goroutine to pause (Engine.align).
+	ahead atomic.Uint64
 	// caughtUpAt: the task's processing time (unix ns) when it last
 	// published caughtUp true (Engine.live).
 	caughtUpAt atomic.Int64

@@ -485,6 +485,7 @@ func (t *Task) handle(m taskMsg) bool {
 			t.judge(src, m.end, -1)
 		}
 		t.publishCaughtUp()
+		t.align()
 		if !t.holding {
 			// While holding, timers wait for the outcome: what they
 			// would emit could only be held.
@@ -614,6 +615,44 @@ func (t *Task) processRecord(r *kgo.Record, input int) error {
 	err := t.proc.Process(t, r, input)
 	t.curTS = windows.MinTime
 	return err
+}
+
+// align publishes which source partitions are more than Config.Alignment
+// ahead, in event time, of the task's slowest source partition that has a
+// backlog (not caught up), for the Run goroutine to pause (Engine.align).
+// A partition with a backlog that has shown no event time yet counts as
+// the slowest. The slowest is never paused, and once it has read to its
+// end it holds nothing back: the others resume.
+func (t *Task) align() {
+	a := t.e.cfg.Alignment
+	if a <= 0 {
+		return
+	}
+	n := min(len(t.e.srcTopics), 64)
+	floor := windows.MaxTime
+	for i := range n {
+		if !t.caught[i] {
+			// One with a backlog and no event time yet: its first
+			// records may be as old as any, so the others wait for it.
+			floor = min(floor, t.all.Max(i))
+		}
+	}
+	var ahead uint64
+	if floor != windows.MaxTime {
+		limit := addSkew(floor, a)
+		for i := range n {
+			if m := t.all.Max(i); m != windows.MinTime && m > limit {
+				ahead |= 1 << i
+			}
+		}
+	}
+	if t.pub.ahead.Swap(ahead) != ahead {
+		// The poll in progress may wait on partitions that are all
+		// paused or at their end: end it, so that the change applies.
+		if wake := t.e.wake.Load(); wake != nil {
+			(*wake)()
+		}
+	}
 }
 
 // advance recomputes the watermark and hands it to the processor: timers due

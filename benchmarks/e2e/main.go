@@ -114,6 +114,7 @@ type options struct {
 	profileSamp string
 	settle      int
 	budget      int64
+	alignment   time.Duration
 	collector   string // -collector: the otelcol binary, "" to look it up, "off"
 
 	completeTimeout time.Duration
@@ -139,6 +140,7 @@ func main() {
 	flag.BoolVar(&o.runOn, "run-on", true, "run the braid contenders with tasks running on past a checkpoint's barrier (checkpoint_run_on, braid's default); false: held to the end of its transaction")
 	flag.BoolVar(&o.held, "held", false, "also run braid with tasks held from a checkpoint's barrier to the end of its transaction in each round: the comparison with running on")
 	flag.BoolVar(&o.alertsOff, "alerts-off", true, "also run braid with the alerts stage off (alerts.disabled) in each round: the cost of the default rules")
+	flag.DurationVar(&o.alignment, "alignment", 0, "braid's event_time.alignment (0: the job's default, 1m; negative: off)")
 	flag.Int64Var(&o.budget, "memory-budget", 0, "braid's state.memory_budget, bytes (0: the job's default, 512 MiB); a backlog of more than ~150,000 requests read within one checkpoint interval needs more")
 	flag.IntVar(&o.settle, "settle", 3, "braid's third window: this many more checkpoints after the second (the alerts stage evaluates the last partial aggregates)")
 	flag.StringVar(&o.profileOff, "cpuprofile-alerts-off", "", "write a CPU profile of braid-noalerts' run of the last round to this file")
@@ -334,6 +336,7 @@ type Settings struct {
 	Sampling           bool   `json:"sampling_contender"`
 	Settle             int    `json:"settle_checkpoints"`
 	MemoryBudget       int64  `json:"memory_budget,omitempty"`
+	Alignment          string `json:"alignment,omitempty"`
 	// Collector is the otelcol binary of the Collector contender ("": no
 	// Collector contender), CollectorWait its groupbytrace wait_duration.
 	Collector     string `json:"collector,omitempty"`
@@ -379,20 +382,27 @@ type Phase struct {
 	CPUSecPerMMsgs  float64 `json:"cpu_s_per_million_messages"`
 
 	// braid only.
-	ReadSec      float64 `json:"read_s,omitempty"` // until every message was read
-	PrepareSec   float64 `json:"prepare_s,omitempty"`
-	Fused        int64   `json:"fused,omitempty"` // FusedTrace records emitted by the end
-	Revisions    int64   `json:"revisions"`       // of which revision > 0
-	Late         int64   `json:"late"`
-	OpenTraces   int64   `json:"open_traces,omitempty"`
-	Members      int64   `json:"members,omitempty"`
-	Local        int64   `json:"local_groups,omitempty"`
-	Repartition  int64   `json:"repartitioned_groups,omitempty"`
-	RecordsOut   int64   `json:"records_out,omitempty"`
-	Checkpoints  int64   `json:"checkpoints,omitempty"`
-	Aborts       int64   `json:"aborts,omitempty"`
-	LastCommitMS float64 `json:"last_commit_ms,omitempty"`
-	StopSec      float64 `json:"stop_s,omitempty"` // final checkpoint and close, after the measurement
+	ReadSec    float64 `json:"read_s,omitempty"` // until every message was read
+	PrepareSec float64 `json:"prepare_s,omitempty"`
+	Fused      int64   `json:"fused,omitempty"` // FusedTrace records emitted by the end
+	Revisions  int64   `json:"revisions"`       // of which revision > 0
+	Late       int64   `json:"late"`
+	OpenTraces int64   `json:"open_traces,omitempty"`
+	// Spills: times fuse wrote pending members to state before a
+	// checkpoint (its open-traces share was full); Evicted: open traces
+	// it then emitted early and dropped from memory.
+	Spills  int64 `json:"spills,omitempty"`
+	Evicted int64 `json:"evicted,omitempty"`
+	// AlignmentPauses: source partitions paused for event_time.alignment.
+	AlignmentPauses int64   `json:"alignment_pauses,omitempty"`
+	Members         int64   `json:"members,omitempty"`
+	Local           int64   `json:"local_groups,omitempty"`
+	Repartition     int64   `json:"repartitioned_groups,omitempty"`
+	RecordsOut      int64   `json:"records_out,omitempty"`
+	Checkpoints     int64   `json:"checkpoints,omitempty"`
+	Aborts          int64   `json:"aborts,omitempty"`
+	LastCommitMS    float64 `json:"last_commit_ms,omitempty"`
+	StopSec         float64 `json:"stop_s,omitempty"` // final checkpoint and close, after the measurement
 	// Alerts: the alerts stage's counters at the end of the measurement
 	// (window 3), AlertsAllFused at the end of window 2 (nil: the stage is
 	// off).
@@ -434,6 +444,9 @@ func run(o options) error {
 	res.Settings = Settings{Encoding: o.encoding, Keying: o.keying, Partitions: o.partitions, Requests: o.requests,
 		RequestsPerBatch: simulator.DefaultRequestsPerBatch, Seed: o.seed, Rounds: o.rounds, CheckpointInterval: o.checkpoint.String(),
 		EventTime: o.eventTime, AtLeastOnce: o.alo, AlertsOff: o.alertsOff, Sampling: o.sampling, Settle: o.settle, MemoryBudget: o.budget}
+	if o.alignment != 0 {
+		res.Settings.Alignment = o.alignment.String()
+	}
 	if o.brokerPID == 0 {
 		o.brokerPID = machine.BrokerPID()
 	}
@@ -550,8 +563,8 @@ func run(o options) error {
 				fmt.Printf("round %d %-14s FAILED after %.2fs, cpu %5.2fs%s: %s\n", r, name, ph.Seconds, ph.CPUSec, brokerCPU(ph), ph.Error)
 				continue
 			}
-			fmt.Printf("round %d %-14s %6.2fs %8.0f msgs/s %6.1f MB/s  cpu %5.2fs%s  (read all in %.2fs, %d fused of which %d revisions, %d checkpoints, %d aborts); all fused+committed %.2fs %.0f msgs/s cpu %.2fs%s\n",
-				r, name, ph.Seconds, ph.MsgsPS, ph.MBPS, ph.CPUSec, brokerCPU(ph), ph.ReadSec, ph.Fused, ph.Revisions, ph.Checkpoints, ph.Aborts,
+			fmt.Printf("round %d %-14s %6.2fs %8.0f msgs/s %6.1f MB/s  cpu %5.2fs%s  (read all in %.2fs, %d fused of which %d revisions, %d checkpoints, %d aborts, %d spills, %d evicted, %d alignment pauses); all fused+committed %.2fs %.0f msgs/s cpu %.2fs%s\n",
+				r, name, ph.Seconds, ph.MsgsPS, ph.MBPS, ph.CPUSec, brokerCPU(ph), ph.ReadSec, ph.Fused, ph.Revisions, ph.Checkpoints, ph.Aborts, ph.Spills, ph.Evicted, ph.AlignmentPauses,
 				ph.AllFusedSec, ph.AllFusedMsgsPS, ph.AllFusedCPUSec, alertsLine(ph.Alerts)+samplingLine(ph.Sampling))
 		}
 		if collector != "" {
@@ -987,6 +1000,7 @@ func braidJob(ctx context.Context, o options, in simulator.Topics, group string,
 	cfg.InstanceID = "0"
 	cfg.State.Dir = dir
 	cfg.State.MemoryBudget = o.budget
+	cfg.EventTime.Alignment = o.alignment
 	cfg.Inputs.Spans = job.InputConfig{Topic: in.Spans, Encoding: enc}
 	cfg.Inputs.Logs = job.InputConfig{Topic: in.Logs, Encoding: enc}
 	cfg.Inputs.Metrics = job.InputConfig{Topic: in.Metrics, Encoding: enc}
@@ -1083,6 +1097,8 @@ func braidJob(ctx context.Context, o options, in simulator.Topics, group string,
 		ph.Revisions = c.Revisions.Load()
 		ph.Late = c.Late.Load()
 		ph.OpenTraces = c.OpenTraces.Load()
+		ph.Spills, ph.Evicted = c.Spills.Load(), c.Evicted.Load()
+		ph.AlignmentPauses = st.AlignmentPauses.Load()
 		ph.Members = c.Members.Load()
 		ph.Local = c.Local.Load()
 		ph.Repartition = c.Repartitioned.Load()

@@ -146,6 +146,13 @@ type Config struct {
 		// partition with a backlog still waits for idleness. Default
 		// 200ms; at most idleness; negative: off.
 		CaughtUpIdleness time.Duration `yaml:"caught_up_idleness"`
+		// Alignment: a source partition read more than this ahead, in
+		// event time, of the slowest partition of its task that still
+		// has a backlog is paused until that one catches up
+		// (engine.Config.Alignment), so that reading a backlog does not
+		// hold the members of the partitions read ahead in memory.
+		// Default 1m; negative: off.
+		Alignment time.Duration `yaml:"alignment"`
 		// IdleGap: a trace closes when the watermark passes its last event
 		// plus this gap. Default 5s.
 		IdleGap time.Duration `yaml:"idle_gap"`
@@ -573,6 +580,7 @@ func (c *Config) EngineConfig(budget Budget) engine.Config {
 		OutOfOrderness:     c.EventTime.OutOfOrderness,
 		Idleness:           c.EventTime.Idleness,
 		CaughtUpIdleness:   c.EventTime.CaughtUpIdleness,
+		Alignment:          alignment(c.EventTime.Alignment),
 		MaxRecordBytes:     c.Limits.MaxMessageBytes,
 		MaxClockSkew:       c.EventTime.MaxClockSkew,
 		// Totals of the instance, whatever number of tasks it runs.
@@ -580,6 +588,18 @@ func (c *Config) EngineConfig(budget Budget) engine.Config {
 		FetchBufferBytes:    budget.FetchBuffer,
 		PendingStateBytes:   budget.StateBatch,
 	}
+}
+
+// alignment is engine.Config.Alignment for event_time.alignment: default
+// 1m, negative off.
+func alignment(d time.Duration) time.Duration {
+	switch {
+	case d < 0:
+		return 0
+	case d == 0:
+		return time.Minute
+	}
+	return d
 }
 
 // StateOptions are the state store's options for a store in dir serving

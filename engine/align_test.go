@@ -1,0 +1,117 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// skewProbe observes each record's timestamp as its event time and keeps
+// how far one input had been read past a record of the other when that
+// record came (the event time the task held members of the first for,
+// waiting for the second).
+type skewProbe struct {
+	mu      sync.Mutex
+	newest  [2]int64
+	worst   time.Duration
+	records int
+}
+
+func (p *skewProbe) Process(t *Task, r *kgo.Record, input int) error {
+	ts := r.Timestamp.UnixNano()
+	t.Observe(input, ts)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.records++
+	p.newest[input] = max(p.newest[input], ts)
+	if other := p.newest[1-input]; other != 0 {
+		p.worst = max(p.worst, time.Duration(other-ts))
+	}
+	return nil
+}
+
+// alignmentRun reads two source topics holding the same span of event
+// time, one in smaller records (a fetch covers more of it) than the other,
+// with Config.Alignment align, and returns how far one was read ahead of
+// the other at worst, and the alignment pauses.
+func alignmentRun(t *testing.T, align time.Duration) (time.Duration, int64) {
+	t.Helper()
+	const n, fetchBuffer = 1500, 1 << 20
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "fast", "slow", "changelog"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	f := &fakeEnv{c: c, brokers: c.ListenAddrs(), partitions: 1, changelog: "changelog", group: "align"}
+	cl := f.client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchMaxBytes(64<<10))
+	base := time.Now().Add(-2 * time.Hour)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, in := range []struct {
+		topic string
+		size  int
+	}{{"fast", 4 << 10}, {"slow", 16 << 10}} {
+		recs := make([]*kgo.Record, 0, n)
+		for i := range n {
+			recs = append(recs, &kgo.Record{Topic: in.topic, Key: fmt.Appendf(nil, "k%d", i),
+				Value: make([]byte, in.size), Timestamp: base.Add(time.Duration(i) * time.Second)})
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	probe := &skewProbe{}
+	cfg := f.config(t, t.TempDir(), "align")
+	cfg.FetchBufferBytes = fetchBuffer
+	cfg.MaxRecordBytes = 32 << 10
+	cfg.Alignment = align
+	e, err := New(cfg, Topology{
+		Name:         "align",
+		Inputs:       []Input{{Topic: "fast"}, {Topic: "slow"}},
+		Partitions:   1,
+		Changelog:    "changelog",
+		NewProcessor: func(*Task) (Processor, error) { return probe, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := start(t, e)
+	waitCond(t, 60*time.Second, fmt.Sprintf("%d records processed", 2*n), func() bool {
+		probe.mu.Lock()
+		defer probe.mu.Unlock()
+		return probe.records >= 2*n
+	}, r)
+	// Both read to their end: nothing stays paused.
+	waitCond(t, 10*time.Second, "no partition paused", func() bool { return e.Stats().AlignedPartitions.Load() == 0 }, r)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	probe.mu.Lock()
+	defer probe.mu.Unlock()
+	return probe.worst, e.Stats().AlignmentPauses.Load()
+}
+
+// TestSourceAlignment: a task reading two sources over the same event
+// time reads neither more than about Config.Alignment (plus the fetches
+// under way when it was paused) ahead of the other, and reads both to
+// their end; without alignment one is read far ahead of the other.
+func TestSourceAlignment(t *testing.T) {
+	const align, slack = time.Minute, 6 * time.Minute
+	off, _ := alignmentRun(t, 0)
+	on, pauses := alignmentRun(t, align)
+	t.Logf("one source read ahead of the other at worst: %v without alignment, %v with %v (%d pauses)", off, on, align, pauses)
+	if off <= align+slack {
+		t.Fatalf("without alignment one source was read only %v ahead of the other: the input does not skew the reads", off)
+	}
+	if pauses == 0 {
+		t.Errorf("no alignment pause")
+	}
+	if on > align+slack {
+		t.Errorf("with alignment %v one source was read %v ahead of the other, want at most %v", align, on, align+slack)
+	}
+}
