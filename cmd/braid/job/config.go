@@ -151,7 +151,8 @@ type Config struct {
 		// has a backlog is paused until that one catches up
 		// (engine.Config.Alignment), so that reading a backlog does not
 		// hold the members of the partitions read ahead in memory.
-		// Default 1m; negative: off.
+		// Default off (0 or negative); 1m is a good start where sources
+		// skew.
 		Alignment time.Duration `yaml:"alignment"`
 		// IdleGap: a trace closes when the watermark passes its last event
 		// plus this gap. Default 5s.
@@ -590,17 +591,9 @@ func (c *Config) EngineConfig(budget Budget) engine.Config {
 	}
 }
 
-// alignment is engine.Config.Alignment for event_time.alignment: default
-// 1m, negative off.
-func alignment(d time.Duration) time.Duration {
-	switch {
-	case d < 0:
-		return 0
-	case d == 0:
-		return time.Minute
-	}
-	return d
-}
+// alignment is engine.Config.Alignment for event_time.alignment: off
+// unless positive.
+func alignment(d time.Duration) time.Duration { return max(d, 0) }
 
 // StateOptions are the state store's options for a store in dir serving
 // partitions tasks: Pebble's cache and memtables take their shares of the
