@@ -638,15 +638,24 @@ func (t *Task) align() {
 		}
 	}
 	var ahead uint64
+	was := t.pub.ahead.Load()
 	if floor != windows.MaxTime {
-		limit := addSkew(floor, a)
+		// A paused source resumes once it is within half the bound, so
+		// that it is not paused and resumed at every batch of the
+		// slowest (each resumption starts its fetches anew).
+		pause, resume := addSkew(floor, a), addSkew(floor, a/2)
 		for i := range n {
+			limit := pause
+			if was&(1<<i) != 0 {
+				limit = resume
+			}
 			if m := t.all.Max(i); m != windows.MinTime && m > limit {
 				ahead |= 1 << i
 			}
 		}
 	}
-	if t.pub.ahead.Swap(ahead) != ahead {
+	if was != ahead {
+		t.pub.ahead.Store(ahead)
 		// The poll in progress may wait on partitions that are all
 		// paused or at their end: end it, so that the change applies.
 		if wake := t.e.wake.Load(); wake != nil {

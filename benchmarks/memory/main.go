@@ -69,6 +69,7 @@ type options struct {
 	resultsDir            string
 	keepTopics            bool
 	checkpoint            time.Duration
+	alignment             time.Duration
 	verbose               bool
 	note                  string
 
@@ -96,6 +97,7 @@ func main() {
 	flag.StringVar(&o.resultsDir, "results", filepath.Join("benchmarks", "results"), "directory of the JSON result; empty: do not write one")
 	flag.BoolVar(&o.keepTopics, "keep-topics", false, "do not delete the topics at the end")
 	flag.DurationVar(&o.checkpoint, "checkpoint", 0, "braid's checkpoint_interval (0: its default, 5s)")
+	flag.DurationVar(&o.alignment, "alignment", 0, "braid's event_time.alignment (0: its default, off)")
 	flag.BoolVar(&o.verbose, "v", false, "pass braid's log through")
 	flag.StringVar(&o.note, "note", "", "free text stored in the result")
 	flag.BoolVar(&o.cgo, "cgo", false, "build braid with cgo (Pebble's block cache and memtables in C memory, outside Go's memory limit); default: without, as make build does")
@@ -307,7 +309,7 @@ func run(o options) error {
 	cfgPath := filepath.Join(stateDir, "braid.yaml")
 	cfg := braidproc.Config{Brokers: o.brokers, Group: group, Instance: "mem-0",
 		Inputs: [3]string(inputs), Outputs: [5]string(outputs),
-		StateDir: filepath.Join(stateDir, "data"), MemoryBudget: o.budget, Admin: o.admin, CheckpointInterval: o.checkpoint}.YAML()
+		StateDir: filepath.Join(stateDir, "data"), MemoryBudget: o.budget, Admin: o.admin, CheckpointInterval: o.checkpoint, Alignment: o.alignment}.YAML()
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return err
 	}

@@ -152,6 +152,7 @@ type Config struct {
 	MemoryBudget       int64
 	Admin              string
 	CheckpointInterval time.Duration // 0: braid's default
+	Alignment          time.Duration // event_time.alignment; 0: braid's default
 }
 
 // YAML is c as braid's configuration file.
@@ -180,6 +181,9 @@ admin: {addr: %q}
 		c.Outputs[0], c.Outputs[1], c.Outputs[2], c.Outputs[3], c.Outputs[4], state, admin)
 	if c.CheckpointInterval > 0 {
 		y += fmt.Sprintf("checkpoint_interval: %s\n", c.CheckpointInterval)
+	}
+	if c.Alignment != 0 {
+		y += fmt.Sprintf("event_time: {alignment: %s}\n", c.Alignment)
 	}
 	return y
 }
