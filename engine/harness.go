@@ -180,6 +180,15 @@ func (h *Harness) MarkCaughtUp() {
 	h.t.publishCaughtUp()
 }
 
+// AddSiblingBehind puts beside the task another task of its instance that
+// reads a backlog and has never been caught up: Task.Live is false from
+// then on, whatever the task's own sources say.
+func (h *Harness) AddSiblingBehind() {
+	h.e.mu.Lock()
+	defer h.e.mu.Unlock()
+	h.e.mu.tasks[h.p+1] = &published{}
+}
+
 // Close closes the task. A second Close does nothing. (Its error is
 // CloseErr's.)
 func (h *Harness) Close() {

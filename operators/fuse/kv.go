@@ -496,11 +496,14 @@ func (k *kvStage) hand(t *engine.Task, rec []byte) error {
 func (k *kvStage) release(t *engine.Task, wm int64, budget int) error {
 	k.backlog = false
 	heldSince := int64(math.MinInt64) // events buffered at or before it may go early
-	if hold := k.cfg.KVGraph.LiveHold; hold > 0 && t.CaughtUp() {
+	if hold := k.cfg.KVGraph.LiveHold; hold > 0 && t.Live() {
 		// Held LiveHold, and every task has committed what it read up
 		// to LiveHold after it (the disorder allowed between tasks): a
 		// host's events read on other tasks come through the kvgraph
-		// topic a checkpoint or more later.
+		// topic a checkpoint or more later. Only while every task of
+		// the instance is live: the rule orders events by when they
+		// were read, and a task reading a backlog reads a host's older
+		// events after this one's newer ones.
 		if h := t.MarkerHorizon(k.input); h != math.MinInt64 {
 			heldSince = min(t.Now().UnixNano(), h) - int64(hold)
 		}

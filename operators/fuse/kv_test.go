@@ -370,9 +370,10 @@ func TestKVBufferIsBounded(t *testing.T) {
 // to the detector once it has waited KVGraph.LiveHold of processing time
 // and every task has committed what it read before (two markers of each
 // read since), long before the watermark (which trails the freshest data by
-// the out-of-orderness bound) passes it; behind its inputs, with LiveHold
-// negative, or while markers do not come, only the watermark releases
-// events.
+// the out-of-orderness bound) passes it; behind its inputs, beside a task
+// of its instance that reads a backlog (which reads a host's older events
+// later), with LiveHold negative, or while markers do not come, only the
+// watermark releases events.
 func TestKVLiveHold(t *testing.T) {
 	pool, ms, where := kvFixture()
 	for _, tc := range []struct {
@@ -384,6 +385,7 @@ func TestKVLiveHold(t *testing.T) {
 	}{
 		{"live", 0, true, true, true},
 		{"backlog", 0, false, true, false},
+		{"sibling reads a backlog", 0, true, true, false},
 		{"hold off", -1, true, true, false},
 		{"no markers", 0, true, false, false},
 	} {
@@ -394,6 +396,9 @@ func TestKVLiveHold(t *testing.T) {
 			c.feed(owner, inLogs, nil, kvlog.Marshal(where, residueOps(pool, ms)...))
 			if tc.caughtUp {
 				h.MarkCaughtUp()
+			}
+			if tc.name == "sibling reads a backlog" {
+				h.AddSiblingBehind()
 			}
 			step := func(d time.Duration) {
 				if tc.checkpoint {
