@@ -106,8 +106,10 @@ type entry struct {
 	seq   uint64 // bumped on each change
 	// delivered[i] is the seq that Alertmanager i last took.
 	delivered []uint64
-	// taken: some Alertmanager took some version of this alert.
-	taken bool
+	// taken: some Alertmanager took some version of this alert; offered:
+	// some version went into a post (which may have reached an
+	// Alertmanager whatever its answer).
+	taken, offered bool
 }
 
 // dest is one Alertmanager; its fields beyond the first two belong to its
@@ -200,12 +202,13 @@ func (s *Sink) Update(a Alert) error {
 }
 
 // retireLocked moves e off its Key, as a resolved alert, if some
-// Alertmanager took it, and drops it otherwise.
+// Alertmanager took it or a post of it is or was on its way (it may have
+// arrived whatever the answer), and drops it otherwise.
 //
 // REQUIRES: s.mu held.
 func (s *Sink) retireLocked(e *entry, now time.Time) {
 	delete(s.mu.alerts, e.key)
-	if !e.taken {
+	if !e.taken && !e.offered {
 		return
 	}
 	if e.alert.Firing {
@@ -421,6 +424,7 @@ func (s *Sink) collect(i int, all bool) []item {
 	var out []item
 	for _, e := range s.mu.alerts {
 		if e.delivered[i] < e.seq || (all && e.alert.Firing) {
+			e.offered = true
 			out = append(out, item{e: e, seq: e.seq, alert: e.alert})
 		}
 	}

@@ -382,6 +382,42 @@ func TestUnchangedUpdateIsNotPosted(t *testing.T) {
 	}
 }
 
+// TestChangedLabelsWhileThePostIsInFlight: the labels change while the
+// post of the first version is on its way. Alertmanager gets that version
+// all the same, so the Sink must resolve it, not forget it as an alert no
+// Alertmanager has taken: it would fire there until it timed out.
+func TestChangedLabelsWhileThePostIsInFlight(t *testing.T) {
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	am := newFakeAM(t, func(n int) int {
+		if n == 0 {
+			once.Do(func() { close(arrived) })
+			<-release
+		}
+		return http.StatusOK
+	})
+	s := start(t, Config{URLs: []string{am.srv.URL}, ResendInterval: time.Hour})
+	a := firing("A", time.Now().Add(-time.Minute))
+	mustUpdate(t, s, a)
+	select {
+	case <-arrived:
+	case <-time.After(15 * time.Second):
+		t.Fatal("timed out waiting for the first post")
+	}
+	b := a
+	b.Labels = map[string]string{"alertname": "A", "severity": "ticket", "model": "llama"}
+	mustUpdate(t, s, b)
+	close(release)
+	waitFor(t, "A resolved and A again", func() bool { return len(am.of("A")) == 3 })
+	got := am.of("A")
+	if old := got[1]; old.Labels["severity"] != "page" || old.EndsAt == "" {
+		t.Errorf("second post %+v, want the old labels resolved", old)
+	}
+	if now := got[2]; now.Labels["severity"] != "ticket" {
+		t.Errorf("third post %+v, want the new labels", now)
+	}
+}
+
 func TestChangedLabelsResolveTheOldAlert(t *testing.T) {
 	am := newFakeAM(t, nil)
 	s := start(t, Config{URLs: []string{am.srv.URL}, ResendInterval: time.Hour})
