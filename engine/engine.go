@@ -1430,24 +1430,16 @@ func (e *Engine) align() {
 	pause, resume := map[string][]int32{}, map[string][]int32{}
 	for p, t := range e.tasks {
 		was, now := e.aligned[p], t.pub.ahead.Load()
-		if was == now {
-			continue
-		}
-		for i, topic := range e.srcTopics {
-			if i >= 64 {
-				break
-			}
-			bit := uint64(1) << i
-			switch {
-			case now&bit != 0 && was&bit == 0:
-				pause[topic] = append(pause[topic], p)
+		for changed := was ^ now; changed != 0; changed &= changed - 1 {
+			i := bits.TrailingZeros64(changed)
+			if now&(1<<i) != 0 {
+				pause[e.srcTopics[i]] = append(pause[e.srcTopics[i]], p)
 				e.stats.AlignmentPauses.Add(1)
-				e.stats.AlignedPartitions.Add(1)
-			case now&bit == 0 && was&bit != 0:
-				resume[topic] = append(resume[topic], p)
-				e.stats.AlignedPartitions.Add(-1)
+			} else {
+				resume[e.srcTopics[i]] = append(resume[e.srcTopics[i]], p)
 			}
 		}
+		e.stats.AlignedPartitions.Add(int64(bits.OnesCount64(now) - bits.OnesCount64(was)))
 		if now == 0 {
 			delete(e.aligned, p)
 		} else {

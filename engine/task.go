@@ -628,7 +628,7 @@ func (t *Task) align() {
 	if a <= 0 {
 		return
 	}
-	n := min(len(t.e.srcTopics), 64)
+	n := min(len(t.e.srcTopics), 64) // the bits of published.ahead
 	floor := windows.MaxTime
 	for i := range n {
 		if !t.caught[i] {

@@ -106,10 +106,9 @@ type entry struct {
 	seq   uint64 // bumped on each change
 	// delivered[i] is the seq that Alertmanager i last took.
 	delivered []uint64
-	// taken: some Alertmanager took some version of this alert; offered:
-	// some version went into a post (which may have reached an
-	// Alertmanager whatever its answer).
-	taken, offered bool
+	// offered: some version went into a post, which may have reached an
+	// Alertmanager whatever its answer (every version one took was).
+	offered bool
 }
 
 // dest is one Alertmanager; its fields beyond the first two belong to its
@@ -208,7 +207,7 @@ func (s *Sink) Update(a Alert) error {
 // REQUIRES: s.mu held.
 func (s *Sink) retireLocked(e *entry, now time.Time) {
 	delete(s.mu.alerts, e.key)
-	if !e.taken && !e.offered {
+	if !e.offered {
 		return
 	}
 	if e.alert.Firing {
@@ -449,7 +448,6 @@ func (s *Sink) ack(i int, items []item) {
 	defer s.mu.Unlock()
 	for _, it := range items {
 		e := it.e
-		e.taken = true
 		e.delivered[i] = max(e.delivered[i], it.seq)
 		if !e.alert.Firing && !pending(e) && s.mu.alerts[e.key] == e {
 			delete(s.mu.alerts, e.key)

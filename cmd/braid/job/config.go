@@ -581,7 +581,7 @@ func (c *Config) EngineConfig(budget Budget) engine.Config {
 		OutOfOrderness:     c.EventTime.OutOfOrderness,
 		Idleness:           c.EventTime.Idleness,
 		CaughtUpIdleness:   c.EventTime.CaughtUpIdleness,
-		Alignment:          alignment(c.EventTime.Alignment),
+		Alignment:          max(c.EventTime.Alignment, 0), // off unless positive
 		MaxRecordBytes:     c.Limits.MaxMessageBytes,
 		MaxClockSkew:       c.EventTime.MaxClockSkew,
 		// Totals of the instance, whatever number of tasks it runs.
@@ -590,10 +590,6 @@ func (c *Config) EngineConfig(budget Budget) engine.Config {
 		PendingStateBytes:   budget.StateBatch,
 	}
 }
-
-// alignment is engine.Config.Alignment for event_time.alignment: off
-// unless positive.
-func alignment(d time.Duration) time.Duration { return max(d, 0) }
 
 // StateOptions are the state store's options for a store in dir serving
 // partitions tasks: Pebble's cache and memtables take their shares of the
