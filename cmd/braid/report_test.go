@@ -258,14 +258,16 @@ func TestReportFromDemo(t *testing.T) {
 		if top == string(f.Trigger) {
 			first++
 		}
-		// The victims the incidents' revisions could know: polluted by
-		// their last event time (an open incident grows on after the
-		// report).
+		// A victim named is right when the truth counts it, whenever
+		// it was polluted. A victim missed counts against recall only
+		// if the incidents' revisions could know it: polluted by their
+		// last event time (an open incident grows on after the report;
+		// the simulator's pollution time, when the victim read or was
+		// written over, may also fall a little after the incident's
+		// last event).
 		truthV := map[string]bool{}
 		for _, v := range append(slices.Clone(f.Victims), f.Propagated...) {
-			if at, ok := truth.polluted[v]; !ok || !at.After(last.Add(time.Millisecond)) {
-				truthV[v] = true
-			}
+			truthV[v] = true
 		}
 		got := map[string]bool{}
 		for _, rr := range rs {
@@ -282,7 +284,7 @@ func TestReportFromDemo(t *testing.T) {
 			}
 		}
 		for v := range truthV {
-			if !got[v] {
+			if at, ok := truth.polluted[v]; !got[v] && (!ok || !at.After(last.Add(time.Millisecond))) {
 				fn++
 			}
 		}
