@@ -42,6 +42,8 @@ func StageMetrics(stage *fuse.Stage) Table {
 			Help: "Members whose event time was further ahead of their Kafka record timestamp than event_time.max_clock_skew (late or re-stamped)."},
 		{Name: "braid_repaired_utf8_members_total", Value: c.RepairedUTF8.Load,
 			Help: "Members whose strings held invalid UTF-8, repaired (U+FFFD) before output."},
+		{Name: "braid_trace_chunk_reads_total", Value: c.ChunkReads.Load,
+			Help: "Chunks of open traces read back from state to emit them: their members left memory after a checkpoint wrote them (the open_traces share was full, a revision, a restart). Steady growth while traces are first emitted: the share is too small for the input rate."},
 		{Name: "braid_open_traces", Gauge: true, Log: "open_traces", Value: c.OpenTraces.Load,
 			Help: "Traces open in state, not yet past the watermark plus idle_gap and allowed_lateness."},
 		{Name: "braid_timers_pending", Gauge: true, Value: c.OpenTraces.Load,

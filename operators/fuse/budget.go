@@ -23,16 +23,26 @@ const evictedOverhead = 32
 // loads it back and revises it, and it is purged when the watermark passes
 // its last event time plus IdleGap plus AllowedLateness, as any other.
 func (p *fuser) relieve(t *engine.Task, wm int64) error {
+	target := p.cfg.MaxOpenTraceBytes - p.cfg.MaxOpenTraceBytes/10
+	// Stored members first, the latest kept first (the traces emitted
+	// last): they are in state already.
+	for i := len(p.keeping) - 1; i >= 0 && p.storedBytes > 0 && p.openBytes+int64(p.evicted)*evictedOverhead > target; i-- {
+		p.forget(p.keeping[i])
+		p.keeping[i] = nil
+		p.keeping = p.keeping[:i]
+	}
+	if p.openBytes+int64(p.evicted)*evictedOverhead <= target {
+		return nil
+	}
 	p.s.counters.Spills.Add(1)
 	for _, tr := range p.changed {
 		if p.traces[tr.id] != tr || len(tr.pending) == 0 {
 			continue
 		}
-		if err := p.flushTrace(t, tr); err != nil {
+		if err := p.flushTrace(t, tr, false); err != nil {
 			return err
 		}
 	}
-	target := p.cfg.MaxOpenTraceBytes - p.cfg.MaxOpenTraceBytes/10
 	for p.openBytes+int64(p.evicted)*evictedOverhead > target && len(p.timers) > 0 {
 		tm := p.timers.pop()
 		tr := tm.tr
@@ -47,6 +57,17 @@ func (p *fuser) relieve(t *engine.Task, wm int64) error {
 	return nil
 }
 
+// forget drops tr's stored members from memory (their chunks stay in
+// state).
+func (p *fuser) forget(tr *trace) {
+	if tr.stored == nil {
+		return
+	}
+	p.openBytes -= int64(len(tr.stored))
+	p.storedBytes -= int64(len(tr.stored))
+	tr.stored = nil
+}
+
 // evict emits tr if it changed since its last emission and drops it from
 // memory, leaving it in state.
 func (p *fuser) evict(t *engine.Task, tr *trace, wm int64) error {
@@ -57,7 +78,7 @@ func (p *fuser) evict(t *engine.Task, tr *trace, wm int64) error {
 		}
 		tr.dirty = false
 	}
-	if err := p.flushTrace(t, tr); err != nil {
+	if err := p.flushTrace(t, tr, false); err != nil {
 		return err
 	}
 	delete(p.traces, tr.id)

@@ -107,14 +107,22 @@ func (p *fuser) emit(t *engine.Task, tr *trace, wm int64) error {
 	e := &p.emitter
 	e.chunks = e.chunks[:0]
 	e.members = e.members[:0]
-	for c := uint32(0); c < tr.chunks; c++ {
-		var ok bool
-		var err error
-		if e.chunks, ok, err = t.State.Get(e.chunks, dataKey(p.key[:0], tr.id, c)); err != nil {
-			return err
-		} else if !ok {
-			return fmt.Errorf("fuse: trace %x: chunk %d of %d missing", tr.id, c, tr.chunks)
+	if tr.stored != nil {
+		// Kept since they were written; a revision, if one comes, reads
+		// them from state.
+		e.chunks = append(e.chunks, tr.stored...)
+		p.forget(tr)
+	} else {
+		for c := uint32(0); c < tr.chunks; c++ {
+			var ok bool
+			var err error
+			if e.chunks, ok, err = t.State.Get(e.chunks, dataKey(p.key[:0], tr.id, c)); err != nil {
+				return err
+			} else if !ok {
+				return fmt.Errorf("fuse: trace %x: chunk %d of %d missing", tr.id, c, tr.chunks)
+			}
 		}
+		p.s.counters.ChunkReads.Add(int64(tr.chunks))
 	}
 	e.chunks = append(e.chunks, tr.pending...)
 	err := readMembers(e.chunks, func(m *member) error {

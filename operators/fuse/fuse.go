@@ -47,6 +47,7 @@ type Counters struct {
 	Evicted          atomic.Int64 // open traces emitted early and dropped from memory because MaxOpenTraceBytes was reached (a later member revises them)
 	IdleFlushed      atomic.Int64 // dirty traces emitted by the processing-time flush (FlushAfter) before event time closed them
 	Spills           atomic.Int64 // times pending members were written to state before a checkpoint because MaxOpenTraceBytes was reached
+	ChunkReads       atomic.Int64 // chunks read back from state to emit a trace: its members were not kept in memory since a checkpoint wrote them (a revision, a restart, a full MaxOpenTraceBytes share)
 	OpenTraces       atomic.Int64 // traces in state
 	OpenTraceBytes   atomic.Int64 // gauge: memory of open traces (MaxOpenTraceBytes share), bytes
 	WaitingLogBytes  atomic.Int64 // gauge: memory of logs waiting for a request id (MaxWaitingLogBytes share), bytes
@@ -174,10 +175,15 @@ type trace struct {
 	bytes       uint32
 	chunks      uint32 // chunks in the keyspace
 	pending     []byte // members since the last checkpoint (a chunk)
-	sinceRes    uint32 // bytes of pending from its last member that states its resource
-	lastRes     []byte // resource of pending's last member
-	timerAt     int64  // scheduled timer, 0 if none
-	touchedAt   int64  // processing time of the last member, ns
+	// stored: the members of the chunks in the keyspace, all of them,
+	// kept from when they were written while the share has room for them
+	// (fuser.keep), so that the emission does not read them back; nil
+	// when it has not (read them from state).
+	stored    []byte
+	sinceRes  uint32 // bytes of pending from its last member that states its resource
+	lastRes   []byte // resource of pending's last member
+	timerAt   int64  // scheduled timer, 0 if none
+	touchedAt int64  // processing time of the last member, ns
 	// sampling stage: why the trace is kept (0: not, so far), the rate
 	// then, and how many members (in arrival order) were written to the
 	// sampled topics
@@ -213,7 +219,9 @@ type fuser struct {
 	pattrs    []semconv.KV
 
 	// memory share (MaxOpenTraceBytes)
-	openBytes    int64               // traceOverhead per trace in memory + pending members
+	openBytes    int64               // traceOverhead per trace in memory + pending and stored members
+	storedBytes  int64               // of which stored members
+	keeping      []*trace            // traces given stored members, in that order (some since emitted or purged)
 	reportedOpen int64               // what the gauge holds of this task
 	evicted      int                 // traces emitted early and dropped from memory, still in state
 	evictTimers  minHeap[evictTimer] // when each evicted trace is purged
@@ -562,6 +570,7 @@ func (p *fuser) purge(t *engine.Task, tr *trace, wm int64) error {
 	if err := t.State.Delete(metaKey(p.key[:0], tr.id)); err != nil {
 		return err
 	}
+	p.forget(tr)
 	delete(p.traces, tr.id)
 	p.openBytes -= traceOverhead + int64(len(tr.pending))
 	tr.pending = nil
@@ -589,17 +598,32 @@ func (p *fuser) prepareCheckpoint(t *engine.Task) error {
 		if p.traces[tr.id] != tr {
 			continue // purged
 		}
-		if err := p.flushTrace(t, tr); err != nil {
+		if err := p.flushTrace(t, tr, true); err != nil {
 			return err
 		}
 	}
 	clear(p.changed)
 	p.changed = p.changed[:0]
+	// The traces whose stored members went since: out of the list.
+	n := 0
+	for _, tr := range p.keeping {
+		if tr.stored != nil {
+			p.keeping[n] = tr
+			n++
+		}
+	}
+	clear(p.keeping[n:])
+	p.keeping = p.keeping[:n]
 	return nil
 }
 
-// flushTrace writes tr's pending members as chunks, and its record.
-func (p *fuser) flushTrace(t *engine.Task, tr *trace) error {
+// flushTrace writes tr's pending members as chunks, and its record. With
+// keep, the members stay in memory as tr.stored if it holds every
+// earlier chunk, for the emission (at a checkpoint: the memory they take
+// stays counted in the share, and relieve drops them first); else they
+// leave memory, with what stored held.
+func (p *fuser) flushTrace(t *engine.Task, tr *trace, keep bool) error {
+	keep = keep && len(tr.pending) > 0 && (tr.chunks == 0 || tr.stored != nil) && len(tr.stored)+len(tr.pending) <= p.chunkBytes()
 	for rest := tr.pending; len(rest) > 0; {
 		n, err := chunkPrefix(rest, p.chunkBytes())
 		if err != nil {
@@ -611,7 +635,18 @@ func (p *fuser) flushTrace(t *engine.Task, tr *trace) error {
 		tr.chunks++
 		rest = rest[n:]
 	}
-	p.openBytes -= int64(len(tr.pending))
+	switch {
+	case keep && tr.stored == nil:
+		tr.stored = tr.pending
+		p.storedBytes += int64(len(tr.pending))
+		p.keeping = append(p.keeping, tr)
+	case keep:
+		tr.stored = append(tr.stored, tr.pending...)
+		p.storedBytes += int64(len(tr.pending))
+	default:
+		p.forget(tr)
+		p.openBytes -= int64(len(tr.pending))
+	}
 	tr.pending, tr.lastRes = nil, nil
 	p.scratch = encodeMeta(p.scratch[:0], tr)
 	if err := t.State.Set(metaKey(p.key[:0], tr.id), p.scratch); err != nil {
@@ -631,7 +666,9 @@ func (p *fuser) restore(t *engine.Task) error {
 	clear(p.traces)
 	p.timers = p.timers[:0]
 	clear(p.evictTimers)
-	p.evictTimers, p.evicted, p.openBytes = p.evictTimers[:0], 0, 0
+	p.evictTimers, p.evicted, p.openBytes, p.storedBytes = p.evictTimers[:0], 0, 0, 0
+	clear(p.keeping)
+	p.keeping = p.keeping[:0]
 	clear(p.touched)
 	p.touched, p.touchHead = p.touched[:0], 0
 	p.changed = p.changed[:0]
@@ -791,4 +828,6 @@ func (p *fuser) close() {
 	p.reportedOpen, p.reportedClosed = 0, 0
 	clear(p.traces)
 	p.evicted = 0
+	clear(p.keeping)
+	p.keeping, p.storedBytes = p.keeping[:0], 0
 }

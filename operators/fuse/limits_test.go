@@ -410,3 +410,77 @@ func TestLimitsJSONPartsFit(t *testing.T) {
 		t.Fatalf("derived %v, DerivedDropped %d", whole.Derived != nil, h.stage.Counters().DerivedDropped.Load())
 	}
 }
+
+// TestKeptMembers: the members a checkpoint writes stay in memory for
+// the trace's first emission while the open-traces share has room for
+// them, and leave it, the latest first, when it fills (the emission reads
+// them back from state). The traces fused are the same either way, and
+// the same as a run without checkpoints fuses from memory alone; across
+// a restart too, which reads every chunk back.
+func TestKeptMembers(t *testing.T) {
+	ts := genTraces(rand.New(rand.NewPCG(21, 21)), 300, base)
+	ms := messages(ts)
+	// run feeds ms, a checkpoint after each message if asked, and
+	// returns what was fused and the most the open traces held.
+	run := func(share int64, checkpoints bool, restartAt int) (map[string]*braidpb.FusedTrace, *Counters, int64) {
+		h := newHarness(t, 1, func(c *Config) {
+			c.FlushAfter = -1
+			if share > 0 {
+				c.MaxOpenTraceBytes = share
+			}
+		})
+		peak := int64(0)
+		for i, m := range ms {
+			h.feed(m.input, m.key, m.value)
+			peak = max(peak, h.stage.counters.OpenTraceBytes.Load())
+			if checkpoints {
+				if err := h.Checkpoint(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if i == restartAt {
+				if err := h.Restart(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := h.Finish(); err != nil {
+			t.Fatal(err)
+		}
+		return h.fused(), &h.stage.counters, peak
+	}
+	want, wc, _ := run(0, false, -1)
+	if len(want) != len(ts) || wc.ChunkReads.Load() != 0 {
+		t.Fatalf("reference run: %d traces fused of %d, %d chunk reads", len(want), len(ts), wc.ChunkReads.Load())
+	}
+	_, _, peak := run(0, true, -1) // what kept members take at most
+	for _, tc := range []struct {
+		name      string
+		share     int64
+		restartAt int
+		reads     bool // some emission reads chunks back
+	}{
+		{"kept", 0, -1, false},
+		{"share full", peak * 3 / 4, -1, true},
+		{"restart", 0, len(ms) / 2, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, c, _ := run(tc.share, true, tc.restartAt)
+			t.Logf("share %d (kept members' peak %d): %d fused, %d chunk reads, %d spills, %d evicted", tc.share, peak, c.Fused.Load(), c.ChunkReads.Load(), c.Spills.Load(), c.Evicted.Load())
+			if len(got) != len(want) {
+				t.Fatalf("%d traces fused, want %d", len(got), len(want))
+			}
+			for k, w := range want {
+				if !proto.Equal(got[k], w) {
+					t.Fatalf("trace %s differs from the run without checkpoints", k)
+				}
+			}
+			if reads := c.ChunkReads.Load() > 0; reads != tc.reads || c.Revisions.Load() != 0 {
+				t.Errorf("%d chunk reads, %d revisions; want reads %v and no revision", c.ChunkReads.Load(), c.Revisions.Load(), tc.reads)
+			}
+			if c.Spills.Load() != 0 || c.Evicted.Load() != 0 {
+				t.Errorf("%d spills, %d evicted: dropping kept members should have made room", c.Spills.Load(), c.Evicted.Load())
+			}
+		})
+	}
+}
