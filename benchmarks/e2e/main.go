@@ -393,6 +393,9 @@ type Phase struct {
 	// it then emitted early and dropped from memory.
 	Spills  int64 `json:"spills,omitempty"`
 	Evicted int64 `json:"evicted,omitempty"`
+	// ChunkReads: chunks fuse read back from state to emit a trace (its
+	// members had left memory after a checkpoint or spill wrote them).
+	ChunkReads int64 `json:"chunk_reads,omitempty"`
 	// AlignmentPauses: source partitions paused for event_time.alignment.
 	AlignmentPauses int64   `json:"alignment_pauses,omitempty"`
 	Members         int64   `json:"members,omitempty"`
@@ -563,8 +566,8 @@ func run(o options) error {
 				fmt.Printf("round %d %-14s FAILED after %.2fs, cpu %5.2fs%s: %s\n", r, name, ph.Seconds, ph.CPUSec, brokerCPU(ph), ph.Error)
 				continue
 			}
-			fmt.Printf("round %d %-14s %6.2fs %8.0f msgs/s %6.1f MB/s  cpu %5.2fs%s  (read all in %.2fs, %d fused of which %d revisions, %d checkpoints, %d aborts, %d spills, %d evicted, %d alignment pauses); all fused+committed %.2fs %.0f msgs/s cpu %.2fs%s\n",
-				r, name, ph.Seconds, ph.MsgsPS, ph.MBPS, ph.CPUSec, brokerCPU(ph), ph.ReadSec, ph.Fused, ph.Revisions, ph.Checkpoints, ph.Aborts, ph.Spills, ph.Evicted, ph.AlignmentPauses,
+			fmt.Printf("round %d %-14s %6.2fs %8.0f msgs/s %6.1f MB/s  cpu %5.2fs%s  (read all in %.2fs, %d fused of which %d revisions, %d checkpoints, %d aborts, %d spills, %d evicted, %d chunk reads, %d alignment pauses); all fused+committed %.2fs %.0f msgs/s cpu %.2fs%s\n",
+				r, name, ph.Seconds, ph.MsgsPS, ph.MBPS, ph.CPUSec, brokerCPU(ph), ph.ReadSec, ph.Fused, ph.Revisions, ph.Checkpoints, ph.Aborts, ph.Spills, ph.Evicted, ph.ChunkReads, ph.AlignmentPauses,
 				ph.AllFusedSec, ph.AllFusedMsgsPS, ph.AllFusedCPUSec, alertsLine(ph.Alerts)+samplingLine(ph.Sampling))
 		}
 		if collector != "" {
@@ -1097,7 +1100,7 @@ func braidJob(ctx context.Context, o options, in simulator.Topics, group string,
 		ph.Revisions = c.Revisions.Load()
 		ph.Late = c.Late.Load()
 		ph.OpenTraces = c.OpenTraces.Load()
-		ph.Spills, ph.Evicted = c.Spills.Load(), c.Evicted.Load()
+		ph.Spills, ph.Evicted, ph.ChunkReads = c.Spills.Load(), c.Evicted.Load(), c.ChunkReads.Load()
 		ph.AlignmentPauses = st.AlignmentPauses.Load()
 		ph.Members = c.Members.Load()
 		ph.Local = c.Local.Load()
