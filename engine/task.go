@@ -714,12 +714,13 @@ func (t *Task) prepare() error {
 		}
 	}
 	t.sent = t.sent[:0]
+	horizon := encodeHorizon(t.readHorizon())
 	for k, topic := range t.e.internal {
 		wm, idle := t.markerFor(k)
 		t.sent = append(t.sent, sentMarker{wm: wm, idle: idle})
 		marker := encodeMarker(t.Partition, wm, idle)
 		for q := int32(0); q < t.e.topo.Partitions; q++ {
-			t.e.produceMarker(&kgo.Record{Topic: topic, Partition: q, Headers: []kgo.RecordHeader{{Key: markerHeader, Value: marker}}})
+			t.e.produceMarker(&kgo.Record{Topic: topic, Partition: q, Key: horizon, Headers: []kgo.RecordHeader{{Key: markerHeader, Value: marker}}})
 		}
 	}
 	return nil

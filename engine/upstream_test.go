@@ -272,3 +272,69 @@ func TestHeldWatermarkCapsMarkers(t *testing.T) {
 		t.Errorf("upstream watermark of a source %d, want MinTime", wm)
 	}
 }
+
+// TestMarkersCarryTheReadHorizon: a task's markers carry the time before
+// which it has read everything its sources held — none before it has
+// read them to their end, the checkpoint's time while caught up, the
+// moment it last was while it reads a backlog — and MarkerHorizon is the
+// earliest over the upstream tasks' markers read (an older marker without
+// one: its timestamp).
+func TestMarkersCarryTheReadHorizon(t *testing.T) {
+	start := time.Unix(1000, 0)
+	h := upstreamHarness(t, abTopology(2), start)
+	horizons := func() []int64 {
+		var hs []int64
+		for _, r := range h.Out {
+			if _, _, ok := Marker(r); ok && r.Topic == "a" {
+				v, ok := decodeHorizon(r.Key)
+				if !ok {
+					t.Fatalf("marker without a read horizon: key %x", r.Key)
+				}
+				hs = append(hs, v)
+			}
+		}
+		h.Out = nil
+		return hs
+	}
+	at := func(d time.Duration) {
+		h.SetNow(start.Add(d))
+		if err := h.Checkpoint(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at(time.Second)
+	if hs := horizons(); len(hs) != 2 || hs[0] != math.MinInt64 || hs[1] != math.MinInt64 {
+		t.Fatalf("never caught up: horizons %v, want none (MinInt64) to each partition", hs)
+	}
+	h.MarkCaughtUp()
+	at(2 * time.Second)
+	if hs := horizons(); hs[0] != start.Add(2*time.Second).UnixNano() {
+		t.Fatalf("caught up: horizon %d, want the checkpoint's time", hs[0])
+	}
+	// A source record: behind again (a backlog) until the brokers say
+	// otherwise; the horizon stays at the last time it was caught up.
+	h.SetNow(start.Add(3 * time.Second))
+	h.MarkCaughtUp()
+	if err := h.Process(0, &kgo.Record{Timestamp: time.Unix(0, 50e9), Offset: 0}); err != nil {
+		t.Fatal(err)
+	}
+	at(9 * time.Second)
+	if hs := horizons(); hs[0] != start.Add(3*time.Second).UnixNano() {
+		t.Fatalf("reading a backlog: horizon %d, want when it was last caught up, %d", hs[0], start.Add(3*time.Second).UnixNano())
+	}
+
+	// Reading markers: upstream 0's says 7s, upstream 1's is an older
+	// version's, without a horizon: its timestamp, 8s, stands.
+	m0 := marker(0, 1e9)
+	m0.Timestamp, m0.Key = start.Add(9*time.Second), encodeHorizon(start.Add(7*time.Second).UnixNano())
+	m1 := marker(1, 1e9)
+	m1.Timestamp = start.Add(8 * time.Second)
+	for _, m := range []*kgo.Record{m0, m1} {
+		if err := h.Process(1, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := h.t.MarkerHorizon(1), start.Add(7*time.Second).UnixNano(); got != want {
+		t.Errorf("MarkerHorizon %d, want upstream 0's read horizon %d", got, want)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -497,13 +498,14 @@ func (k *kvStage) release(t *engine.Task, wm int64, budget int) error {
 	k.backlog = false
 	heldSince := int64(math.MinInt64) // events buffered at or before it may go early
 	if hold := k.cfg.KVGraph.LiveHold; hold > 0 && t.Live() {
-		// Held LiveHold, and every task has committed what it read up
-		// to LiveHold after it (the disorder allowed between tasks): a
-		// host's events read on other tasks come through the kvgraph
-		// topic a checkpoint or more later. Only while every task of
-		// the instance is live: the rule orders events by when they
-		// were read, and a task reading a backlog reads a host's older
-		// events after this one's newer ones.
+		// Held LiveHold, and every task has read everything its sources
+		// held up to LiveHold after it and committed what it forwarded
+		// here from it (the disorder allowed between tasks): a host's
+		// events read on other tasks come through the kvgraph topic a
+		// checkpoint or more later. A task reading a backlog, here or
+		// on another instance, holds the horizon back (it reads a
+		// host's older events after this one read newer ones); only
+		// while every task of the instance is live besides.
 		if h := t.MarkerHorizon(k.input); h != math.MinInt64 {
 			heldSince = min(t.Now().UnixNano(), h) - int64(hold)
 		}
@@ -514,8 +516,10 @@ func (k *kvStage) release(t *engine.Task, wm int64, budget int) error {
 			if ok && heldSince != math.MinInt64 {
 				// The earliest event left waits for the markers of a
 				// checkpoint taken LiveHold after it was read: ask for
-				// that one rather than wait for the regular schedule.
-				t.RequestCheckpoint(arrived + int64(k.cfg.KVGraph.LiveHold))
+				// that one rather than wait for the regular schedule,
+				// liveHoldSlack later, so that every task has read its
+				// sources to their end since then.
+				t.RequestCheckpoint(arrived + int64(k.cfg.KVGraph.LiveHold+liveHoldSlack))
 			}
 			return nil
 		}
@@ -533,6 +537,14 @@ func (k *kvStage) release(t *engine.Task, wm int64, budget int) error {
 		}
 	}
 }
+
+// liveHoldSlack: a held event asks for the checkpoint this long after its
+// LiveHold ends. The markers of a checkpoint show when each task last read
+// its sources to their end (engine.Task.MarkerHorizon); under a steady
+// stream a task is caught up between fetches, and the end checker looks
+// every 250 ms: a checkpoint right at the end of the hold would seldom
+// show every task past it.
+const liveHoldSlack = 250 * time.Millisecond
 
 // pop hands the earliest held event to the kvgraph processor.
 func (k *kvStage) pop(t *engine.Task) error {

@@ -381,14 +381,16 @@ func TestKVLiveHold(t *testing.T) {
 		hold       time.Duration
 		caughtUp   bool
 		sibling    bool // another task of the instance reads a backlog
+		behind     bool // the other task (another instance's) reads a backlog
 		checkpoint bool // markers come (two checkpoints)
 		want       bool // an incident before the watermark passes the events
 	}{
-		{"live", 0, true, false, true, true},
-		{"backlog", 0, false, false, true, false},
-		{"sibling reads a backlog", 0, true, true, true, false},
-		{"hold off", -1, true, false, true, false},
-		{"no markers", 0, true, false, false, false},
+		{"live", 0, true, false, false, true, true},
+		{"backlog", 0, false, false, false, true, false},
+		{"sibling reads a backlog", 0, true, true, false, true, false},
+		{"another instance reads a backlog", 0, true, false, true, true, false},
+		{"hold off", -1, true, false, false, true, false},
+		{"no markers", 0, true, false, false, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newCluster(t, 2, func(cfg *Config) { cfg.KVGraph.LiveHold = tc.hold })
@@ -397,6 +399,9 @@ func TestKVLiveHold(t *testing.T) {
 			c.feed(owner, inLogs, nil, kvlog.Marshal(where, residueOps(pool, ms)...))
 			if tc.caughtUp {
 				h.MarkCaughtUp()
+			}
+			if !tc.behind {
+				c.hs[1-owner].MarkCaughtUp()
 			}
 			if tc.sibling {
 				h.AddSiblingBehind()
@@ -457,6 +462,7 @@ func TestKVLiveHoldCountsFromTheForwardersRead(t *testing.T) {
 			// The other task reads the host's events and forwards them in
 			// its transaction: readable by the owner after its checkpoint.
 			c.hs[other].feed(inLogs, nil, kvlog.Marshal(where, residueOps(pool, ms)...))
+			c.hs[other].MarkCaughtUp() // and has read to its sources' ends
 			forwarded := 0
 			for _, r := range c.hs[other].Out {
 				if r.Topic == "braid.kvgraph-repartition" {
@@ -655,7 +661,10 @@ func TestKVLiveHoldRequestsACheckpoint(t *testing.T) {
 		t.Run(fmt.Sprintf("live=%v", live), func(t *testing.T) {
 			c := newCluster(t, 1, nil)
 			h := c.hs[0]
-			hold := h.stage.Config().KVGraph.LiveHold
+			hold := h.stage.Config().KVGraph.LiveHold + liveHoldSlack
+			if live {
+				h.MarkCaughtUp()
+			}
 			c.checkpoint(time.Second) // every task has sent markers: the horizon exists
 			if r := h.Requested(); r != 0 {
 				t.Fatalf("requested a checkpoint at %d before any KV event", r)
@@ -680,7 +689,7 @@ func TestKVLiveHoldRequestsACheckpoint(t *testing.T) {
 				return
 			}
 			if r, want := h.Requested(), read+int64(hold); r != want {
-				t.Fatalf("requested a checkpoint at %d, want LiveHold after the read, %d", r, want)
+				t.Fatalf("requested a checkpoint at %d, want LiveHold and its slack after the read, %d", r, want)
 			}
 			// LiveHold passes without a checkpoint: the events wait, the
 			// request stands.

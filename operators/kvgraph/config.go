@@ -72,7 +72,9 @@ type Config struct {
 	// watermark passes it: live detection does not wait on the
 	// out-of-orderness bound, only on the disorder of the last LiveHold —
 	// and on the events forwarded by other tasks, which the fuse task
-	// waits for in any case (engine.Task.MarkerHorizon). Behind its inputs
+	// waits for in any case: every task, on every instance, must have
+	// read its sources to their end since (engine.Task.MarkerHorizon).
+	// Behind its inputs
 	// (a backlog, a replay) the watermark alone releases events. Default
 	// 1s; negative: the watermark only.
 	LiveHold time.Duration
