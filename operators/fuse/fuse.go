@@ -620,10 +620,14 @@ func (p *fuser) prepareCheckpoint(t *engine.Task) error {
 // flushTrace writes tr's pending members as chunks, and its record. With
 // keep, the members stay in memory as tr.stored if it holds every
 // earlier chunk, for the emission (at a checkpoint: the memory they take
-// stays counted in the share, and relieve drops them first); else they
-// leave memory, with what stored held.
+// stays counted in the share, and relieve drops them first), while the
+// members kept take at most half the share: the other half is for what
+// comes until the next checkpoint (reading a backlog, kept members that
+// the pending ones push out only cost the heap); else they leave memory,
+// with what stored held.
 func (p *fuser) flushTrace(t *engine.Task, tr *trace, keep bool) error {
-	keep = keep && len(tr.pending) > 0 && (tr.chunks == 0 || tr.stored != nil) && len(tr.stored)+len(tr.pending) <= p.chunkBytes()
+	keep = keep && len(tr.pending) > 0 && (tr.chunks == 0 || tr.stored != nil) && len(tr.stored)+len(tr.pending) <= p.chunkBytes() &&
+		p.storedBytes+int64(len(tr.pending)) <= p.cfg.MaxOpenTraceBytes/2
 	for rest := tr.pending; len(rest) > 0; {
 		n, err := chunkPrefix(rest, p.chunkBytes())
 		if err != nil {
