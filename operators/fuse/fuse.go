@@ -176,9 +176,9 @@ type trace struct {
 	chunks      uint32 // chunks in the keyspace
 	pending     []byte // members since the last checkpoint (a chunk)
 	// stored: the members of the chunks in the keyspace, all of them,
-	// kept from when they were written while the share has room for them
-	// (fuser.keep), so that the emission does not read them back; nil
-	// when it has not (read them from state).
+	// kept from when a checkpoint wrote them (flushTrace) until the
+	// emission, which then reads nothing back; nil when they are not
+	// (read them from state).
 	stored    []byte
 	sinceRes  uint32 // bytes of pending from its last member that states its resource
 	lastRes   []byte // resource of pending's last member
