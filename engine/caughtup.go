@@ -18,11 +18,14 @@ import (
 // came from, judged by the task once it has processed the batch; and, since
 // franz-go hands the poll loop no empty fetch, the end checker asks the
 // brokers for the ends of the source partitions of every task, every
-// endCheckInterval, off the poll loop (a partition that returned no record
+// EndCheckInterval, off the poll loop (a partition that returned no record
 // since its task opened has no other source; one that is caught up gets
 // records the held poll loop does not fetch).
 const (
-	endCheckInterval = 250 * time.Millisecond
+	// EndCheckInterval: a caught-up task learns that new records reached
+	// its sources within this (or its next fetch), when the poll loop is
+	// held too.
+	EndCheckInterval = 250 * time.Millisecond
 	endCheckTimeout  = 5 * time.Second
 )
 
@@ -64,7 +67,7 @@ func (e *Engine) watchEnds(ctx context.Context, cl *kgo.Client) {
 	if e.sources == 0 {
 		return
 	}
-	tick := time.NewTicker(endCheckInterval)
+	tick := time.NewTicker(EndCheckInterval)
 	defer tick.Stop()
 	for {
 		select {

@@ -39,7 +39,7 @@ func (t *Task) noteMarker(k int, up int32, r *kgo.Record) {
 // task has read everything its source partitions held: now while every
 // source is caught up (CaughtUp), else the last time they all were —
 // a fetch or an end check after the records it read then were appended;
-// windows.MinTime if never since the task opened (or in a replay). Now for
+// windows.MinTime if never since the task opened. Now for
 // a task without sources. A task's markers carry it (in the record key,
 // which readers of older versions ignore), so that MarkerHorizon stays
 // behind a task that reads a backlog, on any instance: what it forwards
@@ -49,7 +49,7 @@ func (t *Task) readHorizon() int64 {
 	if t.e.sources == 0 || t.CaughtUp() {
 		return now
 	}
-	if at := t.pub.caughtUpAt.Load(); at != 0 && !t.all.Frozen() {
+	if at := t.pub.caughtUpAt.Load(); at != 0 {
 		return min(at, now)
 	}
 	return windows.MinTime

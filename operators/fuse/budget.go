@@ -26,12 +26,12 @@ func (p *fuser) relieve(t *engine.Task, wm int64) error {
 	target := p.cfg.MaxOpenTraceBytes - p.cfg.MaxOpenTraceBytes/10
 	// Stored members first, the latest kept first (the traces emitted
 	// last): they are in state already.
-	for i := len(p.keeping) - 1; i >= 0 && p.storedBytes > 0 && p.openBytes+int64(p.evicted)*evictedOverhead > target; i-- {
+	for i := len(p.keeping) - 1; i >= 0 && p.storedBytes > 0 && p.shareBytes() > target; i-- {
 		p.forget(p.keeping[i])
 		p.keeping[i] = nil
 		p.keeping = p.keeping[:i]
 	}
-	if p.openBytes+int64(p.evicted)*evictedOverhead <= target {
+	if p.shareBytes() <= target {
 		return nil
 	}
 	p.s.counters.Spills.Add(1)
@@ -43,7 +43,7 @@ func (p *fuser) relieve(t *engine.Task, wm int64) error {
 			return err
 		}
 	}
-	for p.openBytes+int64(p.evicted)*evictedOverhead > target && len(p.timers) > 0 {
+	for p.shareBytes() > target && len(p.timers) > 0 {
 		tm := p.timers.pop()
 		tr := tm.tr
 		if p.traces[tr.id] != tr || tr.timerAt != tm.at {
@@ -56,6 +56,10 @@ func (p *fuser) relieve(t *engine.Task, wm int64) error {
 	}
 	return nil
 }
+
+// shareBytes is what the open traces take of MaxOpenTraceBytes: those in
+// memory and the evicted ones' purge timers.
+func (p *fuser) shareBytes() int64 { return p.openBytes + int64(p.evicted)*evictedOverhead }
 
 // forget drops tr's stored members from memory (their chunks stay in
 // state).

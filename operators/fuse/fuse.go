@@ -376,7 +376,7 @@ func (p *fuser) add(t *engine.Task, id [16]byte, chunk []byte) error {
 // reportMemory publishes the task's memory shares in the gauges (the task
 // calls it after each of its calls).
 func (p *fuser) reportMemory() {
-	if d := p.openBytes + int64(p.evicted)*evictedOverhead - p.reportedOpen; d != 0 {
+	if d := p.shareBytes() - p.reportedOpen; d != 0 {
 		p.s.counters.OpenTraceBytes.Add(d)
 		p.reportedOpen += d
 	}

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -542,9 +541,9 @@ func (k *kvStage) release(t *engine.Task, wm int64, budget int) error {
 // LiveHold ends. The markers of a checkpoint show when each task last read
 // its sources to their end (engine.Task.MarkerHorizon); under a steady
 // stream a task is caught up between fetches, and the end checker looks
-// every 250 ms: a checkpoint right at the end of the hold would seldom
-// show every task past it.
-const liveHoldSlack = 250 * time.Millisecond
+// every engine.EndCheckInterval: a checkpoint right at the end of the hold
+// would seldom show every task past it.
+const liveHoldSlack = engine.EndCheckInterval
 
 // pop hands the earliest held event to the kvgraph processor.
 func (k *kvStage) pop(t *engine.Task) error {
