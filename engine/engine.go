@@ -44,6 +44,12 @@ type Input struct {
 	// it is derived from. The processor reads the watermark that covers
 	// it with Task.WatermarkAll.
 	Aside bool
+	// Deferred marks an internal input that the processor writes only when
+	// it prepares a checkpoint (Checkpointer: partial aggregates of what
+	// it emitted since), so that its markers hold only right after that
+	// output: the local exchange (Config.LocalExchange) sends no progress
+	// markers on it, only each checkpoint's.
+	Deferred bool
 }
 
 // Topology is what the engine runs: co-partitioned inputs and the processor
@@ -142,6 +148,15 @@ type Config struct {
 	// otherwise (checkpoint_run_on). The final checkpoint, and every
 	// checkpoint under AtLeastOnce, hold the tasks.
 	RunOn bool
+	// LocalExchange hands what a task writes to an internal topic, and the
+	// watermark it would send there, to the task of the destination
+	// partition in memory when that runs on the same instance, as well as
+	// writing it to the topic (exchange.go): downstream watermarks follow
+	// the sources within a checkpoint instead of a commit later. It holds
+	// at most FetchBufferBytes/4 bytes; what does not fit is read from
+	// Kafka. Off (the zero value); braid's job turns it on unless
+	// configured otherwise (local_exchange). Not under AtLeastOnce.
+	LocalExchange bool
 	// OnCheckpoint, if set, is called on the Run goroutine after every
 	// checkpoint (metrics). It must not block.
 	OnCheckpoint func(CheckpointInfo)
@@ -430,12 +445,15 @@ type Engine struct {
 	sources    int      // inputs that are not internal
 	srcTopics  []string // source index → topic
 	internal   []string
+	internalK  map[string]int // internal topic → k
 	// internalFrom[k] lists the internal inputs (indexes into internal)
 	// whose records may be forwarded to internal topic k.
 	internalFrom [][]int
 	// aside[k]: internal input k is Input.Aside; anyAside: some is.
 	aside    []bool
 	anyAside bool
+	// deferred[k]: internal input k is Input.Deferred.
+	deferred []bool
 	// hops is the number of marker hops on the longest path through the
 	// internal topics (1 without From, 0 without internal topics): the
 	// most follow-up checkpoints after a regular one.
@@ -460,6 +478,16 @@ type Engine struct {
 	wantAt    atomic.Int64
 	lastStart atomic.Int64
 	lastFresh time.Time
+
+	// The local exchange (exchange.go): the inbox of each partition's
+	// task, xown[p] whether partition p is assigned to this instance
+	// (messages to others are not kept), the epoch (messages of an older
+	// one are dropped), the bytes it holds and their bound.
+	xch    []*inbox
+	xown   []atomic.Bool
+	xepoch atomic.Uint64
+	xbytes atomic.Int64
+	xlimit int64
 
 	// sink replaces the transactional producer in a Harness.
 	sink func(*kgo.Record)
@@ -537,6 +565,13 @@ type Stats struct {
 	// with a backlog; AlignedPartitions is how many are paused now.
 	AlignmentPauses   atomic.Int64
 	AlignedPartitions atomic.Int64
+	// ExchangeRecords counts internal records processed from the local
+	// exchange (Config.LocalExchange), ExchangeSkipped the copies read
+	// from Kafka that were processed already, ExchangeGaps the records
+	// the exchange left to Kafka because its memory was full.
+	ExchangeRecords atomic.Int64
+	ExchangeSkipped atomic.Int64
+	ExchangeGaps    atomic.Int64
 }
 
 // New validates cfg and topo.
@@ -548,7 +583,13 @@ func New(cfg Config, topo Topology) (*Engine, error) {
 	if topo.Name == "" || len(topo.Inputs) == 0 || topo.Partitions <= 0 || topo.NewProcessor == nil {
 		return nil, errors.New("engine: Topology needs Name, Inputs, Partitions > 0 and NewProcessor")
 	}
-	e := &Engine{cfg: cfg, topo: topo, log: cfg.Logger, tasks: map[int32]*Task{}, aligned: map[int32]uint64{}, inputIndex: map[string]int{}}
+	e := &Engine{cfg: cfg, topo: topo, log: cfg.Logger, tasks: map[int32]*Task{}, aligned: map[int32]uint64{}, inputIndex: map[string]int{}, internalK: map[string]int{}}
+	e.xch = make([]*inbox, topo.Partitions)
+	for p := range e.xch {
+		e.xch[p] = newInbox()
+	}
+	e.xown = make([]atomic.Bool, topo.Partitions)
+	e.xlimit = cfg.FetchBufferBytes / 4
 	e.mu.assigned = map[int32]map[string]bool{}
 	e.mu.fresh = map[int32]bool{}
 	e.opening = map[int32]*opening{}
@@ -571,9 +612,11 @@ func New(cfg Config, topo Topology) (*Engine, error) {
 				}
 				from = append(from, j)
 			}
+			e.internalK[in.Topic] = len(e.internal)
 			e.internal = append(e.internal, in.Topic)
 			e.internalFrom = append(e.internalFrom, from)
 			e.aside = append(e.aside, in.Aside)
+			e.deferred = append(e.deferred, in.Deferred)
 			e.anyAside = e.anyAside || in.Aside
 			h := 1 // hops of the markers on this topic: one more than any in From
 			for _, j := range from {
@@ -583,8 +626,8 @@ func New(cfg Config, topo Topology) (*Engine, error) {
 			e.hops = max(e.hops, h)
 			e.srcIndex = append(e.srcIndex, -1)
 		} else {
-			if len(in.From) > 0 || in.Aside {
-				return nil, fmt.Errorf("engine: input %s: From and Aside are for internal inputs", in.Topic)
+			if len(in.From) > 0 || in.Aside || in.Deferred {
+				return nil, fmt.Errorf("engine: input %s: From, Aside and Deferred are for internal inputs", in.Topic)
 			}
 			e.srcIndex = append(e.srcIndex, e.sources)
 			e.srcTopics = append(e.srcTopics, in.Topic)
@@ -729,7 +772,7 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 			// Everything the last poll returned is dispatched before the
 			// barrier: the session commits the polled offsets with this
 			// checkpoint, so the records must be in it.
-			if err := e.checkpoint(false, 0, fetches); err != nil {
+			if err := e.finalCheckpoint(fetches); err != nil {
 				return fmt.Errorf("engine: final checkpoint: %w", err)
 			}
 			return nil
@@ -1183,6 +1226,7 @@ func (e *Engine) checkpoint(begin bool, step int, ahead kgo.Fetches) error {
 	var follow map[int32][]int64
 	if !committed {
 		outcome = msgAbort
+		e.bumpExchange() // what the tasks exchanged is rolled back
 		e.stats.Aborts.Add(1)
 		e.follow = followUp{}
 	} else {
@@ -1228,9 +1272,91 @@ func (e *Engine) checkpoint(begin bool, step int, ahead kgo.Fetches) error {
 		return fmt.Errorf("engine: end transaction: %w", endErr)
 	}
 	if !committed && !begin && prepErr == nil {
+		if endErr == nil {
+			return errFinalAborted
+		}
 		return fmt.Errorf("engine: final checkpoint aborted: %v", endErr)
 	}
 	return nil
+}
+
+// errFinalAborted: the final checkpoint's transaction ended in an abort
+// without an error of the engine's or of the broker's answer to End: the
+// session found the transaction abortable (an offset commit the group or
+// coordinator refused for the moment, a transaction the broker had
+// aborted).
+var errFinalAborted = errors.New("engine: final checkpoint aborted")
+
+// Stopping: how often the final checkpoint is tried, and how long each
+// retry may read to get back to where the aborted one was.
+const (
+	finalAttempts = 3
+	finalReread   = 10 * time.Second
+)
+
+// finalCheckpoint makes the last checkpoint before Run returns, with what
+// the last poll returned. If its transaction is aborted for a passing
+// reason (errFinalAborted), the tasks are back at the last committed
+// checkpoint and the consumer at its offsets: in a new transaction the
+// engine reads again up to where the client had read (for at most
+// finalReread) and tries again, finalAttempts times in all, so that a
+// stop commits what the instance processed rather than leaving it to be
+// read again. Run goroutine.
+func (e *Engine) finalCheckpoint(fetches kgo.Fetches) error {
+	for attempt := 1; ; attempt++ {
+		target := e.sess.Client().UncommittedOffsets()
+		err := e.checkpoint(false, 0, fetches)
+		if !errors.Is(err, errFinalAborted) || attempt == finalAttempts {
+			return err
+		}
+		e.log.Warn("final checkpoint aborted; reading again to where it was and trying again", "attempt", attempt)
+		if err := e.sess.Begin(); err != nil {
+			return fmt.Errorf("engine: begin transaction: %w", err)
+		}
+		if fetches, err = e.readTo(target); err != nil {
+			return err
+		}
+	}
+}
+
+// readTo polls, dispatching what it gets, until the client's position has
+// reached target on every partition, or finalReread has passed; it
+// returns the last poll, not dispatched (the checkpoint does that before
+// its barrier).
+func (e *Engine) readTo(target map[string]map[int32]kgo.EpochOffset) (kgo.Fetches, error) {
+	deadline := time.Now().Add(finalReread)
+	reached := func() bool {
+		pos := e.sess.Client().UncommittedOffsets()
+		for topic, ps := range target {
+			for p, o := range ps {
+				if at, ok := pos[topic][p]; !ok || at.Offset < o.Offset {
+					if e.tasks[p] == nil {
+						continue // no task here any more
+					}
+					return false
+				}
+			}
+		}
+		return true
+	}
+	var last kgo.Fetches
+	for !reached() && time.Now().Before(deadline) {
+		e.dispatch(last)
+		last = nil
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		e.waitQueued(ctx, deadline)
+		if !e.stateFull() {
+			last = e.sess.PollRecords(ctx, e.pollSize())
+		}
+		cancel()
+		if err := e.pollErr(last); err != nil {
+			return nil, err
+		}
+		if err := e.taskErr(); err != nil {
+			return nil, err
+		}
+	}
+	return last, nil
 }
 
 func (e *Engine) onAssigned(_ context.Context, cl *kgo.Client, m map[string][]int32) {
@@ -1246,6 +1372,7 @@ func (e *Engine) onAssigned(_ context.Context, cl *kgo.Client, m map[string][]in
 			}
 			e.mu.assigned[p][topic] = true
 			e.mu.fresh[p] = true
+			e.xown[p].Store(true)
 		}
 	}
 	if wake := e.wake.Load(); wake != nil {
@@ -1285,6 +1412,7 @@ func (e *Engine) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int3
 			delete(e.mu.assigned[p], topic)
 			if len(e.mu.assigned[p]) == 0 {
 				delete(e.mu.assigned, p)
+				e.xown[p].Store(false)
 			}
 		}
 	}

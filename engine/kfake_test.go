@@ -100,7 +100,7 @@ type inputRecord struct {
 
 func newFakeEnv(t *testing.T, partitions int32) *fakeEnv {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, "in", "out", "changelog"))
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, "in", "mid", "out", "changelog"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -442,6 +442,10 @@ func (w *watcher) until(t *testing.T, d time.Duration, what string, cond func(la
 			}
 		}
 		if time.Now().After(deadline) {
+			for _, r := range runs {
+				st := r.e.Stats()
+				t.Logf("engine: %d records in, %d out, %d checkpoints, %d aborted", st.RecordsIn.Load(), st.RecordsOut.Load(), st.Checkpoints.Load(), st.Aborts.Load())
+			}
 			t.Fatalf("not %s within %v (committed output: %d records, last tallies %v)", what, d, w.n, w.last)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -725,4 +729,34 @@ func TestKfakeRebalanceMovesTasks(t *testing.T) {
 	if got, ends := f.committed(t), f.inputEnds(t); !maps.Equal(got, ends) {
 		t.Errorf("committed offsets %v, want the input's ends %v", got, ends)
 	}
+}
+
+// TestKfakeFinalCheckpointRetried fails the offset commit of the final
+// checkpoint at the broker (as a coordinator moving does), so that its
+// transaction aborts: the engine reads again what the tasks had read and
+// commits it in a second try, Run returns no error, and the committed
+// output and offsets hold every record exactly once.
+func TestKfakeFinalCheckpointRetried(t *testing.T) {
+	f := newFakeEnv(t, 2)
+	const keys, n = 4, 200
+	cfg := f.config(t, t.TempDir(), "counter-0")
+	cfg.CheckpointInterval = time.Minute // the final checkpoint is the only one
+	r := start(t, f.engine(t, cfg))
+	f.produce(t, keys, n, 1)
+	waitCond(t, 10*time.Second, "every record read", func() bool { return r.e.Stats().RecordsIn.Load() >= n }, r)
+	fault := f.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.TxnOffsetCommit}, Err: kerr.UnknownServerError})
+	if err := r.stop(t); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if h := fault.Hits(); h != 1 {
+		t.Fatalf("the fault answered %d offset commits, want 1", h)
+	}
+	st := r.e.Stats()
+	if st.Aborts.Load() != 1 || st.Checkpoints.Load() != 1 {
+		t.Errorf("%d checkpoints committed and %d aborted, want 1 and 1", st.Checkpoints.Load(), st.Aborts.Load())
+	}
+	if c, ends := f.committed(t), f.inputEnds(t); !maps.Equal(c, ends) {
+		t.Errorf("committed offsets %v, want the input's ends %v", c, ends)
+	}
+	checkOutput(t, byKey(t, f.readAll(t, f.out, kgo.ReadCommitted())), f.want())
 }

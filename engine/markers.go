@@ -3,8 +3,6 @@ package engine
 import (
 	"encoding/binary"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/braidlabs/braid/windows"
 )
 
@@ -15,7 +13,31 @@ import (
 // sources to their end if that was earlier (Task.readHorizon).
 type markerTimes []int64
 
-func (t *Task) noteMarker(k int, up int32, r *kgo.Record) {
+// reportMarker takes a watermark marker of upstream task up on internal
+// topic k: its watermark and idle flag, when it was sent (its record time,
+// unix ns; MinTime: unknown) and its read horizon (MaxTime: none, the
+// marker of an older version).
+func (t *Task) reportMarker(k int, up int32, wm int64, idle bool, sent, horizon int64) {
+	t.noteMarker(k, up, sent, horizon)
+	i := t.e.sources + k*int(t.e.topo.Partitions) + int(up)
+	report := func(w *windows.Watermarks, i int) {
+		w.Report(i, wm, idle, t.now)
+		if sent != windows.MinTime {
+			w.ReportSent(i, sent)
+		}
+	}
+	report(t.all, i)
+	if t.full != nil {
+		report(t.full, i)
+	}
+	for _, u := range t.up {
+		if i, ok := u.index(t.e, k, up); ok {
+			report(u.w, i)
+		}
+	}
+}
+
+func (t *Task) noteMarker(k int, up int32, sent, horizon int64) {
 	p := int(t.e.topo.Partitions)
 	if t.markers == nil {
 		t.markers = make(markerTimes, len(t.e.internal)*p)
@@ -23,13 +45,11 @@ func (t *Task) noteMarker(k int, up int32, r *kgo.Record) {
 			t.markers[i] = windows.MinTime
 		}
 	}
-	ts := recordTime(r)
+	ts := sent
 	if ts == windows.MinTime {
 		ts = t.now.UnixNano() // no timestamp (a test's records): when it was read
 	}
-	if h, ok := decodeHorizon(r.Key); ok {
-		ts = min(ts, h)
-	}
+	ts = min(ts, horizon)
 	if m := &t.markers[k*p+int(up)]; ts > *m {
 		*m = ts
 	}

@@ -10,14 +10,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// killAfter is counter that closes kill when the job as a whole has
-// processed at records (re-reads after an abort included).
+// killAfter is a processor (counter, or hop) that closes kill when the
+// job as a whole has processed at records (re-reads after an abort
+// included).
 type killAfter struct {
-	counter
-	seen *atomic.Int64
+	counter Processor
+	seen    *atomic.Int64
 	at   int64
 	kill chan struct{}
 	once *sync.Once
@@ -56,10 +59,22 @@ type metaVariant struct {
 	// pending is Config.PendingStateBytes: small values bring
 	// checkpoints forward every few records.
 	pending int64
+	// hop sends every record through the internal topic mid to the next
+	// partition's task before counting it (hop); exchange turns
+	// Config.LocalExchange on; faults > 0 fails every other offset
+	// commit of a transaction at the broker, faults of them, so that
+	// their checkpoints abort.
+	hop      bool
+	exchange bool
+	faults   int
 }
 
 func (v metaVariant) String() string {
-	return fmt.Sprintf("partitions=%d/poll=%d/queue=%d/interval=%v/pending=%d", v.partitions, v.maxPoll, v.queueDepth, v.interval, v.pending)
+	s := fmt.Sprintf("partitions=%d/poll=%d/queue=%d/interval=%v/pending=%d", v.partitions, v.maxPoll, v.queueDepth, v.interval, v.pending)
+	if v.hop {
+		s += fmt.Sprintf("/hop/exchange=%v/faults=%d", v.exchange, v.faults)
+	}
+	return s
 }
 
 // TestKfakeMetamorphic runs the same input — a few thousand records over
@@ -94,6 +109,11 @@ func TestKfakeMetamorphic(t *testing.T) {
 		{partitions: 4, maxPoll: 100, queueDepth: 2, interval: 2 * time.Second},
 		{partitions: 4, maxPoll: 1, queueDepth: 8, interval: time.Second, pending: 16 << 10},
 		{partitions: 3, maxPoll: 500, queueDepth: 4, interval: 1500 * time.Millisecond, pending: 512},
+		// Through an internal topic: the tasks' local exchange, with
+		// checkpoints aborted at the broker, against Kafka alone.
+		{partitions: 3, maxPoll: 100, queueDepth: 2, interval: time.Second, hop: true, exchange: true, faults: 6},
+		{partitions: 4, maxPoll: 7, queueDepth: 1, interval: time.Second, pending: 2 << 10, hop: true, exchange: true, faults: 4},
+		{partitions: 3, maxPoll: 500, queueDepth: 4, interval: time.Second, hop: true},
 	}
 	results := make([]map[string]tally, len(variants))
 	t.Run("variants", func(t *testing.T) {
@@ -128,9 +148,27 @@ func runMetaVariant(t *testing.T, v metaVariant, input []inputRecord, killAt int
 	var seen atomic.Int64
 	var once sync.Once
 	topo := f.topology()
-	topo.NewProcessor = func(*Task) (Processor, error) {
-		return killAfter{counter: counter{out: f.out}, seen: &seen, at: killAt, kill: kill, once: &once}, nil
+	var proc Processor = counter{out: f.out}
+	if v.hop {
+		topo.Inputs = append(topo.Inputs, Input{Topic: "mid", Internal: true})
+		proc = hop{counter: counter{out: f.out}, mid: "mid", partitions: v.partitions}
 	}
+	topo.NewProcessor = func(*Task) (Processor, error) {
+		return killAfter{counter: proc, seen: &seen, at: killAt, kill: kill, once: &once}, nil
+	}
+	var commits atomic.Int64
+	if v.faults > 0 {
+		f.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.TxnOffsetCommit}, Count: -1, When: func(kmsg.Request) bool {
+			c := commits.Add(1)
+			return c%2 == 0 && c <= 2*int64(v.faults)
+		}})
+	}
+	var exchanged, skipped, aborts int64
+	defer func() {
+		if v.hop {
+			t.Logf("%d internal records taken from the exchange, %d copies read from Kafka skipped, %d checkpoints aborted", exchanged, skipped, aborts)
+		}
+	}()
 	dir := t.TempDir()
 	newEngine := func(dir string) *Engine {
 		cfg := f.config(t, dir, "counter-i0")
@@ -139,6 +177,7 @@ func runMetaVariant(t *testing.T, v metaVariant, input []inputRecord, killAt int
 		cfg.QueueDepth = v.queueDepth
 		cfg.CheckpointInterval = v.interval
 		cfg.PendingStateBytes = v.pending
+		cfg.LocalExchange = v.exchange
 		e, err := New(cfg, topo)
 		if err != nil {
 			t.Fatal(err)
@@ -178,6 +217,7 @@ func runMetaVariant(t *testing.T, v metaVariant, input []inputRecord, killAt int
 		t.Fatalf("the job did not process %d records within 20s (%d)", killAt, seen.Load())
 	}
 	err := r.kill(t)
+	exchanged, skipped, aborts = r.e.Stats().ExchangeRecords.Load(), r.e.Stats().ExchangeSkipped.Load(), r.e.Stats().Aborts.Load()
 	t.Logf("killed after %d records processed, %d checkpoints committed, %d aborted (Run: %v); restarting with %s state directory",
 		seen.Load(), r.e.Stats().Checkpoints.Load(), r.e.Stats().Aborts.Load(), err, map[bool]string{true: "an empty", false: "its"}[emptyDir])
 	if err := r.e.cfg.Store.Close(); err != nil {
@@ -195,7 +235,27 @@ func runMetaVariant(t *testing.T, v metaVariant, input []inputRecord, killAt int
 	if err := r.stop(t); err != nil {
 		t.Fatalf("run after the restart: %v", err)
 	}
+	exchanged += r.e.Stats().ExchangeRecords.Load()
+	skipped += r.e.Stats().ExchangeSkipped.Load()
+	aborts += r.e.Stats().Aborts.Load()
 	got := byKey(t, f.readAll(t, f.out, kgo.ReadCommitted()))
 	checkOutput(t, got, f.want())
 	return finals(got)
+}
+
+// hop sends every source record through the internal topic mid to the
+// next partition's task, which counts it (counter). A key's records all
+// take the same path, in order.
+type hop struct {
+	counter    counter
+	mid        string
+	partitions int32
+}
+
+func (h hop) Process(t *Task, r *kgo.Record, input int) error {
+	if input == 0 {
+		t.Emit(&kgo.Record{Topic: h.mid, Partition: (t.Partition + 1) % h.partitions, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp})
+		return nil
+	}
+	return h.counter.Process(t, r, input)
 }

@@ -125,6 +125,21 @@ type Task struct {
 	// applied is how long the task took to apply the last outcome
 	// (its local commit, or its rollback).
 	applied time.Duration
+
+	// The local exchange (exchange.go), nil when off: the task's inbox,
+	// the last sequence number sent per (internal topic k, partition q)
+	// at k*P+q and processed per (k, sending task) at k*P+from, what
+	// waits there for its predecessors, the progress markers sent last
+	// (per k) and when, and the exchange epoch the task last saw.
+	xin       *inbox
+	xbuf      []xmsg
+	seqOut    []uint64
+	seqIn     []uint64
+	waiting   [][]xmsg
+	progSent  []progress
+	progAt    time.Time
+	progEpoch uint64
+	xepoch    uint64
 }
 
 var wmKey = []byte("\x00\x01watermark")
@@ -214,6 +229,15 @@ func (e *Engine) openTaskNoRun(ctx context.Context, p int32) (*Task, error) {
 		now:       now,
 	}
 	t.State.emit = t.produce
+	if n := len(e.internal) * int(e.topo.Partitions); n > 0 {
+		t.seqIn = make([]uint64, n)
+		if e.exchangeOn() {
+			t.xin = e.xch[p]
+			t.seqOut = make([]uint64, n)
+			t.waiting = make([][]xmsg, n)
+			t.progSent = make([]progress, len(e.internal))
+		}
+	}
 	t.caught = make([]bool, e.sources)
 	t.pub.ends.init(e.sources)
 	t.newWatermarks(now)
@@ -392,6 +416,9 @@ func (t *Task) loadCommitted() error {
 	t.lastWM = t.restoreWM
 	t.pub.watermark.Store(t.restoreWM)
 	t.all.Advance(t.restoreWM)
+	if err := t.loadSeqs(); err != nil {
+		return err
+	}
 	offs, err := t.ks.Offsets()
 	if err != nil {
 		return err
@@ -425,6 +452,8 @@ func (t *Task) run() {
 				}
 			case <-t.pub.ends.signal:
 				t.takeEnds()
+			case <-t.xsignal():
+				t.local()
 			default:
 				t.fail(t.advance())
 			}
@@ -437,6 +466,8 @@ func (t *Task) run() {
 			}
 		case <-t.pub.ends.signal:
 			t.takeEnds()
+		case <-t.xsignal():
+			t.local()
 		case <-tick.C:
 			if !t.failed {
 				t.fail(t.ks.Settle(false))
@@ -444,6 +475,7 @@ func (t *Task) run() {
 			if !t.failed && !t.holding {
 				t.fail(t.advance())
 			}
+			t.sendProgress()
 		}
 	}
 }
@@ -495,6 +527,7 @@ func (t *Task) handle(m taskMsg) bool {
 		if src < 0 && !t.failed && !t.holding {
 			t.checkFollow()
 		}
+		t.sendProgress()
 	case msgBarrier:
 		err := t.prepare()
 		if err != nil || !m.runOn {
@@ -540,6 +573,7 @@ func (t *Task) handle(m taskMsg) bool {
 		t.setFollow(nil)
 		m.reply <- err
 	case msgClose:
+		t.dropInbox()
 		t.e.pending.Add(-t.pub.pending.Swap(0))
 		t.closeErr = errors.Join(t.closeProc(), t.ks.Close())
 		if t.closeErr != nil {
@@ -565,6 +599,24 @@ func (t *Task) processRecord(r *kgo.Record, input int) error {
 		// (as the consumer's and the committed offsets do).
 		return nil
 	}
+	ts := t.clock(r, input)
+	if t.seqIn != nil && t.e.topo.Inputs[input].Internal {
+		if from, seq, ok := takeSeq(r); ok {
+			k := t.e.internalK[r.Topic]
+			var err error
+			if !t.seen(k, from, seq) {
+				err = t.processData(r, input, ts)
+			}
+			t.drainAfter(k, from)
+			return err
+		}
+	}
+	return t.processData(r, input, ts)
+}
+
+// clock takes r's record time into the task's record clocks and returns
+// it (MinTime: none).
+func (t *Task) clock(r *kgo.Record, input int) int64 {
 	ts := recordTime(r)
 	if t.e.sink == nil {
 		// A producer's clock far ahead must not carry the bounds along:
@@ -579,36 +631,24 @@ func (t *Task) processRecord(r *kgo.Record, input int) error {
 	if i := t.e.srcIndex[input]; i >= 0 && ts > t.recMax[i] {
 		t.recMax[i] = ts
 	}
+	return ts
+}
+
+// processData processes a record that is not a transaction marker, read
+// from Kafka or taken from the local exchange; ts is its record time.
+func (t *Task) processData(r *kgo.Record, input int, ts int64) error {
 	if t.e.topo.Inputs[input].Internal && r.Value == nil && len(r.Headers) == 1 && r.Headers[0].Key == markerHeader {
 		up, wm, idle, ok := decodeMarker(r.Headers[0].Value)
 		if !ok || up < 0 || up >= t.e.topo.Partitions {
 			t.Log.Warn("ignoring malformed watermark marker", "topic", r.Topic, "offset", r.Offset)
 			return nil
 		}
-		k := 0
-		for i, name := range t.e.internal {
-			if name == r.Topic {
-				k = i
-			}
+		k := t.e.internalK[r.Topic]
+		horizon, ok := decodeHorizon(r.Key)
+		if !ok {
+			horizon = windows.MaxTime
 		}
-		t.noteMarker(k, up, r)
-		i := t.e.sources + k*int(t.e.topo.Partitions) + int(up)
-		sent := recordTime(r)
-		report := func(w *windows.Watermarks, i int) {
-			w.Report(i, wm, idle, t.now)
-			if sent != windows.MinTime {
-				w.ReportSent(i, sent)
-			}
-		}
-		report(t.all, i)
-		if t.full != nil {
-			report(t.full, i)
-		}
-		for _, u := range t.up {
-			if i, ok := u.index(t.e, k, up); ok {
-				report(u.w, i)
-			}
-		}
+		t.reportMarker(k, up, wm, idle, recordTime(r), horizon)
 		return nil
 	}
 	t.curTS = ts
@@ -693,6 +733,28 @@ func (t *Task) prepare() error {
 			return err
 		}
 	}
+	t.sent = t.sent[:0]
+	horizon := encodeHorizon(t.readHorizon())
+	markers := make([]*kgo.Record, 0, len(t.e.internal)*int(t.e.topo.Partitions))
+	for k, topic := range t.e.internal {
+		wm, idle := t.markerFor(k)
+		t.sent = append(t.sent, sentMarker{wm: wm, idle: idle})
+		marker := encodeMarker(t.Partition, wm, idle)
+		for q := int32(0); q < t.e.topo.Partitions; q++ {
+			r := &kgo.Record{Topic: topic, Partition: q, Key: horizon, Headers: []kgo.RecordHeader{{Key: markerHeader, Value: marker}}}
+			if t.seqOut != nil {
+				t.stamp(k, r)
+			}
+			markers = append(markers, r)
+		}
+	}
+	if t.seqOut != nil {
+		// The markers are numbered too; before the checkpoint record,
+		// which closes what restore replays.
+		if err := t.State.Set(xseqKey, encodeSeqs(t.seqOut, t.seqIn)); err != nil {
+			return err
+		}
+	}
 	// The watermark and every input's maximum: a restarted task resumes
 	// exactly here, even if no new input arrives.
 	if err := t.State.Set(wmKey, encodeWatermarks(t.lastWM, t.recAll, t.maxima())); err != nil {
@@ -713,15 +775,8 @@ func (t *Task) prepare() error {
 			}
 		}
 	}
-	t.sent = t.sent[:0]
-	horizon := encodeHorizon(t.readHorizon())
-	for k, topic := range t.e.internal {
-		wm, idle := t.markerFor(k)
-		t.sent = append(t.sent, sentMarker{wm: wm, idle: idle})
-		marker := encodeMarker(t.Partition, wm, idle)
-		for q := int32(0); q < t.e.topo.Partitions; q++ {
-			t.e.produceMarker(&kgo.Record{Topic: topic, Partition: q, Key: horizon, Headers: []kgo.RecordHeader{{Key: markerHeader, Value: marker}}})
-		}
+	for _, r := range markers {
+		t.send(r, true)
 	}
 	return nil
 }
@@ -769,11 +824,16 @@ func (t *Task) flushing(f state.Flush) {
 // produce sends r in the current transaction, or holds it while the task
 // runs on past a barrier whose transaction has not ended (release).
 func (t *Task) produce(r *kgo.Record) {
+	if t.seqOut != nil {
+		if k, ok := t.e.internalK[r.Topic]; ok {
+			t.stamp(k, r)
+		}
+	}
 	if t.holding {
 		t.held = append(t.held, r)
 		return
 	}
-	t.e.produce(r)
+	t.send(r, false)
 }
 
 // release ends holding: the output held since the barrier goes into the
@@ -782,7 +842,7 @@ func (t *Task) release() {
 	if t.holding && len(t.held) > 0 {
 		t.e.chunkMu.Lock()
 		for _, r := range t.held {
-			t.e.produce(r)
+			t.send(r, false)
 		}
 		t.e.chunkMu.Unlock()
 	}
@@ -797,6 +857,13 @@ func (t *Task) drop() {
 }
 
 func (t *Task) rollback() error {
+	if t.xin != nil {
+		// What waits was sent before the abort (whose epoch the engine
+		// has ended); in the inbox, only messages of the epoch since
+		// are taken (takeLocal).
+		t.clearWaiting()
+		t.xepoch = t.e.xepoch.Load()
+	}
 	if err := t.ks.Rollback(); err != nil {
 		return err
 	}

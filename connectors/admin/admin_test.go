@@ -270,7 +270,7 @@ func TestCollectorOptionalViews(t *testing.T) {
 	for _, mf := range mfs {
 		names = append(names, mf.GetName())
 	}
-	if want := "braid_aligned_partitions braid_alignment_pauses_total braid_backpressure_total braid_checkpoints_total braid_clamped_event_times_total braid_early_checkpoints_total braid_engine_records_in_total braid_engine_records_out_total braid_fetch_bytes braid_followup_checkpoints_total braid_pending_state_peak_bytes braid_requested_checkpoints_total braid_tasks"; strings.Join(names, " ") != want {
+	if want := "braid_aligned_partitions braid_alignment_pauses_total braid_backpressure_total braid_checkpoints_total braid_clamped_event_times_total braid_early_checkpoints_total braid_engine_records_in_total braid_engine_records_out_total braid_exchange_records_total braid_fetch_bytes braid_followup_checkpoints_total braid_pending_state_peak_bytes braid_requested_checkpoints_total braid_tasks"; strings.Join(names, " ") != want {
 		t.Errorf("gathered %v, want %s", names, want)
 	}
 	if _, err := NewCollector(CollectorConfig{}); err == nil || !strings.Contains(err.Error(), "CollectorConfig.Engine") {

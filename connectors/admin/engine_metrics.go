@@ -30,6 +30,11 @@ func EngineMetrics(e EngineView) Table {
 			Help: "Source partitions paused because they were read more than event_time.alignment ahead of their task's slowest partition with a backlog."},
 		{Name: "braid_aligned_partitions", Gauge: true, Value: st.AlignedPartitions.Load,
 			Help: "Source partitions paused now for event_time.alignment."},
+		{Name: "braid_exchange_records_total", Label: "outcome", LabelValue: "taken", Value: st.ExchangeRecords.Load,
+			Help: "Records and markers on internal topics handed between the tasks of this instance in memory (local_exchange): taken from memory; " +
+				"skipped, their copies read from Kafka afterwards; left, not kept in memory (the exchange's bound, or a task opening) and processed from Kafka."},
+		{Name: "braid_exchange_records_total", Label: "outcome", LabelValue: "skipped", Value: st.ExchangeSkipped.Load},
+		{Name: "braid_exchange_records_total", Label: "outcome", LabelValue: "left", Value: st.ExchangeGaps.Load},
 		{Name: "braid_backpressure_total", Value: st.Backpressure.Load,
 			Help: "Polls held back because the records fetched and not yet processed filled their share of the memory budget."},
 		{Name: "braid_clamped_event_times_total", Value: st.ClampedEvents.Load,

@@ -140,7 +140,9 @@ func (s *Stage) Topology() engine.Topology {
 		// traces they are made of must not wait for them (a hop more
 		// than the traces' own inputs); the alerts stage evaluates at
 		// the watermark that covers them (Task.WatermarkAll).
-		inputs = append(inputs, engine.Input{Topic: s.cfg.AlertsTopic, Internal: true, Aside: true,
+		// Deferred: they are written when the task prepares a
+		// checkpoint.
+		inputs = append(inputs, engine.Input{Topic: s.cfg.AlertsTopic, Internal: true, Aside: true, Deferred: true,
 			From: []string{s.cfg.ResolveTopic, s.cfg.KVTopic, s.cfg.RepartitionTopic}})
 	}
 	var globals []engine.Global

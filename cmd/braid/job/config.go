@@ -128,6 +128,12 @@ type Config struct {
 	// its transaction ends, their output held until the next begins
 	// (engine.Config.RunOn). Default on; false holds them to its end.
 	CheckpointRunOn *bool `yaml:"checkpoint_run_on"`
+	// LocalExchange hands what a task writes to an internal topic, and its
+	// watermark there, to the task of the same instance that reads that
+	// partition in memory, besides the topic (engine.Config.LocalExchange).
+	// Default on; false: every internal record and marker is read back
+	// from Kafka once its checkpoint commits.
+	LocalExchange *bool `yaml:"local_exchange"`
 	// LogInterval is how often a progress line is logged. Default 30s.
 	LogInterval time.Duration `yaml:"log_interval"`
 
@@ -350,6 +356,10 @@ func (c *Config) EnsureDefaults() {
 	if c.CheckpointRunOn == nil {
 		on := true
 		c.CheckpointRunOn = &on
+	}
+	if c.LocalExchange == nil {
+		on := true
+		c.LocalExchange = &on
 	}
 	if c.Correlation.Resources == nil {
 		on := true
@@ -577,6 +587,7 @@ func (c *Config) EngineConfig(budget Budget) engine.Config {
 		SessionTimeout:     c.SessionTimeout,
 		AtLeastOnce:        c.AtLeastOnce,
 		RunOn:              c.CheckpointRunOn == nil || *c.CheckpointRunOn,
+		LocalExchange:      c.LocalExchange == nil || *c.LocalExchange,
 		CheckpointInterval: c.CheckpointInterval,
 		OutOfOrderness:     c.EventTime.OutOfOrderness,
 		Idleness:           c.EventTime.Idleness,
