@@ -26,7 +26,7 @@ func TestSeqHeader(t *testing.T) {
 	for _, h := range [][]kgo.RecordHeader{
 		nil,
 		{{Key: "a"}},
-		{{Key: seqHeader, Value: []byte{1, 2, 3}}}, // malformed: kept, no sequence
+		{{Key: seqHeader, Value: []byte{1, 2, 3}}},             // malformed: kept, no sequence
 		{{Key: seqHeader, Value: encodeSeq(1, 1)}, {Key: "b"}}, // not the last header
 	} {
 		r := &kgo.Record{Headers: h}

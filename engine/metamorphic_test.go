@@ -21,9 +21,9 @@ import (
 type killAfter struct {
 	counter Processor
 	seen    *atomic.Int64
-	at   int64
-	kill chan struct{}
-	once *sync.Once
+	at      int64
+	kill    chan struct{}
+	once    *sync.Once
 }
 
 func (k killAfter) Process(t *Task, r *kgo.Record, input int) error {
