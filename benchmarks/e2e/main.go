@@ -397,15 +397,20 @@ type Phase struct {
 	// members had left memory after a checkpoint or spill wrote them).
 	ChunkReads int64 `json:"chunk_reads,omitempty"`
 	// AlignmentPauses: source partitions paused for event_time.alignment.
-	AlignmentPauses int64   `json:"alignment_pauses,omitempty"`
-	Members         int64   `json:"members,omitempty"`
-	Local           int64   `json:"local_groups,omitempty"`
-	Repartition     int64   `json:"repartitioned_groups,omitempty"`
-	RecordsOut      int64   `json:"records_out,omitempty"`
-	Checkpoints     int64   `json:"checkpoints,omitempty"`
-	Aborts          int64   `json:"aborts,omitempty"`
-	LastCommitMS    float64 `json:"last_commit_ms,omitempty"`
-	StopSec         float64 `json:"stop_s,omitempty"` // final checkpoint and close, after the measurement
+	AlignmentPauses int64 `json:"alignment_pauses,omitempty"`
+	// Exchange: internal-topic records and markers taken from the local
+	// exchange, their Kafka copies skipped, and those it left to Kafka.
+	Exchanged     int64   `json:"exchanged,omitempty"`
+	ExchangeSkips int64   `json:"exchange_skipped,omitempty"`
+	ExchangeGaps  int64   `json:"exchange_left,omitempty"`
+	Members       int64   `json:"members,omitempty"`
+	Local         int64   `json:"local_groups,omitempty"`
+	Repartition   int64   `json:"repartitioned_groups,omitempty"`
+	RecordsOut    int64   `json:"records_out,omitempty"`
+	Checkpoints   int64   `json:"checkpoints,omitempty"`
+	Aborts        int64   `json:"aborts,omitempty"`
+	LastCommitMS  float64 `json:"last_commit_ms,omitempty"`
+	StopSec       float64 `json:"stop_s,omitempty"` // final checkpoint and close, after the measurement
 	// Alerts: the alerts stage's counters at the end of the measurement
 	// (window 3), AlertsAllFused at the end of window 2 (nil: the stage is
 	// off).
@@ -566,9 +571,9 @@ func run(o options) error {
 				fmt.Printf("round %d %-14s FAILED after %.2fs, cpu %5.2fs%s: %s\n", r, name, ph.Seconds, ph.CPUSec, brokerCPU(ph), ph.Error)
 				continue
 			}
-			fmt.Printf("round %d %-14s %6.2fs %8.0f msgs/s %6.1f MB/s  cpu %5.2fs%s  (read all in %.2fs, %d fused of which %d revisions, %d checkpoints, %d aborts, %d spills, %d evicted, %d chunk reads, %d alignment pauses); all fused+committed %.2fs %.0f msgs/s cpu %.2fs%s\n",
+			fmt.Printf("round %d %-14s %6.2fs %8.0f msgs/s %6.1f MB/s  cpu %5.2fs%s  (read all in %.2fs, %d fused of which %d revisions, %d checkpoints, %d aborts, %d spills, %d evicted, %d chunk reads, %d alignment pauses, exchange %d/%d/%d taken/skipped/left); all fused+committed %.2fs %.0f msgs/s cpu %.2fs%s\n",
 				r, name, ph.Seconds, ph.MsgsPS, ph.MBPS, ph.CPUSec, brokerCPU(ph), ph.ReadSec, ph.Fused, ph.Revisions, ph.Checkpoints, ph.Aborts, ph.Spills, ph.Evicted, ph.ChunkReads, ph.AlignmentPauses,
-				ph.AllFusedSec, ph.AllFusedMsgsPS, ph.AllFusedCPUSec, alertsLine(ph.Alerts)+samplingLine(ph.Sampling))
+				ph.Exchanged, ph.ExchangeSkips, ph.ExchangeGaps, ph.AllFusedSec, ph.AllFusedMsgsPS, ph.AllFusedCPUSec, alertsLine(ph.Alerts)+samplingLine(ph.Sampling))
 		}
 		if collector != "" {
 			group := fmt.Sprintf("%s.otelcol-%d", run, r)
@@ -1102,6 +1107,7 @@ func braidJob(ctx context.Context, o options, in simulator.Topics, group string,
 		ph.OpenTraces = c.OpenTraces.Load()
 		ph.Spills, ph.Evicted, ph.ChunkReads = c.Spills.Load(), c.Evicted.Load(), c.ChunkReads.Load()
 		ph.AlignmentPauses = st.AlignmentPauses.Load()
+		ph.Exchanged, ph.ExchangeSkips, ph.ExchangeGaps = st.ExchangeRecords.Load(), st.ExchangeSkipped.Load(), st.ExchangeGaps.Load()
 		ph.Members = c.Members.Load()
 		ph.Local = c.Local.Load()
 		ph.Repartition = c.Repartitioned.Load()
