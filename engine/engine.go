@@ -446,6 +446,7 @@ type Engine struct {
 	srcTopics  []string // source index → topic
 	internal   []string
 	internalK  map[string]int // internal topic → k
+	globalK    map[string]int // global topic → index in Topology.Globals
 	// internalFrom[k] lists the internal inputs (indexes into internal)
 	// whose records may be forwarded to internal topic k.
 	internalFrom [][]int
@@ -488,6 +489,8 @@ type Engine struct {
 	xepoch atomic.Uint64
 	xbytes atomic.Int64
 	xlimit int64
+	// gx: the global tables' end of the exchange (globalExchange).
+	gx globalExchange
 
 	// sink replaces the transactional producer in a Harness.
 	sink func(*kgo.Record)
@@ -583,12 +586,16 @@ func New(cfg Config, topo Topology) (*Engine, error) {
 	if topo.Name == "" || len(topo.Inputs) == 0 || topo.Partitions <= 0 || topo.NewProcessor == nil {
 		return nil, errors.New("engine: Topology needs Name, Inputs, Partitions > 0 and NewProcessor")
 	}
-	e := &Engine{cfg: cfg, topo: topo, log: cfg.Logger, tasks: map[int32]*Task{}, aligned: map[int32]uint64{}, inputIndex: map[string]int{}, internalK: map[string]int{}}
+	e := &Engine{cfg: cfg, topo: topo, log: cfg.Logger, tasks: map[int32]*Task{}, aligned: map[int32]uint64{}, inputIndex: map[string]int{}, internalK: map[string]int{}, globalK: map[string]int{}}
 	e.xch = make([]*inbox, topo.Partitions)
 	for p := range e.xch {
 		e.xch[p] = newInbox()
 	}
 	e.xown = make([]atomic.Bool, topo.Partitions)
+	for i, g := range topo.Globals {
+		e.globalK[g.Topic] = i
+	}
+	e.gx.init(len(topo.Globals), int(topo.Partitions))
 	e.xlimit = cfg.FetchBufferBytes / 4
 	e.mu.assigned = map[int32]map[string]bool{}
 	e.mu.fresh = map[int32]bool{}
@@ -1227,6 +1234,7 @@ func (e *Engine) checkpoint(begin bool, step int, ahead kgo.Fetches) error {
 	if !committed {
 		outcome = msgAbort
 		e.bumpExchange() // what the tasks exchanged is rolled back
+		e.purgeGlobal()
 		e.stats.Aborts.Add(1)
 		e.follow = followUp{}
 	} else {

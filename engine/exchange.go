@@ -120,7 +120,7 @@ func (b *inbox) take(buf []xmsg) []xmsg {
 // exchangeOn reports whether the tasks of this engine exchange internal
 // records in memory.
 func (e *Engine) exchangeOn() bool {
-	return e.cfg.LocalExchange && !e.cfg.AtLeastOnce && e.sink == nil && len(e.internal) > 0
+	return e.cfg.LocalExchange && !e.cfg.AtLeastOnce && e.sink == nil && len(e.internal)+len(e.topo.Globals) > 0
 }
 
 // bumpExchange makes every message in the exchange stale: on an abort,
@@ -145,6 +145,8 @@ func (t *Task) send(r *kgo.Record, marker bool) {
 	if t.seqOut != nil {
 		if k, ok := t.e.internalK[r.Topic]; ok {
 			t.deliver(k, r)
+		} else if gi, ok := t.e.globalK[r.Topic]; ok {
+			t.deliverGlobal(gi, r)
 		}
 	}
 	if marker {
@@ -218,6 +220,7 @@ func (t *Task) sendProgress() {
 			b.push(xmsg{epoch: epoch, k: k, from: t.Partition, seq: t.seqOut[k*p+q], wm: wm, idle: idle, horizon: horizon, sent: t.now.UnixNano(), bytes: xmsgOverhead})
 		}
 	}
+	t.sendGlobalProgress(epoch)
 }
 
 type progress struct {

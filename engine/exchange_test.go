@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -180,5 +181,141 @@ func TestExchangeWatermarks(t *testing.T) {
 				t.Errorf("%d of %d records forwarded through mid came behind the reading task's watermark", n, seen.Load())
 			}
 		})
+	}
+}
+
+// toGlobal writes every source record to the global topic glob, to the
+// partition of its key, and observes its timestamp as its event time.
+type toGlobal struct{ partitions int32 }
+
+func (g toGlobal) Process(t *Task, r *kgo.Record, input int) error {
+	t.Observe(input, r.Timestamp.UnixNano())
+	k, _ := strconv.Atoi(string(r.Key[1:]))
+	t.Emit(&kgo.Record{Topic: "glob", Partition: int32(k) % g.partitions, Key: r.Key, Value: r.Value})
+	return nil
+}
+
+// globalFeeds counts what a global table is fed: data records by value,
+// and its watermark from the markers.
+type globalFeeds struct {
+	mu   sync.Mutex
+	fed  map[string]int
+	wm   *GlobalWatermark
+	bad  int
+	recs int
+}
+
+func (g *globalFeeds) feed(r *kgo.Record, now time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.wm.Observe(r, now) {
+		return
+	}
+	if len(r.Headers) != 0 {
+		g.bad++ // the sequence header must not reach the table
+	}
+	g.fed[string(r.Value)]++
+	g.recs++
+}
+
+func (g *globalFeeds) watermark() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.wm.Current(time.Now())
+}
+
+// TestExchangeGlobalTable checks the global tables' side of the local
+// exchange: with a checkpoint every 20s, the table's watermark follows
+// the sources within seconds (its markers come in memory), and every
+// record the tasks write to it is fed to the table exactly once —
+// from memory or from Kafka, never both — also across checkpoints
+// aborted at the broker, whose records the tasks write again.
+func TestExchangeGlobalTable(t *testing.T) {
+	const partitions = 3
+	f := newFakeEnv(t, partitions)
+	g := &globalFeeds{fed: map[string]int{}, wm: NewGlobalWatermark(partitions, partitions, time.Minute, time.Now())}
+	topo := f.topology()
+	topo.Globals = []Global{{Topic: "glob", Feed: g.feed}}
+	topo.NewProcessor = func(*Task) (Processor, error) { return toGlobal{partitions: partitions}, nil }
+	cfg := f.config(t, t.TempDir(), "glob-0")
+	cfg.LocalExchange = true
+	cfg.CheckpointInterval = 20 * time.Second
+	cfg.OutOfOrderness = 100 * time.Millisecond
+	e, err := New(cfg, topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := start(t, e)
+	pr := f.client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	next := 0
+	produce := func(n int) time.Time {
+		t.Helper()
+		var recs []*kgo.Record
+		now := time.Now()
+		for range n {
+			recs = append(recs, &kgo.Record{Topic: f.in, Partition: int32(next % partitions), Key: []byte("k" + strconv.Itoa(next)), Value: []byte("v" + strconv.Itoa(next)), Timestamp: now})
+			next++
+		}
+		if err := pr.ProduceSync(t.Context(), recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		return now
+	}
+	at := produce(300)
+	waitCond(t, 5*time.Second, "the table's watermark past the input's, before any checkpoint", func() bool {
+		return g.watermark() >= at.Add(-time.Second).UnixNano()
+	}, r)
+	if c := e.Stats().Checkpoints.Load(); c != 0 {
+		t.Fatalf("%d checkpoints within 5s with a 20s interval", c)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+
+	// Checkpoints every second, four of them aborted at the broker; a
+	// new instance, whose table is read from the topic's start.
+	g = &globalFeeds{fed: map[string]int{}, wm: NewGlobalWatermark(partitions, partitions, time.Minute, time.Now())}
+	topo.Globals = []Global{{Topic: "glob", Feed: g.feed}}
+	cfg = f.config(t, t.TempDir(), "glob-0")
+	cfg.LocalExchange, cfg.CheckpointInterval, cfg.OutOfOrderness = true, time.Second, 100*time.Millisecond
+	if e, err = New(cfg, topo); err != nil {
+		t.Fatal(err)
+	}
+	r = start(t, e)
+	var commits atomic.Int64
+	f.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.TxnOffsetCommit}, Count: -1, When: func(kmsg.Request) bool {
+		c := commits.Add(1)
+		return c%2 == 0 && c <= 8
+	}})
+	for range 30 {
+		produce(20)
+		time.Sleep(25 * time.Millisecond) // the input's pace
+	}
+	waitCond(t, 20*time.Second, "4 checkpoints aborted and one committed after them", func() bool {
+		return e.Stats().Aborts.Load() >= 4 && e.Stats().Checkpoints.Load() >= 5
+	}, r)
+	waitCond(t, 10*time.Second, "every record fed to the table", func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return len(g.fed) == next
+	}, r)
+	if err := r.stop(t); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var twice []string
+	for v, n := range g.fed {
+		if n != 1 {
+			twice = append(twice, fmt.Sprintf("%s×%d", v, n))
+		}
+	}
+	st := e.Stats()
+	t.Logf("%d records fed for %d written; %d taken from the exchange, %d Kafka copies skipped, %d aborts", g.recs, next, st.ExchangeRecords.Load(), st.ExchangeSkipped.Load(), st.Aborts.Load())
+	if len(twice) > 0 {
+		t.Errorf("%d records fed more than once: %v", len(twice), twice[:min(len(twice), 10)])
+	}
+	if g.bad != 0 {
+		t.Errorf("%d records reached the table with a header", g.bad)
 	}
 }

@@ -100,7 +100,7 @@ type inputRecord struct {
 
 func newFakeEnv(t *testing.T, partitions int32) *fakeEnv {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, "in", "mid", "out", "changelog"))
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, "in", "mid", "glob", "out", "changelog"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -229,13 +229,13 @@ func (e *Engine) openTaskNoRun(ctx context.Context, p int32) (*Task, error) {
 		now:       now,
 	}
 	t.State.emit = t.produce
-	if n := len(e.internal) * int(e.topo.Partitions); n > 0 {
+	if n := len(e.internal) * int(e.topo.Partitions); n+len(e.topo.Globals) > 0 {
 		t.seqIn = make([]uint64, n)
 		if e.exchangeOn() {
 			t.xin = e.xch[p]
-			t.seqOut = make([]uint64, n)
+			t.seqOut = make([]uint64, (len(e.internal)+len(e.topo.Globals))*int(e.topo.Partitions))
 			t.waiting = make([][]xmsg, n)
-			t.progSent = make([]progress, len(e.internal))
+			t.progSent = make([]progress, len(e.internal)+len(e.topo.Globals))
 		}
 	}
 	t.caught = make([]bool, e.sources)
@@ -736,6 +736,7 @@ func (t *Task) prepare() error {
 	t.sent = t.sent[:0]
 	horizon := encodeHorizon(t.readHorizon())
 	markers := make([]*kgo.Record, 0, len(t.e.internal)*int(t.e.topo.Partitions))
+	var gmarkers []*kgo.Record
 	for k, topic := range t.e.internal {
 		wm, idle := t.markerFor(k)
 		t.sent = append(t.sent, sentMarker{wm: wm, idle: idle})
@@ -746,6 +747,18 @@ func (t *Task) prepare() error {
 				t.stamp(k, r)
 			}
 			markers = append(markers, r)
+		}
+	}
+	if len(t.e.topo.Globals) > 0 {
+		marker := encodeMarker(t.Partition, t.srcOnly.Current(t.now), t.srcOnly.Idle(t.now))
+		for gi, g := range t.e.topo.Globals {
+			for q := int32(0); q < t.e.topo.Partitions; q++ {
+				r := &kgo.Record{Topic: g.Topic, Partition: q, Headers: []kgo.RecordHeader{{Key: markerHeader, Value: marker}}}
+				if t.seqOut != nil {
+					t.markAfter(gi, r)
+				}
+				gmarkers = append(gmarkers, r)
+			}
 		}
 	}
 	if t.seqOut != nil {
@@ -767,13 +780,8 @@ func (t *Task) prepare() error {
 			return err
 		}
 	}
-	if len(t.e.topo.Globals) > 0 {
-		marker := encodeMarker(t.Partition, t.srcOnly.Current(t.now), t.srcOnly.Idle(t.now))
-		for _, g := range t.e.topo.Globals {
-			for q := int32(0); q < t.e.topo.Partitions; q++ {
-				t.e.produce(&kgo.Record{Topic: g.Topic, Partition: q, Headers: []kgo.RecordHeader{{Key: markerHeader, Value: marker}}})
-			}
-		}
+	for _, r := range gmarkers {
+		t.send(r, false)
 	}
 	for _, r := range markers {
 		t.send(r, true)
@@ -827,6 +835,8 @@ func (t *Task) produce(r *kgo.Record) {
 	if t.seqOut != nil {
 		if k, ok := t.e.internalK[r.Topic]; ok {
 			t.stamp(k, r)
+		} else if gi, ok := t.e.globalK[r.Topic]; ok {
+			t.stamp(len(t.e.internal)+gi, r)
 		}
 	}
 	if t.holding {
