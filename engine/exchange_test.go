@@ -94,15 +94,7 @@ func TestExchangeWatermarks(t *testing.T) {
 			topo.NewProcessor = func(*Task) (Processor, error) {
 				return lateHop{mid: "mid", partitions: partitions, seen: &seen, late: &late}, nil
 			}
-			cfg := f.config(t, t.TempDir(), "wm-0")
-			cfg.LocalExchange = exchange
-			cfg.CheckpointInterval = 20 * time.Second
-			cfg.OutOfOrderness = 100 * time.Millisecond
-			e, err := New(cfg, topo)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := start(t, e)
+			e, r := startExchange(t, f, topo, "wm-0", exchange, 20*time.Second)
 			pr := f.client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 			produce := func(n int) time.Time {
 				t.Helper()
@@ -151,24 +143,7 @@ func TestExchangeWatermarks(t *testing.T) {
 			if err := r.stop(t); err != nil {
 				t.Fatalf("run: %v", err)
 			}
-			cfg = f.config(t, t.TempDir(), "wm-0")
-			cfg.LocalExchange, cfg.CheckpointInterval, cfg.OutOfOrderness = true, time.Second, 100*time.Millisecond
-			if e, err = New(cfg, topo); err != nil {
-				t.Fatal(err)
-			}
-			r = start(t, e)
-			var commits atomic.Int64
-			f.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.TxnOffsetCommit}, Count: -1, When: func(kmsg.Request) bool {
-				c := commits.Add(1)
-				return c%2 == 0 && c <= 8
-			}})
-			for range 40 {
-				produce(60)
-				time.Sleep(25 * time.Millisecond) // the input's pace
-			}
-			waitCond(t, 20*time.Second, "4 checkpoints aborted and one committed after them", func() bool {
-				return e.Stats().Aborts.Load() >= 4 && e.Stats().Checkpoints.Load() >= 5
-			}, r)
+			e, r = runAborting(t, f, topo, "wm-0", 40, func() { produce(60) })
 			if err := r.stop(t); err != nil {
 				t.Fatalf("run: %v", err)
 			}
@@ -237,15 +212,7 @@ func TestExchangeGlobalTable(t *testing.T) {
 	topo := f.topology()
 	topo.Globals = []Global{{Topic: "glob", Feed: g.feed}}
 	topo.NewProcessor = func(*Task) (Processor, error) { return toGlobal{partitions: partitions}, nil }
-	cfg := f.config(t, t.TempDir(), "glob-0")
-	cfg.LocalExchange = true
-	cfg.CheckpointInterval = 20 * time.Second
-	cfg.OutOfOrderness = 100 * time.Millisecond
-	e, err := New(cfg, topo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := start(t, e)
+	e, r := startExchange(t, f, topo, "glob-0", true, 20*time.Second)
 	pr := f.client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	next := 0
 	produce := func(n int) time.Time {
@@ -276,24 +243,7 @@ func TestExchangeGlobalTable(t *testing.T) {
 	// new instance, whose table is read from the topic's start.
 	g = &globalFeeds{fed: map[string]int{}, wm: NewGlobalWatermark(partitions, partitions, time.Minute, time.Now())}
 	topo.Globals = []Global{{Topic: "glob", Feed: g.feed}}
-	cfg = f.config(t, t.TempDir(), "glob-0")
-	cfg.LocalExchange, cfg.CheckpointInterval, cfg.OutOfOrderness = true, time.Second, 100*time.Millisecond
-	if e, err = New(cfg, topo); err != nil {
-		t.Fatal(err)
-	}
-	r = start(t, e)
-	var commits atomic.Int64
-	f.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.TxnOffsetCommit}, Count: -1, When: func(kmsg.Request) bool {
-		c := commits.Add(1)
-		return c%2 == 0 && c <= 8
-	}})
-	for range 30 {
-		produce(20)
-		time.Sleep(25 * time.Millisecond) // the input's pace
-	}
-	waitCond(t, 20*time.Second, "4 checkpoints aborted and one committed after them", func() bool {
-		return e.Stats().Aborts.Load() >= 4 && e.Stats().Checkpoints.Load() >= 5
-	}, r)
+	e, r = runAborting(t, f, topo, "glob-0", 30, func() { produce(20) })
 	waitCond(t, 10*time.Second, "every record fed to the table", func() bool {
 		g.mu.Lock()
 		defer g.mu.Unlock()
@@ -318,4 +268,39 @@ func TestExchangeGlobalTable(t *testing.T) {
 	if g.bad != 0 {
 		t.Errorf("%d records reached the table with a header", g.bad)
 	}
+}
+
+// runAborting runs topo in a new instance with the local exchange, a
+// checkpoint every second and four checkpoints' offset commits failed at
+// the broker, while produce is called batches times at a pace; it returns
+// once a checkpoint after those aborted ones has committed.
+func runAborting(t *testing.T, f *fakeEnv, topo Topology, txnID string, batches int, produce func()) (*Engine, *running) {
+	t.Helper()
+	e, r := startExchange(t, f, topo, txnID, true, time.Second)
+	var commits atomic.Int64
+	f.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.TxnOffsetCommit}, Count: -1, When: func(kmsg.Request) bool {
+		c := commits.Add(1)
+		return c%2 == 0 && c <= 8
+	}})
+	for range batches {
+		produce()
+		time.Sleep(25 * time.Millisecond) // the input's pace
+	}
+	waitCond(t, 20*time.Second, "4 checkpoints aborted and one committed after them", func() bool {
+		return e.Stats().Aborts.Load() >= 4 && e.Stats().Checkpoints.Load() >= 5
+	}, r)
+	return e, r
+}
+
+// startExchange runs topo in a new instance, with the local exchange or
+// without, a checkpoint every interval and an out-of-orderness of 100ms.
+func startExchange(t *testing.T, f *fakeEnv, topo Topology, txnID string, exchange bool, interval time.Duration) (*Engine, *running) {
+	t.Helper()
+	cfg := f.config(t, t.TempDir(), txnID)
+	cfg.LocalExchange, cfg.CheckpointInterval, cfg.OutOfOrderness = exchange, interval, 100*time.Millisecond
+	e, err := New(cfg, topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, start(t, e)
 }
