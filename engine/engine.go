@@ -445,8 +445,10 @@ type Engine struct {
 	sources    int      // inputs that are not internal
 	srcTopics  []string // source index → topic
 	internal   []string
-	internalK  map[string]int // internal topic → k
-	globalK    map[string]int // global topic → index in Topology.Globals
+	// xk numbers the topics the local exchange numbers records on:
+	// internal topic k → k, global topic i of Topology.Globals →
+	// len(internal)+i (the index of their sequences, Task.seqOut).
+	xk map[string]int
 	// internalFrom[k] lists the internal inputs (indexes into internal)
 	// whose records may be forwarded to internal topic k.
 	internalFrom [][]int
@@ -586,15 +588,12 @@ func New(cfg Config, topo Topology) (*Engine, error) {
 	if topo.Name == "" || len(topo.Inputs) == 0 || topo.Partitions <= 0 || topo.NewProcessor == nil {
 		return nil, errors.New("engine: Topology needs Name, Inputs, Partitions > 0 and NewProcessor")
 	}
-	e := &Engine{cfg: cfg, topo: topo, log: cfg.Logger, tasks: map[int32]*Task{}, aligned: map[int32]uint64{}, inputIndex: map[string]int{}, internalK: map[string]int{}, globalK: map[string]int{}}
+	e := &Engine{cfg: cfg, topo: topo, log: cfg.Logger, tasks: map[int32]*Task{}, aligned: map[int32]uint64{}, inputIndex: map[string]int{}, xk: map[string]int{}}
 	e.xch = make([]*inbox, topo.Partitions)
 	for p := range e.xch {
 		e.xch[p] = newInbox()
 	}
 	e.xown = make([]atomic.Bool, topo.Partitions)
-	for i, g := range topo.Globals {
-		e.globalK[g.Topic] = i
-	}
 	e.gx.init(len(topo.Globals), int(topo.Partitions))
 	e.xlimit = cfg.FetchBufferBytes / 4
 	e.mu.assigned = map[int32]map[string]bool{}
@@ -619,7 +618,7 @@ func New(cfg Config, topo Topology) (*Engine, error) {
 				}
 				from = append(from, j)
 			}
-			e.internalK[in.Topic] = len(e.internal)
+			e.xk[in.Topic] = len(e.internal)
 			e.internal = append(e.internal, in.Topic)
 			e.internalFrom = append(e.internalFrom, from)
 			e.aside = append(e.aside, in.Aside)
@@ -640,6 +639,9 @@ func New(cfg Config, topo Topology) (*Engine, error) {
 			e.srcTopics = append(e.srcTopics, in.Topic)
 			e.sources++
 		}
+	}
+	for i, g := range topo.Globals {
+		e.xk[g.Topic] = len(e.internal) + i
 	}
 	return e, nil
 }
@@ -1234,7 +1236,6 @@ func (e *Engine) checkpoint(begin bool, step int, ahead kgo.Fetches) error {
 	if !committed {
 		outcome = msgAbort
 		e.bumpExchange() // what the tasks exchanged is rolled back
-		e.purgeGlobal()
 		e.stats.Aborts.Add(1)
 		e.follow = followUp{}
 	} else {

@@ -123,14 +123,30 @@ func (e *Engine) exchangeOn() bool {
 	return e.cfg.LocalExchange && !e.cfg.AtLeastOnce && e.sink == nil && len(e.internal)+len(e.topo.Globals) > 0
 }
 
-// bumpExchange makes every message in the exchange stale: on an abort,
-// which rolls back what was sent. Run goroutine. (A task revoked and
-// opened again starts from its last checkpoint too, but a revocation
-// aborts the transaction it came in.)
-func (e *Engine) bumpExchange() { e.xepoch.Add(1) }
+// bumpExchange makes every message in the exchange stale, and drops what
+// waits for the global tables: on an abort, which rolls back what was
+// sent. Run goroutine. (A task revoked and opened again starts from its
+// last checkpoint too, but a revocation aborts the transaction it came
+// in.)
+func (e *Engine) bumpExchange() {
+	e.xepoch.Add(1)
+	e.purgeGlobal()
+}
 
-// stamp numbers r, a record for internal topic k, in its sequence to
-// r.Partition.
+// exchangeIndex is the index of r's topic among those the exchange
+// numbers records on (Engine.xk), -1 if it numbers none or is off.
+func (t *Task) exchangeIndex(r *kgo.Record) int {
+	if t.seqOut == nil {
+		return -1
+	}
+	if x, ok := t.e.xk[r.Topic]; ok {
+		return x
+	}
+	return -1
+}
+
+// stamp numbers r, a record for internal topic k (or global topic
+// k-len(internal)), in its sequence to r.Partition.
 func (t *Task) stamp(k int, r *kgo.Record) {
 	i := k*int(t.e.topo.Partitions) + int(r.Partition)
 	t.seqOut[i]++
@@ -140,14 +156,16 @@ func (t *Task) stamp(k int, r *kgo.Record) {
 }
 
 // send produces r in the current transaction and hands a copy of a
-// numbered internal record to its partition's task if it runs here.
-func (t *Task) send(r *kgo.Record, marker bool) {
-	if t.seqOut != nil {
-		if k, ok := t.e.internalK[r.Topic]; ok {
-			t.deliver(k, r)
-		} else if gi, ok := t.e.globalK[r.Topic]; ok {
-			t.deliverGlobal(gi, r)
-		}
+// numbered record to its partition's task if it runs here (an internal
+// topic's) or to this instance's table (a global topic's); x is its
+// exchangeIndex.
+func (t *Task) send(r *kgo.Record, x int, marker bool) {
+	switch k := len(t.e.internal); {
+	case x < 0 || t.seqOut == nil:
+	case x < k:
+		t.deliver(x, r)
+	default:
+		t.deliverGlobal(x-k, r)
 	}
 	if marker {
 		t.e.produceMarker(r)
@@ -164,24 +182,34 @@ func (t *Task) deliver(k int, r *kgo.Record) {
 	if !e.xown[r.Partition].Load() {
 		return // read from Kafka on another instance
 	}
-	b := e.xch[r.Partition]
-	n := len(r.Headers)
-	if n == 0 || r.Headers[n-1].Key != seqHeader {
+	c, seq, ok := localCopy(r)
+	if !ok {
 		return
 	}
-	v := r.Headers[n-1].Value
-	size := int64(RecordBytes(r)) + xmsgOverhead
+	size := int64(RecordBytes(c)) + xmsgOverhead
 	if e.xbytes.Load()+size > e.xlimit {
 		e.stats.ExchangeGaps.Add(1)
 		return // the receiver reads it from Kafka
 	}
+	e.xbytes.Add(size)
+	e.xch[r.Partition].push(xmsg{epoch: e.xepoch.Load(), k: k, from: t.Partition, seq: seq, r: c, bytes: size})
+}
+
+// localCopy is what the exchange hands on of r, a numbered record being
+// produced: a copy without the sequence header (the client owns r now),
+// stamped with the time as the client stamps it, and its number.
+func localCopy(r *kgo.Record) (*kgo.Record, uint64, bool) {
+	n := len(r.Headers)
+	if n == 0 || r.Headers[n-1].Key != seqHeader || len(r.Headers[n-1].Value) != 12 {
+		return nil, 0, false
+	}
+	seq := binary.BigEndian.Uint64(r.Headers[n-1].Value[4:])
 	c := *r
 	c.Headers = c.Headers[: n-1 : n-1]
 	if c.Timestamp.IsZero() {
-		c.Timestamp = time.Now() // as the client stamps it when producing
+		c.Timestamp = time.Now()
 	}
-	e.xbytes.Add(size)
-	b.push(xmsg{epoch: e.xepoch.Load(), k: k, from: t.Partition, seq: binary.BigEndian.Uint64(v[4:]), r: &c, bytes: size})
+	return &c, seq, true
 }
 
 // sendProgress hands the markers the task would send now on every internal

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"encoding/binary"
 	"sync"
 	"time"
 
@@ -165,17 +164,9 @@ func (e *Engine) drainGlobal(g *Global, i int, now time.Time) {
 // deliverGlobal feeds a copy of r, a numbered record for global topic gi,
 // to this instance's table.
 func (t *Task) deliverGlobal(gi int, r *kgo.Record) {
-	n := len(r.Headers)
-	if n == 0 || r.Headers[n-1].Key != seqHeader || len(r.Headers[n-1].Value) != 12 {
-		return
+	if c, seq, ok := localCopy(r); ok {
+		t.e.feedLocal(gi, r.Partition, t.Partition, gmsg{epoch: t.e.xepoch.Load(), seq: seq, marker: isMarker(c), r: c, bytes: int64(RecordBytes(c)) + xmsgOverhead})
 	}
-	seq := binary.BigEndian.Uint64(r.Headers[n-1].Value[4:])
-	c := *r
-	c.Headers = c.Headers[: n-1 : n-1]
-	if c.Timestamp.IsZero() {
-		c.Timestamp = time.Now()
-	}
-	t.e.feedLocal(gi, r.Partition, t.Partition, gmsg{epoch: t.e.xepoch.Load(), seq: seq, marker: isMarker(&c), r: &c, bytes: int64(RecordBytes(&c)) + xmsgOverhead})
 }
 
 // sendGlobalProgress feeds the task's source watermark, if it moved, to
@@ -190,9 +181,7 @@ func (t *Task) sendGlobalProgress(epoch uint64) {
 	if s := t.progSent[k0]; s.sent && s.wm == wm && s.idle == idle {
 		return
 	}
-	for gi := range e.topo.Globals {
-		t.progSent[k0+gi] = progress{sent: true, wm: wm, idle: idle}
-	}
+	t.progSent[k0] = progress{sent: true, wm: wm, idle: idle}
 	marker := encodeMarker(t.Partition, wm, idle)
 	p := int(e.topo.Partitions)
 	for gi, g := range e.topo.Globals {
@@ -204,7 +193,7 @@ func (t *Task) sendGlobalProgress(epoch uint64) {
 }
 
 // purgeGlobal drops what waits for the global tables from before an
-// abort. Run goroutine, after bumpExchange.
+// abort (bumpExchange).
 func (e *Engine) purgeGlobal() {
 	x := &e.gx
 	epoch := e.xepoch.Load()

@@ -129,7 +129,7 @@ func (e *Engine) readGlobals(ctx context.Context) error {
 		now := e.cfg.Now()
 		fetches.EachRecord(func(r *kgo.Record) {
 			if g := byTopic[r.Topic]; g != nil {
-				e.feedRead(g, e.globalK[r.Topic], r, now)
+				e.feedRead(g, e.xk[r.Topic]-len(e.internal), r, now)
 			}
 		})
 	}

@@ -110,15 +110,7 @@ func (t *Task) MarkerHorizon(input int) int64 {
 	if input < 0 || input >= len(t.e.topo.Inputs) || !t.e.topo.Inputs[input].Internal || t.markers == nil {
 		return windows.MinTime
 	}
-	k := -1
-	for i, name := range t.e.internal {
-		if name == t.e.topo.Inputs[input].Topic {
-			k = i
-		}
-	}
-	if k < 0 {
-		return windows.MinTime
-	}
+	k := t.e.xk[t.e.topo.Inputs[input].Topic]
 	p := int(t.e.topo.Partitions)
 	h := windows.MaxTime
 	for up := range p {

@@ -130,7 +130,8 @@ type Task struct {
 	// the last sequence number sent per (internal topic k, partition q)
 	// at k*P+q and processed per (k, sending task) at k*P+from, what
 	// waits there for its predecessors, the progress markers sent last
-	// (per k) and when, and the exchange epoch the task last saw.
+	// (per k, then one for the global topics) and when, and the exchange
+	// epoch the task last saw.
 	xin       *inbox
 	xbuf      []xmsg
 	seqOut    []uint64
@@ -235,7 +236,7 @@ func (e *Engine) openTaskNoRun(ctx context.Context, p int32) (*Task, error) {
 			t.xin = e.xch[p]
 			t.seqOut = make([]uint64, (len(e.internal)+len(e.topo.Globals))*int(e.topo.Partitions))
 			t.waiting = make([][]xmsg, n)
-			t.progSent = make([]progress, len(e.internal)+len(e.topo.Globals))
+			t.progSent = make([]progress, len(e.internal)+1) // the last: every global topic's
 		}
 	}
 	t.caught = make([]bool, e.sources)
@@ -602,7 +603,7 @@ func (t *Task) processRecord(r *kgo.Record, input int) error {
 	ts := t.clock(r, input)
 	if t.seqIn != nil && t.e.topo.Inputs[input].Internal {
 		if from, seq, ok := takeSeq(r); ok {
-			k := t.e.internalK[r.Topic]
+			k := t.e.xk[r.Topic]
 			var err error
 			if !t.seen(k, from, seq) {
 				err = t.processData(r, input, ts)
@@ -643,7 +644,7 @@ func (t *Task) processData(r *kgo.Record, input int, ts int64) error {
 			t.Log.Warn("ignoring malformed watermark marker", "topic", r.Topic, "offset", r.Offset)
 			return nil
 		}
-		k := t.e.internalK[r.Topic]
+		k := t.e.xk[r.Topic]
 		horizon, ok := decodeHorizon(r.Key)
 		if !ok {
 			horizon = windows.MaxTime
@@ -781,10 +782,10 @@ func (t *Task) prepare() error {
 		}
 	}
 	for _, r := range gmarkers {
-		t.send(r, false)
+		t.send(r, t.e.xk[r.Topic], false)
 	}
 	for _, r := range markers {
-		t.send(r, true)
+		t.send(r, t.e.xk[r.Topic], true)
 	}
 	return nil
 }
@@ -832,18 +833,15 @@ func (t *Task) flushing(f state.Flush) {
 // produce sends r in the current transaction, or holds it while the task
 // runs on past a barrier whose transaction has not ended (release).
 func (t *Task) produce(r *kgo.Record) {
-	if t.seqOut != nil {
-		if k, ok := t.e.internalK[r.Topic]; ok {
-			t.stamp(k, r)
-		} else if gi, ok := t.e.globalK[r.Topic]; ok {
-			t.stamp(len(t.e.internal)+gi, r)
-		}
+	x := t.exchangeIndex(r)
+	if x >= 0 {
+		t.stamp(x, r)
 	}
 	if t.holding {
 		t.held = append(t.held, r)
 		return
 	}
-	t.send(r, false)
+	t.send(r, x, false)
 }
 
 // release ends holding: the output held since the barrier goes into the
@@ -852,7 +850,7 @@ func (t *Task) release() {
 	if t.holding && len(t.held) > 0 {
 		t.e.chunkMu.Lock()
 		for _, r := range t.held {
-			t.send(r, false)
+			t.send(r, t.exchangeIndex(r), false)
 		}
 		t.e.chunkMu.Unlock()
 	}
