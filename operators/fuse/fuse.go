@@ -176,6 +176,7 @@ type trace struct {
 	dropped     [3]uint32 // spans, logs, points cut by caps
 	bytes       uint32
 	chunks      uint32 // chunks in the keyspace
+	inState     bool   // its record is in the keyspace (written, or read from there)
 	pending     []byte // members since the last checkpoint (a chunk)
 	// stored: the members of the chunks in the keyspace, all of them,
 	// kept from when a checkpoint wrote them (flushTrace) until the
@@ -223,6 +224,10 @@ type fuser struct {
 	// memory share (MaxOpenTraceBytes)
 	openBytes    int64               // traceOverhead per trace in memory + pending and stored members
 	storedBytes  int64               // of which stored members
+	// pendingMean: the mean size a trace's pending members reach (a
+	// moving average), the capacity a trace's first member allocates, so
+	// that most traces allocate once instead of at every doubling.
+	pendingMean int
 	keeping      []*trace            // traces given stored members, in that order (some since emitted or purged)
 	reportedOpen int64               // what the gauge holds of this task
 	evicted      int                 // traces emitted early and dropped from memory, still in state
@@ -332,6 +337,9 @@ func (p *fuser) add(t *engine.Task, id [16]byte, chunk []byte) error {
 			tr.dropped[m.kind-1]++
 		} else {
 			w := chunkWriter{buf: tr.pending, lastRes: tr.lastRes}
+			if w.buf == nil {
+				w.buf = make([]byte, 0, min(p.pendingMean+p.pendingMean/4, p.chunkBytes()))
+			}
 			if len(tr.pending) > 0 && int(tr.sinceRes)+len(m.body) < p.chunkBytes() {
 				w.n = 1 // may refer to the previous resource; else restate it, so a chunk can start here
 			}
@@ -563,21 +571,34 @@ func dataKey(dst []byte, id [16]byte, chunk uint32) []byte {
 func (p *fuser) purge(t *engine.Task, tr *trace, wm int64) error {
 	// The chunk keys are known: point deletes, no range tombstone (which
 	// Pebble's indexed batch would re-fragment on every later read) and no
-	// iterator.
-	for c := uint32(0); c < tr.chunks; c++ {
-		if err := t.State.Delete(dataKey(p.key[:0], tr.id, c)); err != nil {
+	// iterator. A trace that never reached the keyspace (emitted within
+	// the checkpoint that read it) has nothing there to delete: no
+	// tombstone, in the keyspace nor the changelog.
+	if tr.inState {
+		for c := uint32(0); c < tr.chunks; c++ {
+			if err := t.State.Delete(dataKey(p.key[:0], tr.id, c)); err != nil {
+				return err
+			}
+		}
+		if err := t.State.Delete(metaKey(p.key[:0], tr.id)); err != nil {
 			return err
 		}
-	}
-	if err := t.State.Delete(metaKey(p.key[:0], tr.id)); err != nil {
-		return err
 	}
 	p.forget(tr)
 	delete(p.traces, tr.id)
 	p.openBytes -= traceOverhead + int64(len(tr.pending))
+	p.notePending(len(tr.pending))
 	tr.pending = nil
 	p.s.counters.OpenTraces.Add(-1)
 	return p.closeTrace(t, tr, wm)
+}
+
+// notePending counts a trace's pending members of n bytes, as they go
+// to a chunk or with the trace, in pendingMean.
+func (p *fuser) notePending(n int) {
+	if n > 0 {
+		p.pendingMean += (n - p.pendingMean) / 16
+	}
 }
 
 // maxChunk bounds one chunk, so that a changelog record stays well under
@@ -630,6 +651,8 @@ func (p *fuser) prepareCheckpoint(t *engine.Task) error {
 func (p *fuser) flushTrace(t *engine.Task, tr *trace, keep bool) error {
 	keep = keep && len(tr.pending) > 0 && (tr.chunks == 0 || tr.stored != nil) && len(tr.stored)+len(tr.pending) <= p.chunkBytes() &&
 		p.storedBytes+int64(len(tr.pending)) <= p.cfg.MaxOpenTraceBytes/2
+	tr.inState = true
+	p.notePending(len(tr.pending))
 	for rest := tr.pending; len(rest) > 0; {
 		n, err := chunkPrefix(rest, p.chunkBytes())
 		if err != nil {
@@ -763,6 +786,7 @@ func decodeMeta(b []byte, tr *trace) error {
 	}
 	version := b[0]
 	b = b[1:]
+	tr.inState = true
 	var n int
 	tr.first, n = binary.Varint(b)
 	if n <= 0 {
