@@ -38,27 +38,33 @@ func (p *skewProbe) Process(t *Task, r *kgo.Record, input int) error {
 // alignmentRun reads two source topics holding the same span of event
 // time, one in smaller records (a fetch covers more of it) than the other,
 // with Config.Alignment align, and returns how far one was read ahead of
-// the other at worst, and the alignment pauses.
-func alignmentRun(t *testing.T, align time.Duration) (time.Duration, int64) {
+// the other at worst, and the alignment pauses. With apart, the topics
+// have two partitions and their records lie in different ones: one task
+// reads the fast topic, another the slow one.
+func alignmentRun(t *testing.T, align time.Duration, apart bool) (time.Duration, int64) {
 	t.Helper()
 	const n, fetchBuffer = 1500, 1 << 20
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "fast", "slow", "changelog"))
+	partitions := int32(1)
+	if apart {
+		partitions = 2
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, "fast", "slow", "changelog"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	f := &fakeEnv{c: c, brokers: c.ListenAddrs(), partitions: 1, changelog: "changelog", group: "align"}
+	f := &fakeEnv{c: c, brokers: c.ListenAddrs(), partitions: partitions, changelog: "changelog", group: "align"}
 	cl := f.client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchMaxBytes(64<<10))
 	base := time.Now().Add(-2 * time.Hour)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, in := range []struct {
+	for j, in := range []struct {
 		topic string
 		size  int
 	}{{"fast", 4 << 10}, {"slow", 16 << 10}} {
 		recs := make([]*kgo.Record, 0, n)
 		for i := range n {
-			recs = append(recs, &kgo.Record{Topic: in.topic, Key: fmt.Appendf(nil, "k%d", i),
+			recs = append(recs, &kgo.Record{Topic: in.topic, Partition: int32(j) % partitions, Key: fmt.Appendf(nil, "k%d", i),
 				Value: make([]byte, in.size), Timestamp: base.Add(time.Duration(i) * time.Second)})
 		}
 		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
@@ -73,7 +79,7 @@ func alignmentRun(t *testing.T, align time.Duration) (time.Duration, int64) {
 	e, err := New(cfg, Topology{
 		Name:         "align",
 		Inputs:       []Input{{Topic: "fast"}, {Topic: "slow"}},
-		Partitions:   1,
+		Partitions:   partitions,
 		Changelog:    "changelog",
 		NewProcessor: func(*Task) (Processor, error) { return probe, nil },
 	})
@@ -99,11 +105,21 @@ func alignmentRun(t *testing.T, align time.Duration) (time.Duration, int64) {
 // TestSourceAlignment: a task reading two sources over the same event
 // time reads neither more than about Config.Alignment (plus the fetches
 // under way when it was paused) ahead of the other, and reads both to
-// their end; without alignment one is read far ahead of the other.
+// their end; without alignment one is read far ahead of the other. The
+// same holds across the tasks of an instance: one task's source is held
+// to another's.
 func TestSourceAlignment(t *testing.T) {
 	const align, slack = time.Minute, 6 * time.Minute
-	off, _ := alignmentRun(t, 0)
-	on, pauses := alignmentRun(t, align)
+	for _, apart := range []bool{false, true} {
+		t.Run(map[bool]string{false: "one task", true: "two tasks"}[apart], func(t *testing.T) {
+			testSourceAlignment(t, align, slack, apart)
+		})
+	}
+}
+
+func testSourceAlignment(t *testing.T, align, slack time.Duration, apart bool) {
+	off, _ := alignmentRun(t, 0, apart)
+	on, pauses := alignmentRun(t, align, apart)
 	t.Logf("one source read ahead of the other at worst: %v without alignment, %v with %v (%d pauses)", off, on, align, pauses)
 	if off <= align+slack {
 		t.Fatalf("without alignment one source was read only %v ahead of the other: the input does not skew the reads", off)

@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/braidlabs/braid/state"
+	"github.com/braidlabs/braid/windows"
 )
 
 // Input is one topic a topology reads. Task p reads partition p of it.
@@ -403,6 +404,12 @@ type Engine struct {
 	// paused for Config.Alignment (bit i: source i), as published by the
 	// task (published.ahead).
 	aligned map[int32]uint64
+	// floor: the least of the tasks' published floors, the newest event
+	// time of the instance's slowest source partition with a backlog,
+	// against which every task aligns its sources (Task.align).
+	floor atomic.Int64
+	// qbound: queueBound as Engine.align last computed it.
+	qbound atomic.Int64
 	// polled counts records dispatched since the last checkpoint (Run
 	// goroutine only).
 	polled int
@@ -589,6 +596,7 @@ func New(cfg Config, topo Topology) (*Engine, error) {
 		return nil, errors.New("engine: Topology needs Name, Inputs, Partitions > 0 and NewProcessor")
 	}
 	e := &Engine{cfg: cfg, topo: topo, log: cfg.Logger, tasks: map[int32]*Task{}, aligned: map[int32]uint64{}, inputIndex: map[string]int{}, xk: map[string]int{}}
+	e.floor.Store(windows.MaxTime)
 	e.xch = make([]*inbox, topo.Partitions)
 	for p := range e.xch {
 		e.xch[p] = newInbox()
@@ -684,6 +692,13 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 		// overhead; the broker's own limit is message.max.bytes.
 		kgo.ProducerBatchMaxBytes(int32(min(e.cfg.MaxRecordBytes+48_000, 1<<30))),
 	)
+	if e.cfg.Alignment > 0 {
+		// A partition resumed is fetched only once the fetch under way
+		// returns; one of partitions at their end waits the broker's
+		// whole wait (franz-go's default 5s), the instance's slowest
+		// partition among them.
+		opts = append(opts, kgo.FetchMaxWait(alignedFetchWait))
+	}
 	e.fetches = newFetchSizer(e.fetchShare(), &e.stats.FetchBytes)
 	opts = append(opts, e.fetches.opts()...)
 	var sess session
@@ -952,6 +967,9 @@ func (e *Engine) dispatch(fetches kgo.Fetches) {
 		}
 		e.stats.RecordsIn.Add(int64(data))
 		e.queued.Add(n)
+		if src := e.srcIndex[e.inputIndex[ftp.Topic]]; src >= 0 && src < len(t.pub.queued) {
+			t.pub.queued[src].Add(n)
+		}
 		if mean := n / int64(len(ftp.Records)); e.recordBytes == 0 {
 			e.recordBytes = mean
 		} else {
@@ -1557,6 +1575,18 @@ func (e *Engine) install(r openResult, want map[int32]bool) error {
 	return nil
 }
 
+// alignedFetchWait is the longest a fetch waits at the broker for
+// records with alignment on (Config.Alignment).
+const alignedFetchWait = 100 * time.Millisecond
+
+// queueBound is how many bytes of a source partition's records a task
+// may have queued with alignment on before the partition pauses: an
+// even part of half the fetched-records share.
+func (e *Engine) queueBound() int64 {
+	n := int64(max(len(e.tasks), 1) * max(e.sources, 1))
+	return max(e.cfg.FetchBufferBytes/(2*n), 64<<10)
+}
+
 // align pauses the source partitions that their tasks found too far ahead
 // of their slowest source with a backlog (Config.Alignment), and resumes
 // those no longer ahead. Run goroutine.
@@ -1564,9 +1594,33 @@ func (e *Engine) align() {
 	if e.cfg.Alignment <= 0 || e.sess == nil {
 		return
 	}
+	floor := int64(windows.MaxTime)
+	for _, t := range e.tasks {
+		floor = min(floor, t.pub.floor.Load())
+	}
+	if e.floor.Swap(floor) != floor {
+		for _, t := range e.tasks {
+			t.wakeAlign()
+		}
+	}
 	pause, resume := map[string][]int32{}, map[string][]int32{}
+	bound := e.queueBound()
+	e.qbound.Store(bound)
 	for p, t := range e.tasks {
-		was, now := e.aligned[p], t.pub.ahead.Load()
+		// A source whose records wait in the task's queue beyond the
+		// bound pauses as well: what is queued is processed however far
+		// ahead it runs, so the queue bounds how far a source overshoots.
+		full := t.pub.full.Load()
+		for i := range t.pub.queued {
+			switch q := t.pub.queued[i].Load(); {
+			case q > bound:
+				full |= 1 << i
+			case q <= bound/2:
+				full &^= 1 << i
+			}
+		}
+		t.pub.full.Store(full)
+		was, now := e.aligned[p], t.pub.ahead.Load()|full
 		for changed := was ^ now; changed != 0; changed &= changed - 1 {
 			i := bits.TrailingZeros64(changed)
 			if now&(1<<i) != 0 {
@@ -1679,6 +1733,15 @@ type published struct {
 	// ahead of its slowest source with a backlog (bit i: source i), for
 	// the Run goroutine to pause (Engine.align).
 	ahead atomic.Uint64
+	// queued[i]: the bytes of source i's records dispatched to the task
+	// and not yet processed (kept with alignment on); full: the sources
+	// paused for that (bit i), set by the Run goroutine (Engine.align).
+	queued []atomic.Int64
+	full   atomic.Uint64
+	// floor: the newest event time of the task's slowest source
+	// partition with a backlog (windows.MaxTime: none), for the
+	// instance's floor (Engine.floor).
+	floor atomic.Int64
 	// caughtUpAt: the task's processing time (unix ns) when it last
 	// published caughtUp true (Engine.live).
 	caughtUpAt atomic.Int64

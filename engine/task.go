@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -92,6 +93,8 @@ type Task struct {
 	curTS  int64
 	// caught[i]: source i is caught up (CaughtUp).
 	caught []bool
+	// realign: the instance's floor moved (Engine.align); align again.
+	realign chan struct{}
 
 	offsets   map[string]int64 // input topic → next offset
 	markers   markerTimes      // timestamps of the upstream tasks' last markers
@@ -241,6 +244,11 @@ func (e *Engine) openTaskNoRun(ctx context.Context, p int32) (*Task, error) {
 	}
 	t.caught = make([]bool, e.sources)
 	t.pub.ends.init(e.sources)
+	t.pub.floor.Store(windows.MaxTime)
+	if e.cfg.Alignment > 0 {
+		t.pub.queued = make([]atomic.Int64, min(e.sources, 64))
+	}
+	t.realign = make(chan struct{}, 1)
 	t.newWatermarks(now)
 	if err := t.loadCommitted(); err != nil {
 		return nil, errors.Join(err, ks.Close())
@@ -469,6 +477,8 @@ func (t *Task) run() {
 			t.takeEnds()
 		case <-t.xsignal():
 			t.local()
+		case <-t.realign:
+			t.align()
 		case <-tick.C:
 			if !t.failed {
 				t.fail(t.ks.Settle(false))
@@ -487,6 +497,9 @@ func (t *Task) handle(m taskMsg) bool {
 	case msgRecords:
 		if m.bytes > 0 {
 			defer t.e.dequeued(m.bytes)
+			if src := t.e.srcIndex[m.input]; src >= 0 && src < len(t.pub.queued) {
+				defer t.unqueue(src, m.bytes)
+			}
 		}
 		if t.failed {
 			return false
@@ -670,14 +683,25 @@ func (t *Task) align() {
 		return
 	}
 	n := min(len(t.e.srcTopics), 64) // the bits of published.ahead
-	floor := windows.MaxTime
+	own := windows.MaxTime
 	for i := range n {
 		if !t.caught[i] {
 			// One with a backlog and no event time yet: its first
 			// records may be as old as any, so the others wait for it.
-			floor = min(floor, t.all.Max(i))
+			own = min(own, t.all.Max(i))
 		}
 	}
+	if was := t.pub.floor.Swap(own); was != own && was <= t.e.floor.Load() && t.e.stats.AlignedPartitions.Load() > 0 {
+		// The instance's slowest source moved, and partitions wait
+		// on it: the poll in progress may wait on those alone.
+		if wake := t.e.wake.Load(); wake != nil {
+			(*wake)()
+		}
+	}
+	// The instance's other tasks' slowest sources as well: a trace's
+	// members come from any task (repartitioned, forwarded), so one
+	// task's open traces wait for the slowest source of the instance.
+	floor := min(own, t.e.floor.Load())
 	var ahead uint64
 	was := t.pub.ahead.Load()
 	if floor != windows.MaxTime {
@@ -702,6 +726,27 @@ func (t *Task) align() {
 		if wake := t.e.wake.Load(); wake != nil {
 			(*wake)()
 		}
+	}
+}
+
+// unqueue counts n bytes of source i's queued records as processed, and
+// wakes the poll loop when a source paused for its queue drained to half
+// its bound (Engine.align resumes it).
+func (t *Task) unqueue(i int, n int64) {
+	q := t.pub.queued[i].Add(-n)
+	if t.pub.full.Load()&(1<<i) != 0 && q <= t.e.qbound.Load()/2 {
+		if wake := t.e.wake.Load(); wake != nil {
+			(*wake)()
+		}
+	}
+}
+
+// wakeAlign has the task align its sources again (the instance's floor
+// moved). Any goroutine.
+func (t *Task) wakeAlign() {
+	select {
+	case t.realign <- struct{}{}:
+	default:
 	}
 }
 
