@@ -140,7 +140,7 @@ func main() {
 	flag.BoolVar(&o.runOn, "run-on", true, "run the braid contenders with tasks running on past a checkpoint's barrier (checkpoint_run_on, braid's default); false: held to the end of its transaction")
 	flag.BoolVar(&o.held, "held", false, "also run braid with tasks held from a checkpoint's barrier to the end of its transaction in each round: the comparison with running on")
 	flag.BoolVar(&o.alertsOff, "alerts-off", true, "also run braid with the alerts stage off (alerts.disabled) in each round: the cost of the default rules")
-	flag.DurationVar(&o.alignment, "alignment", 0, "braid's event_time.alignment (0: the job's default, off)")
+	flag.DurationVar(&o.alignment, "alignment", 0, "braid's event_time.alignment (0: the job's default, 1m; negative: off)")
 	flag.Int64Var(&o.budget, "memory-budget", 0, "braid's state.memory_budget, bytes (0: the job's default, 512 MiB); a backlog of more than ~150,000 requests read within one checkpoint interval needs more")
 	flag.IntVar(&o.settle, "settle", 3, "braid's third window: this many more checkpoints after the second (the alerts stage evaluates the last partial aggregates)")
 	flag.StringVar(&o.profileOff, "cpuprofile-alerts-off", "", "write a CPU profile of braid-noalerts' run of the last round to this file")

@@ -97,7 +97,7 @@ func main() {
 	flag.StringVar(&o.resultsDir, "results", filepath.Join("benchmarks", "results"), "directory of the JSON result; empty: do not write one")
 	flag.BoolVar(&o.keepTopics, "keep-topics", false, "do not delete the topics at the end")
 	flag.DurationVar(&o.checkpoint, "checkpoint", 0, "braid's checkpoint_interval (0: its default, 5s)")
-	flag.DurationVar(&o.alignment, "alignment", 0, "braid's event_time.alignment (0: its default, off)")
+	flag.DurationVar(&o.alignment, "alignment", 0, "braid's event_time.alignment (0: its default, 1m; negative: off)")
 	flag.BoolVar(&o.verbose, "v", false, "pass braid's log through")
 	flag.StringVar(&o.note, "note", "", "free text stored in the result")
 	flag.BoolVar(&o.cgo, "cgo", false, "build braid with cgo (Pebble's block cache and memtables in C memory, outside Go's memory limit); default: without, as make build does")

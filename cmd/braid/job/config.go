@@ -153,12 +153,11 @@ type Config struct {
 		// 200ms; at most idleness; negative: off.
 		CaughtUpIdleness time.Duration `yaml:"caught_up_idleness"`
 		// Alignment: a source partition read more than this ahead, in
-		// event time, of the slowest partition of its task that still
-		// has a backlog is paused until that one catches up
+		// event time, of the instance's slowest source partition that
+		// still has a backlog is paused until that one catches up
 		// (engine.Config.Alignment), so that reading a backlog does not
 		// hold the members of the partitions read ahead in memory.
-		// Default off (0 or negative); 1m is a good start where sources
-		// skew.
+		// Default 1m; negative: off.
 		Alignment time.Duration `yaml:"alignment"`
 		// IdleGap: a trace closes when the watermark passes its last event
 		// plus this gap. Default 5s.
@@ -341,6 +340,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.EventTime.MaxClockSkew == 0 {
 		c.EventTime.MaxClockSkew = 10 * time.Minute
+	}
+	if c.EventTime.Alignment == 0 {
+		c.EventTime.Alignment = time.Minute
 	}
 	def(&c.EventTime.Future, "late")
 	if c.CheckpointInterval == 0 {
@@ -592,7 +594,7 @@ func (c *Config) EngineConfig(budget Budget) engine.Config {
 		OutOfOrderness:     c.EventTime.OutOfOrderness,
 		Idleness:           c.EventTime.Idleness,
 		CaughtUpIdleness:   c.EventTime.CaughtUpIdleness,
-		Alignment:          max(c.EventTime.Alignment, 0), // off unless positive
+		Alignment:          max(c.EventTime.Alignment, 0), // negative: off
 		MaxRecordBytes:     c.Limits.MaxMessageBytes,
 		MaxClockSkew:       c.EventTime.MaxClockSkew,
 		// Totals of the instance, whatever number of tasks it runs.
