@@ -108,15 +108,18 @@ type Config struct {
 	// negative: off (every partition waits for Idleness). At most
 	// Idleness.
 	CaughtUpIdleness time.Duration
-	// Alignment bounds how far, in event time, a task reads one of its
-	// source partitions ahead of another that still has a backlog
-	// (Flink's watermark alignment, within a task): a source partition
-	// whose newest event time is more than Alignment past that of the
-	// task's slowest source partition with a backlog is paused until the
-	// slowest catches up. Members of traces that only the slow source
-	// can close then wait in Kafka, not in the open traces in memory. A
-	// source that has read to its end (caught up) never holds the others:
-	// there is nothing to wait for. 0: off.
+	// Alignment bounds how far, in event time, the instance reads one of
+	// its source partitions ahead of another that still has a backlog
+	// (Flink's watermark alignment): a source partition whose newest
+	// event time is more than Alignment past that of the slowest source
+	// partition with a backlog of any of the instance's tasks is paused
+	// until the slowest catches up. Members of traces that only the slow
+	// source can close then wait in Kafka, not in the open traces in
+	// memory. A source that has read to its end (caught up) never holds
+	// the others: there is nothing to wait for. With alignment on, a
+	// source partition also pauses while its records queued for its task
+	// pass an even part of half FetchBufferBytes, and fetches wait at
+	// most 100ms at the broker. 0: off.
 	Alignment time.Duration
 	// TickInterval is how often an idle task re-evaluates its watermark.
 	// Default 200ms.

@@ -27,7 +27,7 @@ func EngineMetrics(e EngineView) Table {
 		{Name: "braid_fetch_bytes", Gauge: true, Value: st.FetchBytes.Load,
 			Help: "The size the consumer's fetches ask the brokers for, in bytes as sent: an eighth of the fetched-records share over the ratio of decompressed to compressed bytes read, so that a fetch held decompressed stays within it."},
 		{Name: "braid_alignment_pauses_total", Value: st.AlignmentPauses.Load,
-			Help: "Source partitions paused because they were read more than event_time.alignment ahead of their task's slowest partition with a backlog."},
+			Help: "Source partitions paused because they were read more than event_time.alignment ahead of the instance's slowest partition with a backlog, or because their records queued for their task passed its bound."},
 		{Name: "braid_aligned_partitions", Gauge: true, Value: st.AlignedPartitions.Load,
 			Help: "Source partitions paused now for event_time.alignment."},
 		{Name: "braid_exchange_records_total", Label: "outcome", LabelValue: "taken", Value: st.ExchangeRecords.Load,
