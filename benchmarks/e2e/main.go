@@ -1049,6 +1049,11 @@ func braidJob(ctx context.Context, o options, in simulator.Topics, group string,
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
+	// The runtime as `braid run` sets it (GOGC), for braid's runs only:
+	// the contenders run with Go's defaults. Not the memory limit: this
+	// process holds more than the job (its workload, the contenders).
+	defer job.TuneRuntime(0)()
+
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	t0 := time.Now()

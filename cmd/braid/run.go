@@ -5,8 +5,6 @@ import (
 	"flag"
 	"io"
 	"log/slog"
-	"os"
-	"runtime/debug"
 	"strings"
 
 	"github.com/braidlabs/braid/cmd/braid/job"
@@ -56,11 +54,7 @@ func cmdRun(ctx context.Context, args []string, log *slog.Logger, stdout io.Writ
 	if *printBudget {
 		return cfg.Budget().WriteTable(stdout)
 	}
-	if os.Getenv("GOMEMLIMIT") == "" {
-		// The Go heap is most of what the budget bounds: let the
-		// collector work harder before the process grows past it.
-		debug.SetMemoryLimit(cfg.State.MemoryBudget)
-	}
+	job.TuneRuntime(cfg.State.MemoryBudget)
 	j, err := job.Prepare(ctx, cfg, log)
 	if err != nil {
 		return err
