@@ -36,7 +36,7 @@ func (p *fuser) relieve(t *engine.Task, wm int64) error {
 	}
 	p.s.counters.Spills.Add(1)
 	for _, tr := range p.changed {
-		if p.traces[tr.id] != tr || len(tr.pending) == 0 {
+		if tr.gone || len(tr.pending) == 0 {
 			continue
 		}
 		if err := p.flushTrace(t, tr, false); err != nil {
@@ -46,7 +46,7 @@ func (p *fuser) relieve(t *engine.Task, wm int64) error {
 	for p.shareBytes() > target && len(p.timers) > 0 {
 		tm := p.timers.pop()
 		tr := tm.tr
-		if p.traces[tr.id] != tr || tr.timerAt != tm.at {
+		if tr.gone || tr.timerAt != tm.at {
 			continue
 		}
 		tr.timerAt = 0
@@ -86,6 +86,7 @@ func (p *fuser) evict(t *engine.Task, tr *trace, wm int64) error {
 		return err
 	}
 	delete(p.traces, tr.id)
+	tr.gone = true
 	p.openBytes -= traceOverhead
 	p.evicted++
 	p.evictTimers.push(evictTimer{at: p.nextAction(tr), id: tr.id})

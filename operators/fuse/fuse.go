@@ -177,6 +177,7 @@ type trace struct {
 	bytes       uint32
 	chunks      uint32 // chunks in the keyspace
 	inState     bool   // its record is in the keyspace (written, or read from there)
+	gone        bool   // no longer p.traces' entry for its id (purged or evicted)
 	pending     []byte // members since the last checkpoint (a chunk)
 	// stored: the members of the chunks in the keyspace, all of them,
 	// kept from when a checkpoint wrote them (flushTrace) until the
@@ -344,9 +345,8 @@ func (p *fuser) add(t *engine.Task, id [16]byte, chunk []byte) error {
 				w.n = 1 // may refer to the previous resource; else restate it, so a chunk can start here
 			}
 			size := len(w.buf)
-			explicit := w.n == 0 || string(m.resource) != string(w.lastRes)
 			w.appendMember(m)
-			if size = len(w.buf) - size; explicit {
+			if size = len(w.buf) - size; w.restated {
 				tr.sinceRes = uint32(size)
 			} else {
 				tr.sinceRes += uint32(size)
@@ -471,7 +471,7 @@ func (p *fuser) flushIdle(t *engine.Task, wm int64) error {
 		p.touched[p.touchHead] = touch{}
 		p.touchHead++
 		tr := tc.tr
-		if p.traces[tr.id] != tr || tr.touchedAt != tc.at || !tr.dirty {
+		if tr.gone || tr.touchedAt != tc.at || !tr.dirty {
 			continue
 		}
 		if err := p.emit(t, tr, wm); err != nil {
@@ -515,7 +515,7 @@ func (p *fuser) fireTimers(t *engine.Task, wm int64) error {
 		}
 		tm := p.timers.pop()
 		tr := tm.tr
-		if p.traces[tr.id] != tr || tr.timerAt != tm.at {
+		if tr.gone || tr.timerAt != tm.at {
 			continue // purged, or superseded by an earlier timer
 		}
 		tr.timerAt = 0
@@ -586,6 +586,7 @@ func (p *fuser) purge(t *engine.Task, tr *trace, wm int64) error {
 	}
 	p.forget(tr)
 	delete(p.traces, tr.id)
+	tr.gone = true
 	p.openBytes -= traceOverhead + int64(len(tr.pending))
 	p.notePending(len(tr.pending))
 	tr.pending = nil
@@ -618,7 +619,7 @@ func (p *fuser) prepareCheckpoint(t *engine.Task) error {
 	}
 	for _, tr := range p.changed {
 		tr.changed = false
-		if p.traces[tr.id] != tr {
+		if tr.gone {
 			continue // purged
 		}
 		if err := p.flushTrace(t, tr, true); err != nil {

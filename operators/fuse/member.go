@@ -45,6 +45,9 @@ type chunkWriter struct {
 	buf     []byte
 	lastRes []byte
 	n       int
+	// restated: the last member appended states its resource (it is
+	// not the previous member's).
+	restated bool
 }
 
 func (w *chunkWriter) reset(buf []byte) { w.buf, w.lastRes, w.n = buf, nil, 0 }
@@ -94,10 +97,11 @@ func (w *chunkWriter) appendHead(b []byte, k kind, t int64, resource []byte) []b
 	b = append(b, byte(k))
 	b = binary.AppendVarint(b, t)
 	if w.n > 0 && string(resource) == string(w.lastRes) {
+		w.restated = false
 		return append(b, 0)
 	}
 	b = protowire.AppendVarint(b, uint64(len(resource))+1)
-	w.lastRes = resource
+	w.lastRes, w.restated = resource, true
 	return append(b, resource...)
 }
 
