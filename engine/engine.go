@@ -695,14 +695,15 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 		// overhead; the broker's own limit is message.max.bytes.
 		kgo.ProducerBatchMaxBytes(int32(min(e.cfg.MaxRecordBytes+48_000, 1<<30))),
 	)
+	e.fetches = newFetchSizer(e.fetchShare(), &e.stats.FetchBytes)
 	if e.cfg.Alignment > 0 {
 		// A partition resumed is fetched only once the fetch under way
 		// returns; one of partitions at their end waits the broker's
 		// whole wait (franz-go's default 5s), the instance's slowest
 		// partition among them.
 		opts = append(opts, kgo.FetchMaxWait(alignedFetchWait))
+		e.fetches.partition = alignedPartitionFetchBytes
 	}
-	e.fetches = newFetchSizer(e.fetchShare(), &e.stats.FetchBytes)
 	opts = append(opts, e.fetches.opts()...)
 	var sess session
 	if e.cfg.AtLeastOnce {

@@ -30,6 +30,10 @@ type fetchSizer struct {
 	// size is the fetch size asked for now, in bytes as sent
 	// (Stats.FetchBytes).
 	size *atomic.Int64
+	// partition bounds what one partition contributes to a fetch
+	// (maxPartitionFetchBytes; alignedPartitionFetchBytes with
+	// alignment on).
+	partition int64
 
 	mu        sync.Mutex
 	comp, raw int64 // compressed and decompressed bytes read (decaying sums)
@@ -49,6 +53,15 @@ const minFetchBytes = 16 << 10
 // one partition contributes to a fetch.
 const maxPartitionFetchBytes = 1 << 20
 
+// alignedPartitionFetchBytes bounds what one partition contributes to a
+// fetch of the job's consumer with alignment on (Config.Alignment): a
+// fetched batch is processed whole however far ahead it runs, and a
+// mebibyte of compressed records covers minutes of event time — nine of
+// a log partition, four of a span partition on the benchmark's fleet —
+// where the bound is a minute. A quarter of that keeps what runs ahead
+// of the bound to about a batch of it.
+const alignedPartitionFetchBytes = 256 << 10
+
 // maxFetchBytes is the largest fetch size asked for: franz-go's default
 // (and about the brokers' fetch.max.bytes), half of what the client reads
 // from a broker at most (BrokerMaxReadBytes, 100 MiB), which a larger
@@ -64,7 +77,7 @@ const maxConcurrentFetches = 4
 const maxConcurrentRestores = 4
 
 func newFetchSizer(target int64, size *atomic.Int64) *fetchSizer {
-	s := &fetchSizer{target: max(target, minFetchBytes), size: size}
+	s := &fetchSizer{target: max(target, minFetchBytes), size: size, partition: maxPartitionFetchBytes}
 	// Until a batch has been read the ratio is unknown: the first
 	// fetches are small.
 	s.size.Store(minFetchBytes)
@@ -78,14 +91,14 @@ func (s *fetchSizer) opts() []kgo.Opt {
 	return []kgo.Opt{
 		kgo.WithHooks(s),
 		kgo.FetchMaxBytes(int32(n)),
-		kgo.FetchMaxPartitionBytes(partitionBytes(n)),
+		kgo.FetchMaxPartitionBytes(s.partitionBytes(n)),
 		kgo.MaxConcurrentFetches(maxConcurrentFetches),
 	}
 }
 
 // partitionBytes is what one partition may contribute to a fetch of n
 // bytes.
-func partitionBytes(n int64) int32 { return int32(min(n, maxPartitionFetchBytes)) }
+func (s *fetchSizer) partitionBytes(n int64) int32 { return int32(min(n, s.partition)) }
 
 // attach gives the sizer the client whose fetches it sizes.
 func (s *fetchSizer) attach(cl *kgo.Client) { s.cl.Store(cl) }
@@ -125,7 +138,7 @@ func (s *fetchSizer) OnFetchBatchRead(_ kgo.BrokerMetadata, _ string, _ int32, m
 	}
 	s.mu.Unlock()
 	if cl := s.cl.Load(); changed && cl != nil {
-		cl.UpdateFetchMaxBytes(int32(n), partitionBytes(n))
+		cl.UpdateFetchMaxBytes(int32(n), s.partitionBytes(n))
 	}
 }
 
