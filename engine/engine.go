@@ -118,8 +118,9 @@ type Config struct {
 	// memory. A source that has read to its end (caught up) never holds
 	// the others: there is nothing to wait for. With alignment on, a
 	// source partition also pauses while its records queued for its task
-	// pass an even part of half FetchBufferBytes, and fetches wait at
-	// most 100ms at the broker. 0: off.
+	// pass an even part of half FetchBufferBytes, a partition contributes
+	// at most 256 KiB to a fetch, and fetches wait at most 100ms at the
+	// broker. 0: off.
 	Alignment time.Duration
 	// TickInterval is how often an idle task re-evaluates its watermark.
 	// Default 200ms.
