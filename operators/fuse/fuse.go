@@ -223,12 +223,12 @@ type fuser struct {
 	pattrs    []semconv.KV
 
 	// memory share (MaxOpenTraceBytes)
-	openBytes    int64               // traceOverhead per trace in memory + pending and stored members
-	storedBytes  int64               // of which stored members
+	openBytes   int64 // traceOverhead per trace in memory + pending and stored members
+	storedBytes int64 // of which stored members
 	// pendingMean: the mean size a trace's pending members reach (a
 	// moving average), the capacity a trace's first member allocates, so
 	// that most traces allocate once instead of at every doubling.
-	pendingMean int
+	pendingMean  int
 	keeping      []*trace            // traces given stored members, in that order (some since emitted or purged)
 	reportedOpen int64               // what the gauge holds of this task
 	evicted      int                 // traces emitted early and dropped from memory, still in state
