@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"hash/crc32"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ type skewProbe struct {
 	newest  [2]int64
 	worst   time.Duration
 	records int
+	queued  int64 // the most bytes of one source seen queued for a task
 }
 
 func (p *skewProbe) Process(t *Task, r *kgo.Record, input int) error {
@@ -28,6 +30,9 @@ func (p *skewProbe) Process(t *Task, r *kgo.Record, input int) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.records++
+	if input < len(t.pub.queued) {
+		p.queued = max(p.queued, t.pub.queued[input].Load())
+	}
 	p.newest[input] = max(p.newest[input], ts)
 	if other := p.newest[1-input]; other != 0 {
 		p.worst = max(p.worst, time.Duration(other-ts))
@@ -41,7 +46,7 @@ func (p *skewProbe) Process(t *Task, r *kgo.Record, input int) error {
 // the other at worst, and the alignment pauses. With apart, the topics
 // have two partitions and their records lie in different ones: one task
 // reads the fast topic, another the slow one.
-func alignmentRun(t *testing.T, align time.Duration, apart bool) (time.Duration, int64) {
+func alignmentRun(t *testing.T, align time.Duration, apart bool) (time.Duration, int64, int64) {
 	t.Helper()
 	const n, fetchBuffer = 1500, 1 << 20
 	partitions := int32(1)
@@ -99,7 +104,7 @@ func alignmentRun(t *testing.T, align time.Duration, apart bool) (time.Duration,
 	}
 	probe.mu.Lock()
 	defer probe.mu.Unlock()
-	return probe.worst, e.Stats().AlignmentPauses.Load()
+	return probe.worst, e.Stats().AlignmentPauses.Load(), probe.queued
 }
 
 // TestSourceAlignment: a task reading two sources over the same event
@@ -118,9 +123,9 @@ func TestSourceAlignment(t *testing.T) {
 }
 
 func testSourceAlignment(t *testing.T, align, slack time.Duration, apart bool) {
-	off, _ := alignmentRun(t, 0, apart)
-	on, pauses := alignmentRun(t, align, apart)
-	t.Logf("one source read ahead of the other at worst: %v without alignment, %v with %v (%d pauses)", off, on, align, pauses)
+	off, _, _ := alignmentRun(t, 0, apart)
+	on, pauses, queued := alignmentRun(t, align, apart)
+	t.Logf("one source read ahead of the other at worst: %v without alignment, %v with %v (%d pauses); at most %d KiB of one source queued for a task", off, on, align, pauses, queued>>10)
 	if off <= align+slack {
 		t.Fatalf("without alignment one source was read only %v ahead of the other: the input does not skew the reads", off)
 	}
@@ -129,5 +134,96 @@ func testSourceAlignment(t *testing.T, align, slack time.Duration, apart bool) {
 	}
 	if on > align+slack {
 		t.Errorf("with alignment %v one source was read %v ahead of the other, want at most %v", align, on, align+slack)
+	}
+}
+
+// slowProbe records, per source, the most bytes of its records queued for
+// the task, and works on each record for a while (a checksum, repeated),
+// so that the poll loop can fetch faster than the task processes.
+type slowProbe struct {
+	mu      sync.Mutex
+	queued  [2]int64
+	records int
+	sum     uint32
+}
+
+func (p *slowProbe) Process(t *Task, r *kgo.Record, input int) error {
+	t.Observe(input, r.Timestamp.UnixNano())
+	sum := uint32(0)
+	for range 40 {
+		sum = crc32.Update(sum, crc32.IEEETable, r.Value)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sum ^= sum
+	p.records++
+	if input < len(t.pub.queued) {
+		p.queued[input] = max(p.queued[input], t.pub.queued[input].Load())
+	}
+	return nil
+}
+
+// TestAlignmentQueueBound: with alignment on, what a source partition
+// has queued for its task stays near the engine's queue bound, however
+// far the event times let it run (here the bound in event time never
+// binds): the source pauses once its queue passes the bound.
+func TestAlignmentQueueBound(t *testing.T) {
+	const n, size, fetchBuffer = 1200, 8 << 10, 4 << 20
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "a", "b", "changelog"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	f := &fakeEnv{c: c, brokers: c.ListenAddrs(), partitions: 1, changelog: "changelog", group: "qbound"}
+	cl := f.client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchMaxBytes(64<<10))
+	base := time.Now().Add(-2 * time.Hour)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, topic := range []string{"a", "b"} {
+		recs := make([]*kgo.Record, 0, n)
+		for i := range n {
+			recs = append(recs, &kgo.Record{Topic: topic, Key: fmt.Appendf(nil, "k%d", i),
+				Value: make([]byte, size), Timestamp: base.Add(time.Duration(i) * time.Second)})
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	probe := &slowProbe{}
+	cfg := f.config(t, t.TempDir(), "qbound")
+	cfg.FetchBufferBytes = fetchBuffer
+	cfg.MaxRecordBytes = 32 << 10
+	cfg.Alignment = 24 * time.Hour
+	e, err := New(cfg, Topology{
+		Name:         "qbound",
+		Inputs:       []Input{{Topic: "a"}, {Topic: "b"}},
+		Partitions:   1,
+		Changelog:    "changelog",
+		NewProcessor: func(*Task) (Processor, error) { return probe, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := start(t, e)
+	waitCond(t, 60*time.Second, fmt.Sprintf("%d records processed", 2*n), func() bool {
+		probe.mu.Lock()
+		defer probe.mu.Unlock()
+		return probe.records >= 2*n
+	}, r)
+	waitCond(t, 10*time.Second, "no partition paused", func() bool { return e.Stats().AlignedPartitions.Load() == 0 }, r)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	bound := int64(fetchBuffer / (2 * 1 * 2))
+	probe.mu.Lock()
+	defer probe.mu.Unlock()
+	t.Logf("at most %d and %d KiB queued for the task, bound %d KiB", probe.queued[0]>>10, probe.queued[1]>>10, bound>>10)
+	for i, q := range probe.queued {
+		if q == 0 {
+			t.Errorf("source %d: nothing seen queued", i)
+		}
+		if limit := bound + alignedPartitionFetchBytes*3; q > limit {
+			t.Errorf("source %d: %d KiB queued for the task, want at most %d KiB (the bound and a poll's batches)", i, q>>10, limit>>10)
+		}
 	}
 }
