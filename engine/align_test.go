@@ -12,16 +12,36 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
+// probeCounts is what both probes keep: the records processed, and per
+// source the most bytes of its records seen queued for the task.
+type probeCounts struct {
+	mu      sync.Mutex
+	records int
+	queued  [2]int64
+}
+
+// count counts a record of input processed by t; p.mu held.
+func (p *probeCounts) count(t *Task, input int) {
+	p.records++
+	if input < len(t.pub.queued) {
+		p.queued[input] = max(p.queued[input], t.pub.queued[input].Load())
+	}
+}
+
+func (p *probeCounts) processed() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.records
+}
+
 // skewProbe observes each record's timestamp as its event time and keeps
 // how far one input had been read past a record of the other when that
 // record came (the event time the task held members of the first for,
 // waiting for the second).
 type skewProbe struct {
-	mu      sync.Mutex
-	newest  [2]int64
-	worst   time.Duration
-	records int
-	queued  int64 // the most bytes of one source seen queued for a task
+	probeCounts
+	newest [2]int64
+	worst  time.Duration
 }
 
 func (p *skewProbe) Process(t *Task, r *kgo.Record, input int) error {
@@ -29,10 +49,7 @@ func (p *skewProbe) Process(t *Task, r *kgo.Record, input int) error {
 	t.Observe(input, ts)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.records++
-	if input < len(t.pub.queued) {
-		p.queued = max(p.queued, t.pub.queued[input].Load())
-	}
+	p.count(t, input)
 	p.newest[input] = max(p.newest[input], ts)
 	if other := p.newest[1-input]; other != 0 {
 		p.worst = max(p.worst, time.Duration(other-ts))
@@ -40,50 +57,57 @@ func (p *skewProbe) Process(t *Task, r *kgo.Record, input int) error {
 	return nil
 }
 
-// alignmentRun reads two source topics holding the same span of event
-// time, one in smaller records (a fetch covers more of it) than the other,
-// with Config.Alignment align, and returns how far one was read ahead of
-// the other at worst, and the alignment pauses. With apart, the topics
-// have two partitions and their records lie in different ones: one task
-// reads the fast topic, another the slow one.
-func alignmentRun(t *testing.T, align time.Duration, apart bool) (time.Duration, int64, int64) {
+// alignSource is a source topic of runAligned: its records' value size,
+// and the partition they are produced to.
+type alignSource struct {
+	topic     string
+	size      int
+	partition int32
+}
+
+// runAligned produces n records to each source, one a second of event time
+// from two hours ago, and runs a topology of the sources over partitions,
+// with FetchBufferBytes fetchBuffer and Config.Alignment align, until
+// probe has processed them all and no partition stays paused.
+func runAligned(t *testing.T, name string, partitions int32, srcs []alignSource, n int, fetchBuffer int64, align time.Duration,
+	probe interface {
+		Processor
+		processed() int
+	}) *Engine {
 	t.Helper()
-	const n, fetchBuffer = 1500, 1 << 20
-	partitions := int32(1)
-	if apart {
-		partitions = 2
+	topics := []string{"changelog"}
+	inputs := make([]Input, 0, len(srcs))
+	for _, src := range srcs {
+		topics = append(topics, src.topic)
+		inputs = append(inputs, Input{Topic: src.topic})
 	}
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, "fast", "slow", "changelog"))
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topics...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	f := &fakeEnv{c: c, brokers: c.ListenAddrs(), partitions: partitions, changelog: "changelog", group: "align"}
+	f := &fakeEnv{c: c, brokers: c.ListenAddrs(), partitions: partitions, changelog: "changelog", group: name}
 	cl := f.client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchMaxBytes(64<<10))
 	base := time.Now().Add(-2 * time.Hour)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for j, in := range []struct {
-		topic string
-		size  int
-	}{{"fast", 4 << 10}, {"slow", 16 << 10}} {
+	for _, src := range srcs {
 		recs := make([]*kgo.Record, 0, n)
 		for i := range n {
-			recs = append(recs, &kgo.Record{Topic: in.topic, Partition: int32(j) % partitions, Key: fmt.Appendf(nil, "k%d", i),
-				Value: make([]byte, in.size), Timestamp: base.Add(time.Duration(i) * time.Second)})
+			recs = append(recs, &kgo.Record{Topic: src.topic, Partition: src.partition, Key: fmt.Appendf(nil, "k%d", i),
+				Value: make([]byte, src.size), Timestamp: base.Add(time.Duration(i) * time.Second)})
 		}
 		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	probe := &skewProbe{}
-	cfg := f.config(t, t.TempDir(), "align")
+	cfg := f.config(t, t.TempDir(), name)
 	cfg.FetchBufferBytes = fetchBuffer
 	cfg.MaxRecordBytes = 32 << 10
 	cfg.Alignment = align
 	e, err := New(cfg, Topology{
-		Name:         "align",
-		Inputs:       []Input{{Topic: "fast"}, {Topic: "slow"}},
+		Name:         name,
+		Inputs:       inputs,
 		Partitions:   partitions,
 		Changelog:    "changelog",
 		NewProcessor: func(*Task) (Processor, error) { return probe, nil },
@@ -92,19 +116,34 @@ func alignmentRun(t *testing.T, align time.Duration, apart bool) (time.Duration,
 		t.Fatal(err)
 	}
 	r := start(t, e)
-	waitCond(t, 60*time.Second, fmt.Sprintf("%d records processed", 2*n), func() bool {
-		probe.mu.Lock()
-		defer probe.mu.Unlock()
-		return probe.records >= 2*n
-	}, r)
-	// Both read to their end: nothing stays paused.
+	want := len(srcs) * n
+	waitCond(t, 60*time.Second, fmt.Sprintf("%d records processed", want), func() bool { return probe.processed() >= want }, r)
+	// Every source read to its end: nothing stays paused.
 	waitCond(t, 10*time.Second, "no partition paused", func() bool { return e.Stats().AlignedPartitions.Load() == 0 }, r)
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
+	return e
+}
+
+// alignmentRun reads two source topics holding the same span of event
+// time, one in smaller records (a fetch covers more of it) than the other,
+// with Config.Alignment align, and returns how far one was read ahead of
+// the other at worst, the alignment pauses, and the most bytes of one
+// source queued for a task. With apart, the topics have two partitions
+// and their records lie in different ones: one task reads the fast
+// topic, another the slow one.
+func alignmentRun(t *testing.T, align time.Duration, apart bool) (time.Duration, int64, int64) {
+	t.Helper()
+	partitions, slow := int32(1), int32(0)
+	if apart {
+		partitions, slow = 2, 1
+	}
+	probe := &skewProbe{}
+	e := runAligned(t, "align", partitions, []alignSource{{"fast", 4 << 10, 0}, {"slow", 16 << 10, slow}}, 1500, 1<<20, align, probe)
 	probe.mu.Lock()
 	defer probe.mu.Unlock()
-	return probe.worst, e.Stats().AlignmentPauses.Load(), probe.queued
+	return probe.worst, e.Stats().AlignmentPauses.Load(), max(probe.queued[0], probe.queued[1])
 }
 
 // TestSourceAlignment: a task reading two sources over the same event
@@ -137,14 +176,11 @@ func testSourceAlignment(t *testing.T, align, slack time.Duration, apart bool) {
 	}
 }
 
-// slowProbe records, per source, the most bytes of its records queued for
-// the task, and works on each record for a while (a checksum, repeated),
-// so that the poll loop can fetch faster than the task processes.
+// slowProbe works on each record for a while (a checksum, repeated), so
+// that the poll loop can fetch faster than the task processes.
 type slowProbe struct {
-	mu      sync.Mutex
-	queued  [2]int64
-	records int
-	sum     uint32
+	probeCounts
+	sum uint32
 }
 
 func (p *slowProbe) Process(t *Task, r *kgo.Record, input int) error {
@@ -156,10 +192,7 @@ func (p *slowProbe) Process(t *Task, r *kgo.Record, input int) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.sum ^= sum
-	p.records++
-	if input < len(t.pub.queued) {
-		p.queued[input] = max(p.queued[input], t.pub.queued[input].Load())
-	}
+	p.count(t, input)
 	return nil
 }
 
@@ -168,52 +201,9 @@ func (p *slowProbe) Process(t *Task, r *kgo.Record, input int) error {
 // far the event times let it run (here the bound in event time never
 // binds): the source pauses once its queue passes the bound.
 func TestAlignmentQueueBound(t *testing.T) {
-	const n, size, fetchBuffer = 1200, 8 << 10, 4 << 20
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "a", "b", "changelog"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	f := &fakeEnv{c: c, brokers: c.ListenAddrs(), partitions: 1, changelog: "changelog", group: "qbound"}
-	cl := f.client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchMaxBytes(64<<10))
-	base := time.Now().Add(-2 * time.Hour)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for _, topic := range []string{"a", "b"} {
-		recs := make([]*kgo.Record, 0, n)
-		for i := range n {
-			recs = append(recs, &kgo.Record{Topic: topic, Key: fmt.Appendf(nil, "k%d", i),
-				Value: make([]byte, size), Timestamp: base.Add(time.Duration(i) * time.Second)})
-		}
-		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	const fetchBuffer = 4 << 20
 	probe := &slowProbe{}
-	cfg := f.config(t, t.TempDir(), "qbound")
-	cfg.FetchBufferBytes = fetchBuffer
-	cfg.MaxRecordBytes = 32 << 10
-	cfg.Alignment = 24 * time.Hour
-	e, err := New(cfg, Topology{
-		Name:         "qbound",
-		Inputs:       []Input{{Topic: "a"}, {Topic: "b"}},
-		Partitions:   1,
-		Changelog:    "changelog",
-		NewProcessor: func(*Task) (Processor, error) { return probe, nil },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := start(t, e)
-	waitCond(t, 60*time.Second, fmt.Sprintf("%d records processed", 2*n), func() bool {
-		probe.mu.Lock()
-		defer probe.mu.Unlock()
-		return probe.records >= 2*n
-	}, r)
-	waitCond(t, 10*time.Second, "no partition paused", func() bool { return e.Stats().AlignedPartitions.Load() == 0 }, r)
-	if err := r.stop(t); err != nil {
-		t.Fatal(err)
-	}
+	runAligned(t, "qbound", 1, []alignSource{{"a", 8 << 10, 0}, {"b", 8 << 10, 0}}, 1200, fetchBuffer, 24*time.Hour, probe)
 	bound := int64(fetchBuffer / (2 * 1 * 2))
 	probe.mu.Lock()
 	defer probe.mu.Unlock()

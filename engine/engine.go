@@ -972,7 +972,8 @@ func (e *Engine) dispatch(fetches kgo.Fetches) {
 		}
 		e.stats.RecordsIn.Add(int64(data))
 		e.queued.Add(n)
-		if src := e.srcIndex[e.inputIndex[ftp.Topic]]; src >= 0 && src < len(t.pub.queued) {
+		input := e.inputIndex[ftp.Topic]
+		if src := e.srcIndex[input]; src >= 0 && src < len(t.pub.queued) {
 			t.pub.queued[src].Add(n)
 		}
 		if mean := n / int64(len(ftp.Records)); e.recordBytes == 0 {
@@ -986,7 +987,7 @@ func (e *Engine) dispatch(fetches kgo.Fetches) {
 		if end < 0 {
 			end = ftp.HighWatermark
 		}
-		t.in <- taskMsg{kind: msgRecords, input: e.inputIndex[ftp.Topic], recs: ftp.Records, bytes: n, end: end}
+		t.in <- taskMsg{kind: msgRecords, input: input, recs: ftp.Records, bytes: n, end: end}
 	})
 }
 

@@ -495,9 +495,10 @@ func (t *Task) run() {
 func (t *Task) handle(m taskMsg) bool {
 	switch m.kind {
 	case msgRecords:
+		src := t.e.srcIndex[m.input]
 		if m.bytes > 0 {
 			defer t.e.dequeued(m.bytes)
-			if src := t.e.srcIndex[m.input]; src >= 0 && src < len(t.pub.queued) {
+			if src >= 0 && src < len(t.pub.queued) {
 				defer t.unqueue(src, m.bytes)
 			}
 		}
@@ -510,7 +511,6 @@ func (t *Task) handle(m taskMsg) bool {
 			return false
 		}
 		t.now = t.e.cfg.Now()
-		src := t.e.srcIndex[m.input]
 		data := 0
 		for _, r := range m.recs {
 			if !r.Attrs.IsControl() {

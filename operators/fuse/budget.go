@@ -85,8 +85,7 @@ func (p *fuser) evict(t *engine.Task, tr *trace, wm int64) error {
 	if err := p.flushTrace(t, tr, false); err != nil {
 		return err
 	}
-	delete(p.traces, tr.id)
-	tr.gone = true
+	p.unmap(tr)
 	p.openBytes -= traceOverhead
 	p.evicted++
 	p.evictTimers.push(evictTimer{at: p.nextAction(tr), id: tr.id})

@@ -585,13 +585,19 @@ func (p *fuser) purge(t *engine.Task, tr *trace, wm int64) error {
 		}
 	}
 	p.forget(tr)
-	delete(p.traces, tr.id)
-	tr.gone = true
+	p.unmap(tr)
 	p.openBytes -= traceOverhead + int64(len(tr.pending))
 	p.notePending(len(tr.pending))
 	tr.pending = nil
 	p.s.counters.OpenTraces.Add(-1)
 	return p.closeTrace(t, tr, wm)
+}
+
+// unmap takes tr out of p.traces; the lists that still hold it (timers,
+// the flush queue, changed) skip it by tr.gone.
+func (p *fuser) unmap(tr *trace) {
+	delete(p.traces, tr.id)
+	tr.gone = true
 }
 
 // notePending counts a trace's pending members of n bytes, as they go
