@@ -479,6 +479,8 @@ func (t *Task) run() {
 			t.local()
 		case <-t.realign:
 			t.align()
+		case <-t.ks.Committing():
+			t.absorb()
 		case <-tick.C:
 			if !t.failed {
 				t.fail(t.ks.Settle(false))
@@ -571,7 +573,8 @@ func (t *Task) handle(m taskMsg) bool {
 		m.reply <- err
 		if err == nil && !t.failed {
 			// A memtable the next checkpoint would fill is rotated
-			// now, its disk syncs outside the pause.
+			// now, its disk syncs outside the pause (after a commit
+			// in the background, once it has ended: absorb).
 			t.fail(t.ks.MakeRoom())
 		}
 		if ranOn && err == nil && !t.failed {
@@ -857,11 +860,34 @@ func (t *Task) commit() error {
 	if err != nil {
 		return err
 	}
-	if f := t.ks.LastFlush(); f.Done != nil {
-		t.flushing(f)
-	}
+	t.takeFlush()
 	t.pub.stateBytes.Store(int64(t.ks.Size()))
 	return nil
+}
+
+// absorb takes in the local commit of a sealed checkpoint that ran in the
+// background (CommitSealed) once it has ended: the keyspace drops the
+// checkpoint from its pending writes, and a memtable the next checkpoint
+// would fill is rotated now, its disk syncs outside the pause.
+func (t *Task) absorb() {
+	if t.failed {
+		return
+	}
+	if err := t.ks.Absorb(); err != nil {
+		t.fail(err)
+		return
+	}
+	t.takeFlush()
+	t.setPending()
+	t.fail(t.ks.MakeRoom())
+}
+
+// takeFlush counts a committed batch that Pebble holds in memory until its
+// flush against the bound, until then.
+func (t *Task) takeFlush() {
+	if f := t.ks.TakeFlush(); f.Done != nil {
+		t.flushing(f)
+	}
 }
 
 // flushing counts a committed batch that Pebble holds in memory until it

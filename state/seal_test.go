@@ -9,7 +9,8 @@ import (
 )
 
 // TestSealedCheckpointsAgainstAModel runs random writes, seals, background
-// commits, settles and rollbacks against a plain map model of what reads
+// commits (absorbed while in flight or after they ended), settles and
+// rollbacks against a plain map model of what reads
 // see and of what the last committed checkpoint holds, then reopens the
 // keyspace and compares what is on disk with the last commit.
 func TestSealedCheckpointsAgainstAModel(t *testing.T) {
@@ -97,6 +98,11 @@ func sealModel(t *testing.T, seed uint64, maxValue int) {
 		case r < 86 && sealed != nil:
 			must(k.CommitSealed())
 			committed, sealed, committedOffs = sealed, nil, sealedOffs
+		case r < 90:
+			if rng.IntN(2) == 0 && k.Committing() != nil {
+				<-k.Committing()
+			}
+			must(k.Absorb())
 		case r < 93:
 			must(k.Settle(rng.IntN(2) == 0))
 		case r < 96:

@@ -265,7 +265,7 @@ type Keyspace struct {
 	// a memtable of its own (in Go memory) until it is flushed, instead of
 	// copying it into the memtable; lastFlush is the last such batch.
 	largeBatch int64
-	lastFlush  Flush
+	flushDue   Flush
 	flushes    *flushTracker
 	// For MakeRoom: memTable is Pebble's memtable size here; memCap
 	// that of the memtable in use and memNext of the next (Pebble starts
@@ -279,9 +279,27 @@ type Keyspace struct {
 	// seal is where Seal ended the sealed checkpoint in batch: the
 	// writes before it are what CommitSealed commits; {0, 0}: none.
 	seal batchMark
+	// base is where the checkpoint CommitSealed is committing in the
+	// background (inflight) ends in batch: batch still holds it, so that
+	// reads see it until Absorb has it in the store and drops it from
+	// batch; {0, 0}: none.
+	base     batchMark
+	inflight *inflight
 	// syncing are the background syncs of the write-ahead log after
 	// CommitSealed, oldest first, that Settle has not collected.
 	syncing []chan error
+}
+
+// inflight is a sealed checkpoint being committed on a goroutine of its
+// own (CommitSealed): done is closed when the commit has ended, with err
+// and what the commit took of the memtable (cost, large) set, and flush
+// the batch Pebble keeps in memory until its flush.
+type inflight struct {
+	done  chan struct{}
+	err   error
+	cost  int64
+	large bool
+	flush Flush
 }
 
 // batchMark is a position in a batch: its length and entry count there.
@@ -427,7 +445,8 @@ func (k *Keyspace) Set(key, value []byte) error {
 // PendingBytes estimates the memory held by the writes since the last
 // checkpoint or rollback: the capacity of the batch's buffer (it grows by
 // doubling, so up to twice its length) plus that of its index (a skiplist
-// of about batchNodeBytes per entry, also grown by doubling).
+// of about batchNodeBytes per entry, also grown by doubling). A checkpoint
+// CommitSealed is committing counts until Absorb drops it from the batch.
 func (k *Keyspace) PendingBytes() int64 {
 	if k.batch == nil || k.batch.Empty() {
 		return 0
@@ -519,6 +538,9 @@ func (k *Keyspace) Checkpoint(offsets Offsets) error {
 	if k.batch == nil {
 		return ErrClosed
 	}
+	if err := k.absorb(true); err != nil {
+		return err
+	}
 	if err := k.Settle(true); err != nil {
 		return err
 	}
@@ -532,47 +554,58 @@ func (k *Keyspace) Checkpoint(offsets Offsets) error {
 	if k.sync {
 		opt = pebble.Sync
 	}
-	return k.commitBatch(opt, false)
-}
-
-// commitBatch commits the pending batch as it is and starts a new one; with
-// background, its sync (unless the store has NoSync) runs on its own.
-func (k *Keyspace) commitBatch(opt *pebble.WriteOptions, background bool) error {
 	if err := k.commit(k.batch, k.PendingBytes(), opt); err != nil {
 		return err
 	}
 	k.batch, k.seal = k.db.NewIndexedBatch(), batchMark{}
-	if background {
-		k.syncInBackground()
-	}
 	return nil
 }
 
 // commit commits b, which holds held bytes of memory, and closes it;
 // LastFlush then tells whether Pebble keeps it in memory until its flush.
 func (k *Keyspace) commit(b *pebble.Batch, held int64, opt *pebble.WriteOptions) error {
-	large := int64(b.Len()) >= k.largeBatch
-	cost := int64(b.Len()) + memNodeBytes*int64(b.Count())
+	c := commitTo(k.name, k.flushes, b, held, k.largeBatch, opt)
+	if c.err != nil {
+		return c.err
+	}
+	k.committed(c)
+	return nil
+}
+
+// commitTo commits b, which holds held bytes of memory, and closes it. It
+// touches nothing of the keyspace but its flushes: CommitSealed runs it on
+// a goroutine of its own.
+func commitTo(name string, flushes *flushTracker, b *pebble.Batch, held, largeBatch int64, opt *pebble.WriteOptions) *inflight {
+	c := &inflight{large: int64(b.Len()) >= largeBatch, cost: int64(b.Len()) + memNodeBytes*int64(b.Count())}
 	// Before the commit: the flush Pebble schedules for a large batch
 	// may begin before Commit returns.
-	begun := k.flushes.begunCount()
+	begun := flushes.begunCount()
 	if err := b.Commit(opt); err != nil {
-		return fmt.Errorf("state: checkpoint %s: %w", k.name, err)
+		c.err = fmt.Errorf("state: checkpoint %s: %w", name, err)
+		return c
 	}
 	if err := b.Close(); err != nil {
-		return fmt.Errorf("state: checkpoint %s: %w", k.name, err)
+		c.err = fmt.Errorf("state: checkpoint %s: %w", name, err)
+		return c
 	}
-	k.lastFlush = Flush{}
-	k.noteCommit(cost, large)
-	if large {
+	if c.large {
 		// Pebble queued the batch, immutable, for a flush it has
 		// scheduled: the first flush to begin after the commit did
 		// takes it. (One that began during the commit, before the batch
 		// was queued, ends the wait early: the count is low for a
 		// while, never stuck.)
-		k.lastFlush = Flush{Bytes: held, Done: k.flushes.next(begun)}
+		c.flush = Flush{Bytes: held, Done: flushes.next(begun)}
 	}
-	return nil
+	return c
+}
+
+// committed notes a commit that has ended well: what it took of the
+// memtable, and the batch Pebble holds until its flush (TakeFlush).
+func (k *Keyspace) committed(c *inflight) {
+	k.noteCommit(c.cost, c.large)
+	if c.flush.Done != nil {
+		k.flushDue = c.flush
+	}
 }
 
 // noteCommit updates the estimate of the memtable's use with a committed
@@ -606,6 +639,11 @@ const memNodeBytes = 48
 func (k *Keyspace) MakeRoom() error {
 	if k.batch == nil {
 		return ErrClosed
+	}
+	if k.inflight != nil {
+		// What the commit in flight takes is not known yet: Absorb
+		// knows.
+		return nil
 	}
 	k.seeRotations()
 	if k.lastCommit == 0 || k.memUsed+2*k.lastCommit < k.memCap {
@@ -663,11 +701,16 @@ func (k *Keyspace) Seal(offsets Offsets) error {
 	return nil
 }
 
-// CommitSealed commits the sealed checkpoint (Seal) without waiting for
-// the disk: the pending batch keeps only the writes made since Seal, and
-// the write-ahead log is synced in the background (unless the store has
-// NoSync; Settle waits for it). A crash before that sync ends leaves the
-// keyspace at an earlier checkpoint, as a crash before the commit would.
+// CommitSealed commits the sealed checkpoint (Seal) on a goroutine of its
+// own and returns: the writes made since Seal, and those made while the
+// commit runs, go on in the pending batch, and reads see the checkpoint
+// there until Absorb drops it from the batch once the commit has ended.
+// The write-ahead log is then synced in the background too (unless the
+// store has NoSync; Settle waits for it). A crash before that sync ends
+// leaves the keyspace at an earlier checkpoint, as a crash before the
+// commit would. What the commit took is known once Absorb (or a method
+// that waits for the commit: the next CommitSealed, Checkpoint,
+// Rollback, Close) has returned.
 func (k *Keyspace) CommitSealed() error {
 	if k.batch == nil {
 		return ErrClosed
@@ -675,29 +718,85 @@ func (k *Keyspace) CommitSealed() error {
 	if k.seal.len == 0 {
 		return errors.New("state: CommitSealed without Seal")
 	}
+	if err := k.absorb(true); err != nil {
+		return err
+	}
 	// A sync still running for an earlier commit is not waited for: the
 	// log is synced in order, a later sync covers it.
 	if err := k.Settle(false); err != nil {
 		return err
 	}
-	if k.batch.Count() == k.seal.count {
-		// Nothing written since Seal: the batch is the checkpoint.
-		return k.commitBatch(pebble.NoSync, true)
-	}
-	repr := k.batch.Repr()
 	sealed := k.db.NewBatch()
-	if err := sealed.SetRepr(batchPart(repr, batchHeaderLen, k.seal.len, k.seal.count)); err != nil {
+	if err := sealed.SetRepr(batchPart(k.batch.Repr(), batchHeaderLen, k.seal.len, k.seal.count)); err != nil {
 		return fmt.Errorf("state: checkpoint %s: %w", k.name, err)
 	}
 	held := int64(sealed.Len()) + nextPow2(batchNodeBytes*int64(k.seal.count))
-	if err := k.commit(sealed, held, pebble.NoSync); err != nil {
-		return err
+	c := &inflight{done: make(chan struct{})}
+	var synced chan error
+	if k.sync {
+		synced = make(chan error, 1)
+		k.syncing = append(k.syncing, synced)
 	}
-	// The writes since Seal, in a batch of their own.
+	name, db, flushes, large := k.name, k.db, k.flushes, k.largeBatch
+	go func() {
+		r := commitTo(name, flushes, sealed, held, large, pebble.NoSync)
+		c.err, c.cost, c.large, c.flush = r.err, r.cost, r.large, r.flush
+		close(c.done)
+		if synced != nil {
+			synced <- syncLog(db, name, r.err)
+		}
+	}()
+	k.base, k.seal, k.inflight = k.seal, batchMark{}, c
+	return nil
+}
+
+// Committing is closed once the commit CommitSealed began has ended; nil
+// when none is in flight. The owner then calls Absorb.
+func (k *Keyspace) Committing() <-chan struct{} {
+	if k.inflight == nil {
+		return nil
+	}
+	return k.inflight.done
+}
+
+// Absorb, once the commit CommitSealed began has ended, drops the
+// committed checkpoint from the pending batch (reads find it in the store
+// now) and returns the commit's error. It does nothing while the commit
+// runs or when none is in flight.
+func (k *Keyspace) Absorb() error {
+	if k.batch == nil {
+		return ErrClosed
+	}
+	return k.absorb(false)
+}
+
+// absorb is Absorb; with wait, it waits for the commit first.
+func (k *Keyspace) absorb(wait bool) error {
+	c := k.inflight
+	if c == nil {
+		return nil
+	}
+	if !wait {
+		select {
+		case <-c.done:
+		default:
+			return nil
+		}
+	}
+	<-c.done
+	k.inflight = nil
+	base := k.base
+	k.base = batchMark{}
+	if c.err != nil {
+		return c.err
+	}
+	k.committed(c)
+	// The writes since the checkpoint, in a batch of their own.
 	rest := k.db.NewIndexedBatch()
-	if n := k.batch.Count() - k.seal.count; n > 0 {
+	if n := k.batch.Count() - base.count; n > 0 {
+		repr := k.batch.Repr()
 		tail := k.db.NewBatch()
-		if err := tail.SetRepr(batchPart(repr, k.seal.len, len(repr), n)); err != nil {
+		if err := tail.SetRepr(batchPart(repr, base.len, len(repr), n)); err != nil {
 			return fmt.Errorf("state: checkpoint %s: %w", k.name, err)
 		}
 		if err := rest.Apply(tail, nil); err != nil {
@@ -705,27 +804,25 @@ func (k *Keyspace) CommitSealed() error {
 		}
 		tail.Close()
 	}
+	if k.seal.len > 0 {
+		// Sealed since: the mark moves with the writes.
+		k.seal = batchMark{len: k.seal.len - base.len + batchHeaderLen, count: k.seal.count - base.count}
+	}
 	k.batch.Close()
-	k.batch, k.seal = rest, batchMark{}
-	k.syncInBackground()
+	k.batch = rest
 	return nil
 }
 
-// syncInBackground syncs the write-ahead log, unless the store has NoSync,
-// on a goroutine of its own (Settle collects its error).
-func (k *Keyspace) syncInBackground() {
-	if k.sync {
-		done := make(chan error, 1)
-		k.syncing = append(k.syncing, done)
-		db, name := k.db, k.name
-		go func() {
-			err := db.LogData(nil, pebble.Sync)
-			if err != nil {
-				err = fmt.Errorf("state: sync checkpoint of %s: %w", name, err)
-			}
-			done <- err
-		}()
+// syncLog syncs db's write-ahead log, unless the commit before failed
+// (then its error is the sync's).
+func syncLog(db *pebble.DB, name string, failed error) error {
+	if failed != nil {
+		return failed
 	}
+	if err := db.LogData(nil, pebble.Sync); err != nil {
+		return fmt.Errorf("state: sync checkpoint of %s: %w", name, err)
+	}
+	return nil
 }
 
 // batchPart is a batch of the entries repr holds in [from, to), count of
@@ -762,10 +859,16 @@ func (k *Keyspace) Settle(wait bool) error {
 	return err
 }
 
-// LastFlush is the batch the last Checkpoint committed when Pebble keeps
-// it in memory until its flush (a batch of half a memtable or more); the
-// zero Flush otherwise.
-func (k *Keyspace) LastFlush() Flush { return k.lastFlush }
+// TakeFlush returns the batch a commit ended since the last call left in
+// memory until its flush (a batch of half a memtable or more: Pebble keeps
+// it as a memtable of its own), and forgets it; the zero Flush when there
+// is none. A commit that CommitSealed runs in the background has ended
+// once Absorb (or a method that waits for it) has returned.
+func (k *Keyspace) TakeFlush() Flush {
+	f := k.flushDue
+	k.flushDue = Flush{}
+	return f
+}
 
 // Rollback discards every write since the last checkpoint (a sealed one
 // not committed included). On a closed keyspace it does nothing. It
@@ -774,7 +877,7 @@ func (k *Keyspace) Rollback() error {
 	if k.batch == nil {
 		return nil
 	}
-	err := k.Settle(false)
+	err := errors.Join(k.absorb(true), k.Settle(false))
 	k.batch.Close() // a batch's Close only returns it to the pool
 	k.batch = k.db.NewIndexedBatch()
 	k.seal = batchMark{}
@@ -821,7 +924,7 @@ func (k *Keyspace) Close() error {
 		delete(k.store.mu.open, k.name)
 	}
 	k.store.mu.Unlock()
-	cerr := k.Settle(true)
+	cerr := errors.Join(k.absorb(true), k.Settle(true))
 	k.batch.Close()
 	k.batch = nil
 	k.flushes.close()

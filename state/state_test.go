@@ -262,7 +262,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 
 // TestLargeCheckpointIsHeldUntilFlushed: a checkpoint's batch of half a
 // memtable or more is kept by Pebble in memory until it is flushed;
-// LastFlush says how much and closes Done once it is on disk (the data is
+// TakeFlush says how much and closes Done once it is on disk (the data is
 // then in an sstable: the memtable is empty). A small batch goes into the
 // memtable and has nothing to wait for. PendingBytes counts a batch by
 // its buffer's capacity, never below its length.
@@ -282,7 +282,7 @@ func TestLargeCheckpointIsHeldUntilFlushed(t *testing.T) {
 	if err := k.Checkpoint(Offsets{"in": {0: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	if f := k.LastFlush(); f.Done != nil || f.Bytes != 0 {
+	if f := k.TakeFlush(); f.Done != nil || f.Bytes != 0 {
 		t.Fatalf("a one-key checkpoint is held for a flush: %+v", f)
 	}
 	value := bytes.Repeat([]byte("v"), 4<<10)
@@ -297,7 +297,7 @@ func TestLargeCheckpointIsHeldUntilFlushed(t *testing.T) {
 	if err := k.Checkpoint(Offsets{"in": {0: 2}}); err != nil {
 		t.Fatal(err)
 	}
-	f := k.LastFlush()
+	f := k.TakeFlush()
 	if f.Done == nil || f.Bytes < 2<<20 {
 		t.Fatalf("a 2 MiB checkpoint with 1 MiB memtables: LastFlush %+v", f)
 	}

@@ -46,6 +46,7 @@ func main() {
 	rate := flag.Int("rate", 400, "simulated requests per second (steady)")
 	rounds := flag.Int("rounds", 2, "interleaved rounds of both contenders")
 	out := flag.String("out", "", "result file (default benchmarks/results/pause-<interval>.json)")
+	held := flag.Bool("held", true, "also measure tasks held from the barrier to the end of the transaction (checkpoint_run_on: false)")
 	flag.Parse()
 	brokers := strings.Split(os.Getenv("BRAID_KAFKA_BROKERS"), ",")
 	if brokers[0] == "" {
@@ -54,7 +55,7 @@ func main() {
 	infos := map[bool][]engine.CheckpointInfo{}
 	msgs := map[bool]int64{}
 	for r := range *rounds {
-		for _, hold := range []bool{false, true} {
+		for _, hold := range contenders(*held) {
 			ci, n := measure(brokers, *interval, *duration, *rate, hold)
 			infos[hold] = append(infos[hold], ci...)
 			msgs[hold] += n
@@ -63,7 +64,7 @@ func main() {
 	}
 	res := map[string]any{"interval": interval.String(), "rate_requests_per_s": *rate, "duration_each": duration.String(), "rounds": *rounds}
 	fmt.Printf("interval %v, %d requests/s, %d rounds of %v each\n", *interval, *rate, *rounds, *duration)
-	for _, hold := range []bool{false, true} {
+	for _, hold := range contenders(*held) {
 		regular, follow := summarize(infos[hold], false), summarize(infos[hold], true)
 		for _, x := range []struct {
 			name string
@@ -83,6 +84,14 @@ func main() {
 	if err := os.WriteFile(*out, b, 0o644); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// contenders: running on, and held too where held.
+func contenders(held bool) []bool {
+	if held {
+		return []bool{false, true}
+	}
+	return []bool{false}
 }
 
 func name(hold bool) string {
@@ -135,6 +144,9 @@ func measure(brokers []string, interval, duration time.Duration, rate int, hold 
 	if err := cfg.Validate(); err != nil {
 		log.Fatal(err)
 	}
+	// The runtime as braid run sets it: the memory limit at the budget,
+	// GOGC at job.GCPercent.
+	defer job.TuneRuntime(cfg.State.MemoryBudget)()
 	j, err := job.Prepare(ctx, cfg, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	if err != nil {
 		log.Fatal(err)
