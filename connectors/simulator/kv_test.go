@@ -520,3 +520,46 @@ func TestKVStepIndependent(t *testing.T) {
 		t.Fatalf("summary %+v", t0.Summary)
 	}
 }
+
+// TestKVOpsWithinTheirRequest: every op of a request falls between its
+// Arrival and its Finish, as a server's ops fall within its request's span
+// — also on a pool too small for the load, where prefills wait for room,
+// decodes are preempted and swapped out, and faults fire. (The events of
+// one GPU are serialised a microsecond apart: slack for that.)
+func TestKVOpsWithinTheirRequest(t *testing.T) {
+	for _, trig := range []KVTrigger{"", RecycledNotZeroed, OffloadAfterPreempt} {
+		t.Run(string(trig), func(t *testing.T) {
+			cfg := KVConfig{Seed: 3, Layers: 4, BlocksPerGPU: 48, PrefixShare: 0.5, PrefixGroups: 2, Pressure: 0.4}
+			if trig != "" {
+				cfg = kvFaultCfg(trig, 3)
+				cfg.BlocksPerGPU, cfg.Pressure = 48, 0.4
+			}
+			reqs := kvLoad(5, 2, 10*time.Minute, 600*time.Millisecond)
+			byID := map[string]KVRequest{}
+			for _, r := range reqs {
+				byID[r.RequestID] = r
+			}
+			const slack = 10 * time.Millisecond
+			var ops, outside int
+			var worst time.Duration
+			truth := kvRun(t, cfg, 2, reqs, func(ev KVEvent) {
+				r, ok := byID[ev.RequestID]
+				if !ok {
+					return
+				}
+				ops++
+				if d := ev.Time.Sub(r.Finish); ev.Time.Before(r.Arrival) || d > slack {
+					outside++
+					worst = max(worst, d)
+				}
+			})
+			t.Logf("%d requests, %d ops, aborted %d, preemptions %d, swaps %d, faults %d", len(reqs), ops, truth.Summary.Aborted, truth.Summary.Preemptions, truth.Summary.Swaps, len(truth.Faults))
+			if outside > 0 {
+				t.Fatalf("%d of %d ops outside their request, up to %v after its Finish", outside, ops, worst)
+			}
+			if truth.Summary.Preemptions == 0 || truth.Summary.Swaps == 0 {
+				t.Fatalf("the pool was not under pressure: %+v", truth.Summary)
+			}
+		})
+	}
+}

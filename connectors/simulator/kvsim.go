@@ -683,8 +683,14 @@ func (k *KV) readAll(r *kvsReq) {
 }
 
 // admit reports whether r's n blocks fit in p; if not, the action retries
-// later: prefills and swap-ins wait for room, only decode preempts.
+// later: prefills and swap-ins wait for room, only decode preempts. A
+// request still waiting at its Finish is given up (aborted: its span, and
+// so every op of its, ends there).
 func (k *KV) admit(p *kvsPool, r *kvsReq, tokens int, kind kvsKind) bool {
+	if !k.now.Before(r.Finish) {
+		k.abort(r)
+		return false
+	}
 	n := (tokens + k.cfg.BlockTokens - 1) / k.cfg.BlockTokens
 	avail := 0
 	for b := range p.blocks {
@@ -695,7 +701,11 @@ func (k *KV) admit(p *kvsPool, r *kvsReq, tokens int, kind kvsKind) bool {
 	if avail >= n {
 		return true
 	}
-	k.schedule(&kvsAction{t: k.now.Add(50 * time.Millisecond), kind: kind, r: r})
+	if next := k.now.Add(50 * time.Millisecond); next.Before(r.Finish) {
+		k.schedule(&kvsAction{t: next, kind: kind, r: r})
+	} else {
+		k.abort(r)
+	}
 	return false
 }
 
@@ -753,12 +763,18 @@ func (k *KV) prefill(r *kvsReq) {
 }
 
 // scheduleDecode schedules the remaining decode chunks from now, then the
-// finish.
+// finish, no later than Finish: a request held up (waiting for room,
+// preempted, swapped out) decodes the rest faster, as a server's request
+// ends when its span says.
 func (k *KV) scheduleDecode(r *kvsReq) {
-	for j := r.next; j < r.chunks; j++ {
-		k.schedule(&kvsAction{t: k.now.Add(time.Duration(j-r.next+1) * r.dt), kind: actChunk, r: r, arg: j})
+	dt, left := r.dt, time.Duration(r.chunks-r.next+1)
+	if k.now.Add(left * dt).After(r.Finish) {
+		dt = max(r.Finish.Sub(k.now), 0) / left
 	}
-	k.schedule(&kvsAction{t: k.now.Add(time.Duration(r.chunks-r.next+1) * r.dt), kind: actFinish, r: r})
+	for j := r.next; j < r.chunks; j++ {
+		k.schedule(&kvsAction{t: k.now.Add(time.Duration(j-r.next+1) * dt), kind: actChunk, r: r, arg: j})
+	}
+	k.schedule(&kvsAction{t: k.now.Add(left * dt), kind: actFinish, r: r})
 }
 
 func (k *KV) chunk(r *kvsReq, j int) {
