@@ -28,6 +28,8 @@ func StageMetrics(stage *fuse.Stage) Table {
 			Help: "Incident tags that reached their trace after it was purged (past allowed_lateness after its end): dropped, counted here."},
 		{Name: "braid_idle_flushed_traces_total", Value: c.IdleFlushed.Load,
 			Help: "Traces emitted by the processing-time flush (flush_after without input) before event time closed them; more members or the close in event time revise them."},
+		{Name: "braid_unrevised_traces_total", Value: c.Unrevised.Load,
+			Help: "Re-emissions not written because the record would say what the trace's last one said (a trace the processing-time flush emitted, closed in event time with nothing new)."},
 		{Name: "braid_late_members_total", Log: "late", Value: c.Late.Load,
 			Help: "Members sent to the late topic: further behind the watermark than allowed_lateness, for a trace already emitted and purged " +
 				"(within closed_retention), without a declared request id, or too far in the future."},

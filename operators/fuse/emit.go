@@ -3,6 +3,7 @@ package fuse
 import (
 	"bytes"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"slices"
 	"strconv"
@@ -102,7 +103,15 @@ type emitMember struct {
 	body     []byte
 }
 
-// emit writes the FusedTrace of tr with its current revision.
+// digestSeed seeds the digests of emitted traces (trace.digest), which
+// live in memory only: a trace restored after a restart has none, and its
+// next emission is a revision.
+var digestSeed = maphash.MakeSeed()
+
+// emit writes the FusedTrace of tr with its current revision — unless it
+// would say what its last emission said (the same members, figures,
+// resource context, flags and incidents): a revision carries something
+// new.
 func (p *fuser) emit(t *engine.Task, tr *trace, wm int64) error {
 	e := &p.emitter
 	e.chunks = e.chunks[:0]
@@ -188,6 +197,7 @@ func (p *fuser) emit(t *engine.Task, tr *trace, wm int64) error {
 		b = protowire.AppendTag(b, fRevision, protowire.VarintType)
 		b = protowire.AppendVarint(b, uint64(tr.revision))
 	}
+	content := len(b) // what a revision compares: from here to the flags
 	b = protowire.AppendTag(b, fStart, protowire.Fixed64Type)
 	b = protowire.AppendFixed64(b, uint64(start))
 	b = protowire.AppendTag(b, fEnd, protowire.Fixed64Type)
@@ -240,6 +250,9 @@ func (p *fuser) emit(t *engine.Task, tr *trace, wm int64) error {
 			return err
 		}
 	}
+	var digest maphash.Hash
+	digest.SetSeed(digestSeed)
+	digest.Write(b[content:])
 	var flags []uint64
 	if !sum.haveRoot {
 		flags = append(flags, uint64(braidpb.Flag_FLAG_NO_ROOT_SPAN))
@@ -262,6 +275,11 @@ func (p *fuser) emit(t *engine.Task, tr *trace, wm int64) error {
 	if len(e.incidents) > 0 {
 		flags = append(flags, uint64(braidpb.Flag_FLAG_POLLUTED))
 	}
+	for _, f := range flags {
+		if f != uint64(braidpb.Flag_FLAG_REVISED) {
+			digest.WriteByte(byte(f))
+		}
+	}
 	if len(flags) > 0 {
 		n := 0
 		for _, f := range flags {
@@ -281,7 +299,20 @@ func (p *fuser) emit(t *engine.Task, tr *trace, wm int64) error {
 	for _, id := range e.incidents {
 		b = protowire.AppendTag(b, fIncidents, protowire.BytesType)
 		b = protowire.AppendString(b, id)
+		digest.WriteString(id)
 	}
+	e.out = b
+	sum64 := digest.Sum64()
+	if tr.emitted && sum64 == tr.digest {
+		// What the last emission said, as it said it (a trace emitted
+		// by the processing-time flush before the resources table had
+		// its window, and closed in event time with nothing new): no
+		// revision. The sampling decision follows from the same
+		// members, so it is the one already taken.
+		p.s.counters.Unrevised.Add(1)
+		return nil
+	}
+	tr.digest = sum64
 	if p.sampling != nil {
 		var err error
 		if b, err = p.sample(t, tr, &sum, b); err != nil {

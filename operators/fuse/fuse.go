@@ -46,6 +46,7 @@ type Counters struct {
 	Truncated        atomic.Int64 // members cut by a per-trace cap
 	Evicted          atomic.Int64 // open traces emitted early and dropped from memory because MaxOpenTraceBytes was reached (a later member revises them)
 	IdleFlushed      atomic.Int64 // dirty traces emitted by the processing-time flush (FlushAfter) before event time closed them
+	Unrevised        atomic.Int64 // re-emissions not written: the record would have said what the trace's last one said
 	Spills           atomic.Int64 // times pending members were written to state before a checkpoint because MaxOpenTraceBytes was reached
 	ChunkReads       atomic.Int64 // chunks read back from state to emit a trace: its members were not kept in memory since a checkpoint wrote them (a revision, a restart, a full MaxOpenTraceBytes share)
 	OpenTraces       atomic.Int64 // traces in state
@@ -167,6 +168,7 @@ type trace struct {
 	id          [16]byte
 	first, last int64
 	revision    uint32 // revision of the next emission
+	digest      uint64 // of the last emission's content (emit), when emitted
 	emitted     bool   // emitted at least once
 	observed    bool   // handed to the alerts stage and LLM metrics (an emission with spans)
 	dirty       bool   // changed since the last emission

@@ -172,6 +172,50 @@ func TestFlushedTraceRevisedWithItsWindow(t *testing.T) {
 	}
 }
 
+// TestFlushedTraceNotRevisedWithoutNews: a trace emitted by flush_after
+// before the table has its window, whose window brings no samples before
+// event time closes it, is not emitted again: that record would say what
+// the first said. A revision carries something new.
+func TestFlushedTraceNotRevisedWithoutNews(t *testing.T) {
+	st, err := New(Config{Partitions: 2, IdleGap: time.Second, AllowedLateness: 10 * time.Second, FlushAfter: 2 * time.Second,
+		ResourcesTopic: "braid.resources", ResourceIdleness: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{t: t, hs: []*harness{newStageHarness(t, st, 0), newStageHarness(t, st, 1)}}
+	var id [16]byte
+	id[0] = 0x42
+	key := string(otlp.AppendTraceIDHex(nil, id))
+	c.feed(0, inSpans, nil, placedSpan(id, base.Add(1500*time.Millisecond), base.Add(3500*time.Millisecond)))
+	for _, h := range c.hs {
+		h.MarkCaughtUp()
+	}
+	for range 4 {
+		c.checkpoint(time.Second)
+	}
+	if c.fused()[key] == nil {
+		t.Fatal("not emitted by flush_after")
+	}
+	moveEventTimeOn(c) // scrapes after its window only
+	var records int
+	for _, h := range c.hs {
+		for _, r := range h.out("braid.fused") {
+			if string(r.Key) == key {
+				records++
+			}
+		}
+	}
+	if records != 1 || c.fused()[key].Revision != 0 {
+		t.Fatalf("%d records, last revision %d; want the flushed one alone", records, c.fused()[key].Revision)
+	}
+	if n := st.Counters().Unrevised.Load(); n != 1 {
+		t.Fatalf("Unrevised %d, want 1", n)
+	}
+	if n := st.Counters().Revisions.Load(); n != 0 {
+		t.Fatalf("Revisions %d, want 0", n)
+	}
+}
+
 // moveEventTimeOn feeds six more scrapes (on task 1) and requests (on task
 // 0), two seconds of event time apart, with a checkpoint after each: the
 // watermark and the table's move past the first seconds.
