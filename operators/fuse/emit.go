@@ -108,6 +108,25 @@ type emitMember struct {
 // next emission is a revision.
 var digestSeed = maphash.MakeSeed()
 
+// digest is the digest of an emission's content: its fields from the
+// start time to the flags (members, summary, derived figures, resource
+// context), its flags but REVISED, and its incidents. Never 0.
+func digest(content []byte, flags []uint64, incidents []string) uint64 {
+	var h maphash.Hash
+	h.SetSeed(digestSeed)
+	h.Write(content)
+	for _, f := range flags {
+		if f != uint64(braidpb.Flag_FLAG_REVISED) {
+			h.WriteByte(byte(f))
+		}
+	}
+	for _, id := range incidents {
+		h.WriteString(id)
+		h.WriteByte(0)
+	}
+	return max(h.Sum64(), 1)
+}
+
 // emit writes the FusedTrace of tr with its current revision — unless it
 // would say what its last emission said (the same members, figures,
 // resource context, flags and incidents): a revision carries something
@@ -250,9 +269,7 @@ func (p *fuser) emit(t *engine.Task, tr *trace, wm int64) error {
 			return err
 		}
 	}
-	var digest maphash.Hash
-	digest.SetSeed(digestSeed)
-	digest.Write(b[content:])
+	flagsAt := len(b)
 	var flags []uint64
 	if !sum.haveRoot {
 		flags = append(flags, uint64(braidpb.Flag_FLAG_NO_ROOT_SPAN))
@@ -275,11 +292,6 @@ func (p *fuser) emit(t *engine.Task, tr *trace, wm int64) error {
 	if len(e.incidents) > 0 {
 		flags = append(flags, uint64(braidpb.Flag_FLAG_POLLUTED))
 	}
-	for _, f := range flags {
-		if f != uint64(braidpb.Flag_FLAG_REVISED) {
-			digest.WriteByte(byte(f))
-		}
-	}
 	if len(flags) > 0 {
 		n := 0
 		for _, f := range flags {
@@ -299,20 +311,23 @@ func (p *fuser) emit(t *engine.Task, tr *trace, wm int64) error {
 	for _, id := range e.incidents {
 		b = protowire.AppendTag(b, fIncidents, protowire.BytesType)
 		b = protowire.AppendString(b, id)
-		digest.WriteString(id)
 	}
 	e.out = b
-	sum64 := digest.Sum64()
-	if tr.emitted && sum64 == tr.digest {
-		// What the last emission said, as it said it (a trace emitted
-		// by the processing-time flush before the resources table had
-		// its window, and closed in event time with nothing new): no
-		// revision. The sampling decision follows from the same
-		// members, so it is the one already taken.
-		p.s.counters.Unrevised.Add(1)
-		return nil
+	if tr.digest != 0 || p.flushing {
+		// The first emission of a trace that event time may close with
+		// nothing new (the processing-time flush), and the ones after.
+		d := digest(b[content:flagsAt], flags, e.incidents)
+		if tr.emitted && d == tr.digest {
+			// What the last emission said, as it said it (a trace the
+			// processing-time flush emitted before the resources table
+			// had its window, closed in event time with nothing new):
+			// no revision. The sampling decision follows from the same
+			// members, so it is the one already taken.
+			p.s.counters.Unrevised.Add(1)
+			return nil
+		}
+		tr.digest = d
 	}
-	tr.digest = sum64
 	if p.sampling != nil {
 		var err error
 		if b, err = p.sample(t, tr, &sum, b); err != nil {

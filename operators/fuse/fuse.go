@@ -168,7 +168,7 @@ type trace struct {
 	id          [16]byte
 	first, last int64
 	revision    uint32 // revision of the next emission
-	digest      uint64 // of the last emission's content (emit), when emitted
+	digest      uint64 // of the last emission's content (emit) from a processing-time flush on; 0: none
 	emitted     bool   // emitted at least once
 	observed    bool   // handed to the alerts stage and LLM metrics (an emission with spans)
 	dirty       bool   // changed since the last emission
@@ -211,6 +211,7 @@ type fuser struct {
 	traces    map[[16]byte]*trace
 	timers    minHeap[timer]
 	backlog   bool // due timers remain after the last slice
+	flushing  bool // emit is called by the processing-time flush (flushIdle)
 	// lastInput: the processing time, ns, of the task's last record that
 	// may keep traces open (every input but the alerts stage's).
 	lastInput *int64
@@ -476,7 +477,10 @@ func (p *fuser) flushIdle(t *engine.Task, wm int64) error {
 		if tr.gone || tr.touchedAt != tc.at || !tr.dirty {
 			continue
 		}
-		if err := p.emit(t, tr, wm); err != nil {
+		p.flushing = true
+		err := p.emit(t, tr, wm)
+		p.flushing = false
+		if err != nil {
 			return err
 		}
 		flushed++
