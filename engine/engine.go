@@ -147,7 +147,9 @@ type Config struct {
 	// polled before the checkpoint are dispatched once every task has
 	// prepared, and processed while the transaction ends, their output
 	// held until the next one begins, so the pause a task sees is its
-	// barrier and local commit, not the broker's round trips. Off (the
+	// barrier and the start of its local commit (which runs on beside
+	// it: state.Keyspace.CommitSealed), not the broker's round trips nor
+	// Pebble's commit. Off (the
 	// zero value): every task waits from its barrier until the
 	// transaction has ended; braid's job turns it on unless configured
 	// otherwise (checkpoint_run_on). The final checkpoint, and every

@@ -126,7 +126,7 @@ type Task struct {
 	sealEmitted int64 // emitted at the barrier
 	held        []*kgo.Record
 	// applied is how long the task took to apply the last outcome
-	// (its local commit, or its rollback).
+	// (its local commit — begun, when it ran on —, or its rollback).
 	applied time.Duration
 
 	// The local exchange (exchange.go), nil when off: the task's inbox,
