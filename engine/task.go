@@ -870,10 +870,12 @@ func (t *Task) commit() error {
 // checkpoint from its pending writes, and a memtable the next checkpoint
 // would fill is rotated now, its disk syncs outside the pause.
 func (t *Task) absorb() {
+	// Taken in even by a failed task: Committing stays ready until then.
+	err := t.ks.Absorb()
 	if t.failed {
 		return
 	}
-	if err := t.ks.Absorb(); err != nil {
+	if err != nil {
 		t.fail(err)
 		return
 	}
