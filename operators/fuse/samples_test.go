@@ -138,27 +138,8 @@ func trimFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 // again, with the window, once event time closes it: its last revision is
 // the one a replay, which waits for the table, writes.
 func TestFlushedTraceRevisedWithItsWindow(t *testing.T) {
-	st, err := New(Config{Partitions: 2, IdleGap: time.Second, AllowedLateness: 10 * time.Second, FlushAfter: 2 * time.Second,
-		ResourcesTopic: "braid.resources", ResourceIdleness: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &cluster{t: t, hs: []*harness{newStageHarness(t, st, 0), newStageHarness(t, st, 1)}}
-	var id [16]byte
-	id[0] = 0x42
-	key := string(otlp.AppendTraceIDHex(nil, id))
-	c.feed(0, inSpans, nil, placedSpan(id, base.Add(1500*time.Millisecond), base.Add(3500*time.Millisecond)))
-	for _, h := range c.hs { // traffic stops: read to the end
-		h.MarkCaughtUp()
-	}
-	for range 4 { // flush_after passes
-		c.checkpoint(time.Second)
-	}
-	first := c.fused()[key]
-	if first == nil {
-		t.Fatal("not emitted by flush_after")
-	}
-	if n := len(first.GetResourceContext().GetSeries()); n != 0 {
+	_, c, key := flushedTrace(t)
+	if n := len(c.fused()[key].GetResourceContext().GetSeries()); n != 0 {
 		t.Fatalf("the flushed record has %d series; the test needs the table behind", n)
 	}
 	// The samples of its window come, then event time moves on.
@@ -177,25 +158,7 @@ func TestFlushedTraceRevisedWithItsWindow(t *testing.T) {
 // event time closes it, is not emitted again: that record would say what
 // the first said. A revision carries something new.
 func TestFlushedTraceNotRevisedWithoutNews(t *testing.T) {
-	st, err := New(Config{Partitions: 2, IdleGap: time.Second, AllowedLateness: 10 * time.Second, FlushAfter: 2 * time.Second,
-		ResourcesTopic: "braid.resources", ResourceIdleness: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &cluster{t: t, hs: []*harness{newStageHarness(t, st, 0), newStageHarness(t, st, 1)}}
-	var id [16]byte
-	id[0] = 0x42
-	key := string(otlp.AppendTraceIDHex(nil, id))
-	c.feed(0, inSpans, nil, placedSpan(id, base.Add(1500*time.Millisecond), base.Add(3500*time.Millisecond)))
-	for _, h := range c.hs {
-		h.MarkCaughtUp()
-	}
-	for range 4 {
-		c.checkpoint(time.Second)
-	}
-	if c.fused()[key] == nil {
-		t.Fatal("not emitted by flush_after")
-	}
+	st, c, key := flushedTrace(t)
 	moveEventTimeOn(c) // scrapes after its window only
 	var records int
 	for _, h := range c.hs {
@@ -214,6 +177,33 @@ func TestFlushedTraceNotRevisedWithoutNews(t *testing.T) {
 	if n := st.Counters().Revisions.Load(); n != 0 {
 		t.Fatalf("Revisions %d, want 0", n)
 	}
+}
+
+// flushedTrace runs two tasks of a stage with the resources table and
+// flush_after 2s: one trace (key) is read, traffic stops, and flush_after
+// emits it before the table has its window.
+func flushedTrace(t *testing.T) (*Stage, *cluster, string) {
+	t.Helper()
+	st, err := New(Config{Partitions: 2, IdleGap: time.Second, AllowedLateness: 10 * time.Second, FlushAfter: 2 * time.Second,
+		ResourcesTopic: "braid.resources", ResourceIdleness: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{t: t, hs: []*harness{newStageHarness(t, st, 0), newStageHarness(t, st, 1)}}
+	var id [16]byte
+	id[0] = 0x42
+	key := string(otlp.AppendTraceIDHex(nil, id))
+	c.feed(0, inSpans, nil, placedSpan(id, base.Add(1500*time.Millisecond), base.Add(3500*time.Millisecond)))
+	for _, h := range c.hs { // traffic stops: read to the end
+		h.MarkCaughtUp()
+	}
+	for range 4 { // flush_after passes
+		c.checkpoint(time.Second)
+	}
+	if c.fused()[key] == nil {
+		t.Fatal("not emitted by flush_after")
+	}
+	return st, c, key
 }
 
 // moveEventTimeOn feeds six more scrapes (on task 1) and requests (on task
