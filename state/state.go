@@ -263,7 +263,8 @@ type Keyspace struct {
 	sync  bool
 	// largeBatch is the size from which Pebble keeps a committed batch as
 	// a memtable of its own (in Go memory) until it is flushed, instead of
-	// copying it into the memtable; lastFlush is the last such batch.
+	// copying it into the memtable; flushDue is such a batch that
+	// TakeFlush has not returned yet.
 	largeBatch int64
 	flushDue   Flush
 	flushes    *flushTracker
@@ -562,7 +563,7 @@ func (k *Keyspace) Checkpoint(offsets Offsets) error {
 }
 
 // commit commits b, which holds held bytes of memory, and closes it;
-// LastFlush then tells whether Pebble keeps it in memory until its flush.
+// TakeFlush then tells whether Pebble keeps it in memory until its flush.
 func (k *Keyspace) commit(b *pebble.Batch, held int64, opt *pebble.WriteOptions) error {
 	c := commitTo(k.name, k.flushes, b, held, k.largeBatch, opt)
 	if c.err != nil {
