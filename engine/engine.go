@@ -437,7 +437,7 @@ type Engine struct {
 	processed atomic.Int64
 	amp       atomic.Int64
 	// flushing is the memory of committed state batches that Pebble holds
-	// until their flush (state.Keyspace.LastFlush): it counts against
+	// until their flush (state.Keyspace.TakeFlush): it counts against
 	// PendingStateBytes, but a checkpoint cannot free it, so it holds
 	// polling without bringing a checkpoint forward.
 	flushing atomic.Int64

@@ -299,7 +299,7 @@ func TestLargeCheckpointIsHeldUntilFlushed(t *testing.T) {
 	}
 	f := k.TakeFlush()
 	if f.Done == nil || f.Bytes < 2<<20 {
-		t.Fatalf("a 2 MiB checkpoint with 1 MiB memtables: LastFlush %+v", f)
+		t.Fatalf("a 2 MiB checkpoint with 1 MiB memtables: TakeFlush %+v", f)
 	}
 	<-f.Done
 	if m := k.db.Metrics(); m.Levels[0].NumFiles == 0 && m.Levels[6].NumFiles == 0 {
