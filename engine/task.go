@@ -125,6 +125,9 @@ type Task struct {
 	sealOffs    map[string]int64
 	sealEmitted int64 // emitted at the barrier
 	held        []*kgo.Record
+	// committing: the bytes of a local commit in flight counted in
+	// Engine.flushing (noteCommitting).
+	committing int64
 	// applied is how long the task took to apply the last outcome
 	// (its local commit — begun, when it ran on —, or its rollback).
 	applied time.Duration
@@ -593,6 +596,7 @@ func (t *Task) handle(m taskMsg) bool {
 		t.dropInbox()
 		t.e.pending.Add(-t.pub.pending.Swap(0))
 		t.closeErr = errors.Join(t.closeProc(), t.ks.Close())
+		t.noteCommitting()
 		if t.closeErr != nil {
 			t.Log.Error("close task", "err", t.closeErr)
 		}
@@ -861,8 +865,26 @@ func (t *Task) commit() error {
 		return err
 	}
 	t.takeFlush()
+	t.noteCommitting()
 	t.pub.stateBytes.Store(int64(t.ks.Size()))
 	return nil
+}
+
+// noteCommitting counts the memory the keyspace holds for a local commit
+// in flight (state.Keyspace.CommittingBytes) with the batches Pebble holds
+// until their flush (Engine.flushing): it bounds polling like them, and
+// is not pending state a checkpoint could lower — counted so, every
+// checkpoint's commit in flight would look like a batch to checkpoint.
+// Once it goes, the poll loop is woken.
+func (t *Task) noteCommitting() {
+	n := t.ks.CommittingBytes()
+	if d := n - t.committing; d != 0 {
+		t.committing = n
+		t.e.flushing.Add(d)
+		if d < 0 {
+			t.e.signalDrained()
+		}
+	}
 }
 
 // absorb takes in the local commit of a sealed checkpoint that ran in the
@@ -872,6 +894,7 @@ func (t *Task) commit() error {
 func (t *Task) absorb() {
 	// Taken in even by a failed task: Committing stays ready until then.
 	err := t.ks.Absorb()
+	t.noteCommitting()
 	if t.failed {
 		return
 	}
@@ -945,7 +968,9 @@ func (t *Task) rollback() error {
 		t.clearWaiting()
 		t.xepoch = t.e.xepoch.Load()
 	}
-	if err := t.ks.Rollback(); err != nil {
+	err := t.ks.Rollback()
+	t.noteCommitting()
+	if err != nil {
 		return err
 	}
 	t.newWatermarks(t.e.cfg.Now())

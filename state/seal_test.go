@@ -162,3 +162,49 @@ func TestCheckpointRefusesAPendingSeal(t *testing.T) {
 		t.Fatal("Checkpoint over a sealed checkpoint succeeded")
 	}
 }
+
+// TestCommittingIsNotPending: while CommitSealed's commit is in flight the
+// sealed checkpoint is not pending (no checkpoint can lower it) but
+// committing, and once it is absorbed it is neither; what was written
+// after Seal stays pending throughout.
+func TestCommittingIsNotPending(t *testing.T) {
+	s, err := Open(Options{Dir: t.TempDir(), MemoryBudget: 16 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	k, err := s.Keyspace("k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	value := strings.Repeat("v", 1000)
+	for i := range 200 {
+		if err := k.Set(fmt.Appendf(nil, "a%03d", i), []byte(value)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := k.Seal(Offsets{"in": {0: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Set([]byte("after"), []byte(value)); err != nil {
+		t.Fatal(err)
+	}
+	sealed := k.PendingBytes()
+	if err := k.CommitSealed(); err != nil {
+		t.Fatal(err)
+	}
+	pending, committing := k.PendingBytes(), k.CommittingBytes()
+	if committing < 200*1000 || pending >= sealed-200*1000 || pending < 1000 {
+		t.Fatalf("in flight: pending %d (of %d before), committing %d; want the 200 KB sealed counted as committing only", pending, sealed, committing)
+	}
+	<-k.Committing()
+	if err := k.Absorb(); err != nil {
+		t.Fatal(err)
+	}
+	if c := k.CommittingBytes(); c != 0 || k.Committing() != nil {
+		t.Fatalf("absorbed: committing %d", c)
+	}
+	if p := k.PendingBytes(); p < 1000 || p > 64<<10 {
+		t.Fatalf("absorbed: pending %d, want the write after Seal", p)
+	}
+}

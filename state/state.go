@@ -446,13 +446,24 @@ func (k *Keyspace) Set(key, value []byte) error {
 // PendingBytes estimates the memory held by the writes since the last
 // checkpoint or rollback: the capacity of the batch's buffer (it grows by
 // doubling, so up to twice its length) plus that of its index (a skiplist
-// of about batchNodeBytes per entry, also grown by doubling). A checkpoint
-// CommitSealed is committing counts until Absorb drops it from the batch.
+// of about batchNodeBytes per entry, also grown by doubling). The
+// checkpoint CommitSealed is committing is not counted: CommittingBytes
+// is.
 func (k *Keyspace) PendingBytes() int64 {
 	if k.batch == nil || k.batch.Empty() {
 		return 0
 	}
-	return int64(cap(k.batch.Repr())) + nextPow2(batchNodeBytes*int64(k.batch.Count()))
+	return int64(cap(k.batch.Repr())-k.base.len) + nextPow2(batchNodeBytes*int64(k.batch.Count()-k.base.count))
+}
+
+// CommittingBytes estimates the memory the pending batch holds for the
+// checkpoint CommitSealed is committing, until Absorb drops it: its part
+// of the batch's buffer and of its index. 0 when none is in flight.
+func (k *Keyspace) CommittingBytes() int64 {
+	if k.batch == nil || k.base.len == 0 {
+		return 0
+	}
+	return int64(k.base.len) + batchNodeBytes*int64(k.base.count)
 }
 
 // batchNodeBytes is the mean size of an indexed batch's skiplist node: 20
