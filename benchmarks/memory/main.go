@@ -24,6 +24,8 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -201,8 +203,12 @@ type Result struct {
 	// run.
 	SettleSec float64 `json:"settle_s,omitempty"`
 	// KV: backlog mode, the incidents against the realised faults.
-	KV             KVScore `json:"kv_score"`
-	ReadSec        float64 `json:"read_s,omitempty"`
+	KV      KVScore `json:"kv_score"`
+	ReadSec float64 `json:"read_s,omitempty"`
+	// ReadCPUSec and SettledCPUSec: braid's CPU time (user and system,
+	// /proc/PID/stat) until ReadSec and until the output settled.
+	ReadCPUSec     float64 `json:"read_cpu_s,omitempty"`
+	SettledCPUSec  float64 `json:"settled_cpu_s,omitempty"`
 	ReadMBps       float64 `json:"read_mb_per_s,omitempty"`
 	PeakRSSBytes   int64   `json:"peak_rss_bytes"`         // VmHWM at the end
 	PeakOverBudget int64   `json:"peak_over_budget_bytes"` // PeakRSSBytes - BudgetBytes
@@ -493,6 +499,7 @@ func runBacklog(ctx context.Context, o options, res *Result, cl *kgo.Client, sim
 	}
 	res.ReadSec = time.Since(readStart).Seconds()
 	res.ReadMBps = float64(w.Bytes) / 1e6 / res.ReadSec
+	res.ReadCPUSec, _ = procCPU(b.Pid())
 	// The KV events still held wait for the watermark (or, now that the
 	// job is live, LiveHold), and what they and flush_after still emit
 	// comes a checkpoint later: the output is complete once no KV event
@@ -526,6 +533,7 @@ func runBacklog(ctx context.Context, o options, res *Result, cl *kgo.Client, sim
 		}
 		if ok && kv == 0 && time.Since(stableSince) >= settle {
 			res.SettleSec = time.Since(drainStart).Seconds()
+			res.SettledCPUSec, _ = procCPU(b.Pid())
 			break
 		}
 		if time.Since(drainStart) > 3*time.Minute {
@@ -732,6 +740,31 @@ func startBraid(o options, bin, cfgPath string) (*braidproc.Proc, error) {
 
 type status struct{ rss, hwm int64 }
 
+// procCPU reads the CPU time pid has used, user and system, seconds
+// (/proc/PID/stat, in clock ticks of 1/100 s: Linux's USER_HZ).
+func procCPU(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The fields after the command name, which is in parentheses and
+	// may hold spaces: state is the first, utime the 12th, stime the 13th.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected %q", pid, b)
+	}
+	fs := strings.Fields(string(b[i+1:]))
+	if len(fs) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected %q", pid, b)
+	}
+	utime, err1 := strconv.ParseInt(fs[11], 10, 64)
+	stime, err2 := strconv.ParseInt(fs[12], 10, 64)
+	if err := cmp.Or(err1, err2); err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	return float64(utime+stime) / 100, nil
+}
+
 // procStatus reads VmRSS and VmHWM of pid.
 func procStatus(pid int) (status, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
@@ -767,6 +800,7 @@ func report(o options, res *Result) {
 		res.Workload.Name, res.Workload.Hosts, res.Workload.RequestsPerSec, res.Workload.KVEvents, res.Workload.Messages, float64(res.Workload.Bytes)/1e6, res.Workload.ProduceSec, res.Workload.ProduceMBps)
 	if res.Mode == "backlog" {
 		fmt.Printf("read in %.1fs (%.1f MB/s; input topics committed to their end after %.1fs); held KV events released %.1fs later, output settled after %.1fs\n", res.ReadSec, res.ReadMBps, res.InputReadSec, res.KVDrainSec, res.SettleSec)
+		fmt.Printf("braid's CPU: %.1f s until read, %.1f s until settled\n", res.ReadCPUSec, res.SettledCPUSec)
 		c := res.Counters
 		fmt.Printf("fused records %.0f, of which revisions %.0f; late members %.0f, dead-lettered %.0f; KV events %.0f, incidents %.0f\n",
 			c["braid_fused_records_total"], c["braid_fused_revisions_total"], c["braid_late_members_total"], c["braid_dlq_messages_total"],
