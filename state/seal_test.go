@@ -139,19 +139,27 @@ func sealModel(t *testing.T, seed uint64, maxValue int) {
 	check(-2)
 }
 
-// TestCheckpointRefusesAPendingSeal: the two ways of checkpointing do not
-// mix.
-func TestCheckpointRefusesAPendingSeal(t *testing.T) {
-	s, err := Open(Options{InMemory: true, MemoryBudget: 16 << 20})
+// openKeyspace opens a store with opts and its keyspace "k", both closed
+// when the test ends.
+func openKeyspace(t *testing.T, opts Options) *Keyspace {
+	t.Helper()
+	s, err := Open(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
 	k, err := s.Keyspace("k")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer k.Close()
+	t.Cleanup(func() { k.Close() })
+	return k
+}
+
+// TestCheckpointRefusesAPendingSeal: the two ways of checkpointing do not
+// mix.
+func TestCheckpointRefusesAPendingSeal(t *testing.T) {
+	k := openKeyspace(t, Options{InMemory: true, MemoryBudget: 16 << 20})
 	if err := k.CommitSealed(); err == nil {
 		t.Fatal("CommitSealed without Seal succeeded")
 	}
@@ -168,15 +176,7 @@ func TestCheckpointRefusesAPendingSeal(t *testing.T) {
 // committing, and once it is absorbed it is neither; what was written
 // after Seal stays pending throughout.
 func TestCommittingIsNotPending(t *testing.T) {
-	s, err := Open(Options{Dir: t.TempDir(), MemoryBudget: 16 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	k, err := s.Keyspace("k")
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := openKeyspace(t, Options{Dir: t.TempDir(), MemoryBudget: 16 << 20})
 	value := strings.Repeat("v", 1000)
 	for i := range 200 {
 		if err := k.Set(fmt.Appendf(nil, "a%03d", i), []byte(value)); err != nil {
