@@ -856,8 +856,10 @@ func (t *Task) commit() error {
 	var err error
 	if t.holding {
 		// The checkpoint sealed at the barrier; what the task wrote
-		// since stays pending. Its sync runs in the background.
+		// since stays pending. Its commit and sync run in the
+		// background.
 		err = t.ks.CommitSealed()
+		failpoint("local-commit-in-flight")
 	} else {
 		err = t.ks.Checkpoint(t.checkpointOffsets(t.offsets))
 	}

@@ -373,7 +373,7 @@ func TestCrashExactlyOnce(t *testing.T) {
 		kills++
 	}
 	// Kills inside the checkpoint protocol.
-	for _, fp := range []string{"before-end-txn:3", "after-end-txn:2", "before-local-checkpoint:2", "after-end-txn:5"} {
+	for _, fp := range []string{"before-end-txn:3", "after-end-txn:2", "before-local-checkpoint:2", "local-commit-in-flight:3", "after-end-txn:5"} {
 		c := startChild(t, bin, env.config, "BRAID_FAILPOINT="+fp)
 		select {
 		case err := <-c.done:
