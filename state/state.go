@@ -576,7 +576,8 @@ func (k *Keyspace) Checkpoint(offsets Offsets) error {
 // commit commits b, which holds held bytes of memory, and closes it;
 // TakeFlush then tells whether Pebble keeps it in memory until its flush.
 func (k *Keyspace) commit(b *pebble.Batch, held int64, opt *pebble.WriteOptions) error {
-	c := commitTo(k.name, k.flushes, b, held, k.largeBatch, opt)
+	c := &inflight{}
+	commitTo(c, k.name, k.flushes, b, held, k.largeBatch, opt)
 	if c.err != nil {
 		return c.err
 	}
@@ -584,21 +585,21 @@ func (k *Keyspace) commit(b *pebble.Batch, held int64, opt *pebble.WriteOptions)
 	return nil
 }
 
-// commitTo commits b, which holds held bytes of memory, and closes it. It
-// touches nothing of the keyspace but its flushes: CommitSealed runs it on
-// a goroutine of its own.
-func commitTo(name string, flushes *flushTracker, b *pebble.Batch, held, largeBatch int64, opt *pebble.WriteOptions) *inflight {
-	c := &inflight{large: int64(b.Len()) >= largeBatch, cost: int64(b.Len()) + memNodeBytes*int64(b.Count())}
+// commitTo commits b, which holds held bytes of memory, closes it, and
+// sets c's outcome (all but done). It touches nothing of the keyspace but
+// its flushes: CommitSealed runs it on a goroutine of its own.
+func commitTo(c *inflight, name string, flushes *flushTracker, b *pebble.Batch, held, largeBatch int64, opt *pebble.WriteOptions) {
+	c.large, c.cost = int64(b.Len()) >= largeBatch, int64(b.Len())+memNodeBytes*int64(b.Count())
 	// Before the commit: the flush Pebble schedules for a large batch
 	// may begin before Commit returns.
 	begun := flushes.begunCount()
 	if err := b.Commit(opt); err != nil {
 		c.err = fmt.Errorf("state: checkpoint %s: %w", name, err)
-		return c
+		return
 	}
 	if err := b.Close(); err != nil {
 		c.err = fmt.Errorf("state: checkpoint %s: %w", name, err)
-		return c
+		return
 	}
 	if c.large {
 		// Pebble queued the batch, immutable, for a flush it has
@@ -608,7 +609,6 @@ func commitTo(name string, flushes *flushTracker, b *pebble.Batch, held, largeBa
 		// while, never stuck.)
 		c.flush = Flush{Bytes: held, Done: flushes.next(begun)}
 	}
-	return c
 }
 
 // committed notes a commit that has ended well: what it took of the
@@ -751,11 +751,11 @@ func (k *Keyspace) CommitSealed() error {
 	}
 	name, db, flushes, large := k.name, k.db, k.flushes, k.largeBatch
 	go func() {
-		r := commitTo(name, flushes, sealed, held, large, pebble.NoSync)
-		c.err, c.cost, c.large, c.flush = r.err, r.cost, r.large, r.flush
+		commitTo(c, name, flushes, sealed, held, large, pebble.NoSync)
+		err := c.err // c is the owner's once done is closed
 		close(c.done)
 		if synced != nil {
-			synced <- syncLog(db, name, r.err)
+			synced <- syncLog(db, name, err)
 		}
 	}()
 	k.base, k.seal, k.inflight = k.seal, batchMark{}, c
