@@ -266,6 +266,24 @@ type InputConfig struct {
 	// Encoding as the Collector's Kafka exporter names it: otlp_proto
 	// (default) or otlp_json.
 	Encoding string `yaml:"encoding"`
+	// Disabled: the job does not read this signal (logs or metrics; spans
+	// are always read), for a fleet that sends none. An input the job reads
+	// that stays empty holds event time back for event_time.idleness
+	// whenever the job reads a backlog: an empty partition at its end may
+	// be about to receive its share of history.
+	Disabled bool `yaml:"disabled"`
+}
+
+// InputTopics returns the topics of the inputs the job reads, spans
+// first.
+func (c *Config) InputTopics() []string {
+	topics := []string{c.Inputs.Spans.Topic}
+	for _, in := range []InputConfig{c.Inputs.Logs, c.Inputs.Metrics} {
+		if !in.Disabled {
+			topics = append(topics, in.Topic)
+		}
+	}
+	return topics
 }
 
 // LoadConfig reads path (if not empty), then the environment.
@@ -377,9 +395,12 @@ func (c *Config) Validate() error {
 	var errs []error
 	errs = append(errs, c.Kafka.Validate())
 	for name, in := range map[string]InputConfig{"inputs.spans": c.Inputs.Spans, "inputs.logs": c.Inputs.Logs, "inputs.metrics": c.Inputs.Metrics} {
-		if _, err := otlp.ParseEncoding(in.Encoding); err != nil {
+		if _, err := otlp.ParseEncoding(in.Encoding); err != nil && !in.Disabled {
 			errs = append(errs, fmt.Errorf("config: %s.encoding: %w", name, err))
 		}
+	}
+	if c.Inputs.Spans.Disabled {
+		errs = append(errs, errors.New("config: inputs.spans.disabled: spans cannot be disabled (traces are what the job fuses)"))
 	}
 	if c.Outputs.Format != "proto" && c.Outputs.Format != "json" {
 		errs = append(errs, fmt.Errorf("config: outputs.format %q is neither proto nor json", c.Outputs.Format))
@@ -472,8 +493,16 @@ func (c *Config) FuseConfig(partitions int32) fuse.Config {
 		rids = semconv.DefaultRequestIDs()
 	}
 	var resourcesTopic string
-	if c.Correlation.Resources == nil || *c.Correlation.Resources {
+	if (c.Correlation.Resources == nil || *c.Correlation.Resources) && !c.Inputs.Metrics.Disabled {
+		// The table is fed from metric points: none without that input.
 		resourcesTopic = c.Group + ".resources"
+	}
+	sources := []fuse.Source{src(c.Inputs.Spans, otlp.SignalSpans)}
+	if !c.Inputs.Logs.Disabled {
+		sources = append(sources, src(c.Inputs.Logs, otlp.SignalLogs))
+	}
+	if !c.Inputs.Metrics.Disabled {
+		sources = append(sources, src(c.Inputs.Metrics, otlp.SignalMetrics))
 	}
 	budget := c.Budget()
 	perTask := func(share int64) int64 { return max(share/int64(max(partitions, 1)), 1<<20) }
@@ -491,11 +520,7 @@ func (c *Config) FuseConfig(partitions int32) fuse.Config {
 		ResourcesTopic:      resourcesTopic,
 		ResourceRetain:      c.Correlation.ResourceRetain,
 		ResourceIdleness:    c.EventTime.Idleness,
-		Sources: []fuse.Source{
-			src(c.Inputs.Spans, otlp.SignalSpans),
-			src(c.Inputs.Logs, otlp.SignalLogs),
-			src(c.Inputs.Metrics, otlp.SignalMetrics),
-		},
+		Sources:          sources,
 		Partitions:       partitions,
 		RepartitionTopic: c.Group + ".fuse-repartition",
 		ResolveTopic:     c.Group + ".resolve-repartition",

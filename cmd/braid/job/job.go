@@ -52,7 +52,7 @@ func Prepare(ctx context.Context, cfg *Config, log *slog.Logger) (*Job, error) {
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	partitions, err := kafka.CoPartitioned(ctx, adm, cfg.Inputs.Spans.Topic, cfg.Inputs.Logs.Topic, cfg.Inputs.Metrics.Topic)
+	partitions, err := kafka.CoPartitioned(ctx, adm, cfg.InputTopics()...)
 	if err != nil {
 		return nil, fmt.Errorf("job: %w", err)
 	}
@@ -286,7 +286,7 @@ func (o *observability) attach(cfg *Config, eng *engine.Engine, stage *fuse.Stag
 		}
 		o.lagClient = cl
 		o.lag, err = admin.NewLagMonitor(admin.LagConfig{Admin: kadm.NewClient(cl), Group: cfg.Group, Logger: log,
-			Topics: []string{cfg.Inputs.Spans.Topic, cfg.Inputs.Logs.Topic, cfg.Inputs.Metrics.Topic}})
+			Topics: cfg.InputTopics()})
 		if err != nil {
 			o.close()
 			return err

@@ -167,3 +167,122 @@ func TestConfigRefusesCaughtUpIdlenessAboveIdleness(t *testing.T) {
 		}
 	}
 }
+
+// TestKfakeSpansOnly: with logs and metrics disabled the job reads the
+// spans topic alone — their topics need not exist (with an input still
+// read from one that does not, nothing comes out) — and event time closes
+// the traces of a backlog with nothing flushed in processing time
+// (flush_after and idleness are an hour).
+func TestKfakeSpansOnly(t *testing.T) {
+	t.Parallel()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "otlp_spans"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	brokers := c.ListenAddrs()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	cfg := &Config{}
+	cfg.Kafka.Brokers = brokers
+	cfg.State.Dir = t.TempDir()
+	cfg.InstanceID = "test"
+	cfg.CheckpointInterval = time.Second
+	cfg.EventTime.OutOfOrderness = time.Second
+	cfg.EventTime.IdleGap = time.Second
+	cfg.EventTime.Idleness = time.Hour
+	cfg.EventTime.FlushAfter = time.Hour
+	cfg.Inputs.Logs.Disabled, cfg.Inputs.Metrics.Disabled = true, true
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if topics := cfg.InputTopics(); len(topics) != 1 || topics[0] != "otlp_spans" {
+		t.Fatalf("InputTopics() = %v, want the spans topic alone", topics)
+	}
+
+	// A backlog an hour old: 40 traces of 3 spans, 2 s of event time apart.
+	prod, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	base := time.Now().Add(-time.Hour).UnixNano()
+	res := &resourcepb.Resource{Attributes: []*commonpb.KeyValue{{Key: "service.name", Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: "vllm"}}}}}
+	var order []string
+	for i := range 40 {
+		var tid [16]byte
+		rand.Read(tid[:])
+		hex := string(otlp.AppendTraceIDHex(nil, tid))
+		order = append(order, hex)
+		var spans []*tracepb.Span
+		for s := range 3 {
+			sid := make([]byte, 8)
+			rand.Read(sid)
+			start := base + int64(i)*2e9 + int64(s)*1e6
+			spans = append(spans, &tracepb.Span{TraceId: tid[:], SpanId: sid, Name: "llm_request", StartTimeUnixNano: uint64(start), EndTimeUnixNano: uint64(start + 1e6)})
+		}
+		v, _ := proto.Marshal(&tracepb.TracesData{ResourceSpans: []*tracepb.ResourceSpans{{Resource: res, ScopeSpans: []*tracepb.ScopeSpans{{Spans: spans}}}}})
+		if err := prod.ProduceSync(ctx, &kgo.Record{Topic: "otlp_spans", Key: []byte(hex), Value: v, Timestamp: time.Unix(0, base+int64(i)*2e9+1e9)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	j, err := Prepare(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jctx, jcancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- j.Run(jctx) }()
+	cons, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("braid.fused"), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	// The first half: the watermark (each partition's newest event less
+	// out_of_orderness) passes them, whichever partition each one is on.
+	want := order[:20]
+	got := map[string]int{}
+	complete := func() bool {
+		for _, k := range want {
+			if got[k] != 3 {
+				return false
+			}
+		}
+		return true
+	}
+	for !complete() && ctx.Err() == nil {
+		cons.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			var ft braidpb.FusedTrace
+			if err := proto.Unmarshal(r.Value, &ft); err != nil {
+				t.Errorf("unmarshal: %v", err)
+				return
+			}
+			got[string(r.Key)] = len(ft.Spans)
+		})
+	}
+	jcancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if !complete() {
+		t.Fatalf("fused %d of the first %d traces whole before the deadline (%v)", len(got), len(want), got)
+	}
+	if n := j.Counters().IdleFlushed.Load(); n != 0 {
+		t.Errorf("%d traces flushed in processing time; want event time to close them", n)
+	}
+}
+
+// TestConfigRefusesDisabledSpans: spans are what the job fuses.
+func TestConfigRefusesDisabledSpans(t *testing.T) {
+	cfg := &Config{}
+	cfg.Kafka.Brokers = []string{"127.0.0.1:9092"}
+	cfg.InstanceID = "x"
+	cfg.Inputs.Spans.Disabled = true
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "inputs.spans.disabled") {
+		t.Fatalf("Validate() = %v, want an error naming inputs.spans.disabled", err)
+	}
+}

@@ -121,7 +121,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	}
 	cfg := opts.Config
 	copts := cfg.Kafka.Opts()
-	topics := []string{cfg.Inputs.Spans.Topic, cfg.Inputs.Logs.Topic, cfg.Inputs.Metrics.Topic}
+	topics := cfg.InputTopics()
 
 	cl, err := kgo.NewClient(copts...)
 	if err != nil {
@@ -144,7 +144,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	}
 	fc = stage.Config()
 	if t := opts.Out.Topic; t != "" {
-		if slices.Contains([]string{topics[0], topics[1], topics[2], fc.FusedTopic, fc.LateTopic, fc.DLQTopic, fc.RepartitionTopic, fc.ResolveTopic, fc.KVTopic, fc.KVGraph.PollutionTopic, fc.KVGraph.IncidentsTopic, fc.ChangelogTopic, cfg.Outputs.Alerts, cfg.Group + ".alerts-repartition"}, t) {
+		if slices.Contains(topics, t) || slices.Contains([]string{fc.FusedTopic, fc.LateTopic, fc.DLQTopic, fc.RepartitionTopic, fc.ResolveTopic, fc.KVTopic, fc.KVGraph.PollutionTopic, fc.KVGraph.IncidentsTopic, fc.ChangelogTopic, cfg.Outputs.Alerts, cfg.Group + ".alerts-repartition"}, t) {
 			return nil, fmt.Errorf("replay: --out topic:%s is a topic of the live job; replay into a topic of its own", t)
 		}
 	}
