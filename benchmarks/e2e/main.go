@@ -116,6 +116,7 @@ type options struct {
 	budget      int64
 	alignment   time.Duration
 	collector   string // -collector: the otelcol binary, "" to look it up, "off"
+	signals     string // -signals: all, or traces (the spans topic alone)
 
 	completeTimeout time.Duration
 }
@@ -149,6 +150,7 @@ func main() {
 	flag.StringVar(&o.profileHeld, "cpuprofile-held", "", "write a CPU profile of braid-held's run of the last round to this file")
 	flag.StringVar(&o.eventTime, "event-time", "short", "braid's event-time settings: short (out-of-orderness 1s, idle gap 1s, allowed lateness 30s, flush after 2s, idleness 30s) | default (the job's defaults)")
 	flag.StringVar(&o.collector, "collector", "", "the OpenTelemetry Collector (otelcol) binary of the otelcol-groupbytrace contender, which needs the kafka receiver, the groupbytrace processor and the kafka exporter (default: deploy/local/otelcol.sh's build if there is one; off: no Collector contender)")
+	flag.StringVar(&o.signals, "signals", "all", "what the workload holds: all (each request's spans, logs and metric points on three topics) | traces (its spans alone, the input the Collector contender reads in either case; braid's logs and metrics topics stay empty)")
 	flag.BoolVar(&o.verbose, "v", false, "log the job's info lines (progress every 10s)")
 	brokers := flag.String("brokers", os.Getenv("BRAID_KAFKA_BROKERS"), "bootstrap brokers, comma separated (default $BRAID_KAFKA_BROKERS)")
 	flag.Parse()
@@ -174,6 +176,9 @@ func (o *options) validate() error {
 	}
 	if o.keying != "trace" && o.keying != "none" {
 		errs = append(errs, fmt.Errorf("-keying %q: want trace or none", o.keying))
+	}
+	if o.signals != "all" && o.signals != "traces" {
+		errs = append(errs, fmt.Errorf("-signals %q: want all or traces", o.signals))
 	}
 	if o.eventTime != "short" && o.eventTime != "default" {
 		errs = append(errs, fmt.Errorf("-event-time %q: want short or default", o.eventTime))
@@ -337,6 +342,7 @@ type Settings struct {
 	Settle             int    `json:"settle_checkpoints"`
 	MemoryBudget       int64  `json:"memory_budget,omitempty"`
 	Alignment          string `json:"alignment,omitempty"`
+	Signals            string `json:"signals"` // -signals: all, or traces (the spans topic alone)
 	// Collector is the otelcol binary of the Collector contender ("": no
 	// Collector contender), CollectorWait its groupbytrace wait_duration.
 	Collector     string `json:"collector,omitempty"`
@@ -451,7 +457,7 @@ func run(o options) error {
 	res := &Result{Benchmark: "e2e", Time: time.Now().UTC(), Note: o.description, Machine: machine.Read()}
 	res.Settings = Settings{Encoding: o.encoding, Keying: o.keying, Partitions: o.partitions, Requests: o.requests,
 		RequestsPerBatch: simulator.DefaultRequestsPerBatch, Seed: o.seed, Rounds: o.rounds, CheckpointInterval: o.checkpoint.String(),
-		EventTime: o.eventTime, AtLeastOnce: o.alo, AlertsOff: o.alertsOff, Sampling: o.sampling, Settle: o.settle, MemoryBudget: o.budget}
+		EventTime: o.eventTime, AtLeastOnce: o.alo, AlertsOff: o.alertsOff, Sampling: o.sampling, Settle: o.settle, MemoryBudget: o.budget, Signals: o.signals}
 	if o.alignment != 0 {
 		res.Settings.Alignment = o.alignment.String()
 	}
@@ -868,6 +874,11 @@ func generate(o options, topics simulator.Topics) ([]simulator.Message, Workload
 		Points: tr.ExemplarPoints + tr.ResourcePoints, ExemplarPoints: tr.ExemplarPoints,
 		Traces: batches * simulator.DefaultRequestsPerBatch, SplitTraces: split, Batches: tr.Batches,
 	}
+	if o.signals == "traces" {
+		msgs = slices.DeleteFunc(msgs, func(m simulator.Message) bool { return m.Topic != topics.Spans })
+		w.Messages, w.LogMessages, w.MetricMessages = len(msgs), 0, 0
+		w.Logs, w.TraceLogs, w.Points, w.ExemplarPoints = 0, 0, 0, 0
+	}
 	for _, m := range msgs {
 		w.Bytes += int64(len(m.Key) + len(m.Value))
 		if m.Topic == topics.Spans {
@@ -938,7 +949,7 @@ func rawCopy(ctx context.Context, o options, in simulator.Topics, out, group str
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(o.brokers...),
 		kgo.ConsumerGroup(group),
-		kgo.ConsumeTopics(in.Spans, in.Logs, in.Metrics),
+		kgo.ConsumeTopics(in.Spans, in.Logs, in.Metrics), // empty but for spans under -signals traces
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 	)
@@ -1012,6 +1023,9 @@ func braidJob(ctx context.Context, o options, in simulator.Topics, group string,
 	cfg.Inputs.Spans = job.InputConfig{Topic: in.Spans, Encoding: enc}
 	cfg.Inputs.Logs = job.InputConfig{Topic: in.Logs, Encoding: enc}
 	cfg.Inputs.Metrics = job.InputConfig{Topic: in.Metrics, Encoding: enc}
+	if o.signals == "traces" {
+		cfg.Inputs.Logs.Disabled, cfg.Inputs.Metrics.Disabled = true, true
+	}
 	cfg.Outputs.Fused, cfg.Outputs.Late, cfg.Outputs.DLQ = group+".fused", group+".late", group+".dlq"
 	cfg.Outputs.Pollution, cfg.Outputs.Incidents, cfg.Outputs.Alerts = group+".pollution", group+".incidents", group+".alerts"
 	cfg.CheckpointInterval = o.checkpoint
@@ -1618,8 +1632,9 @@ type otelcolSettings struct {
 // from a goroutine of its own, and only logs what the exporter refuses
 // ("consume failed"), so with the default queue (1,000 requests, refusing
 // more) a backlog's traces, all released within a few wait durations, could
-// be lost. The exporter's other settings are its defaults (acks from the
-// leader, no compression, a 10 ms linger).
+// be lost. Its batches are compressed with snappy, as braid's and the raw
+// copy's are (franz-go's default; the exporter's is none). The exporter's
+// other settings are its defaults (acks from the leader, a 10 ms linger).
 func otelcolConfig(s otelcolSettings) string {
 	q := func(v string) string { return "'" + strings.ReplaceAll(v, "'", "''") + "'" }
 	brokers := make([]string, len(s.Brokers))
@@ -1650,6 +1665,8 @@ exporters:
       topic: %s
       encoding: %s
     partition_traces_by_id: true
+    producer:
+      compression: snappy
     sending_queue:
       queue_size: %d
       block_on_overflow: true
