@@ -34,6 +34,10 @@ type ingest struct {
 	key     []byte
 	scratch []byte
 
+	// declare: spans declare their request ids to the resolve stage; only
+	// when some source has logs, the one thing those ids join.
+	declare bool
+
 	// The entry points of the stages it routes to.
 	kv      kvRoute
 	resolve requestRoute
@@ -123,7 +127,7 @@ func (in *ingest) process(t *engine.Task, rec *kgo.Record, input int) error {
 			}
 			continue
 		}
-		if src.Signal == otlp.SignalSpans && rids != nil {
+		if src.Signal == otlp.SignalSpans && rids != nil && in.declare {
 			if rid, ok := rids.FromSpan(it.Payload); ok && len(rid) <= maxRequestIDBytes {
 				v := append(in.scratch[:0], it.TraceID[:]...)
 				v = binary.AppendVarint(v, it.Time)

@@ -288,3 +288,30 @@ func TestResolveUnresolvedLogsAreFlagged(t *testing.T) {
 		t.Errorf("Unresolved = %d, want 1", u)
 	}
 }
+
+// TestSpansDeclareOnlyWithLogs: a span's request id is declared to the
+// resolve stage only when some source reads logs, the one thing the
+// declaration joins.
+func TestSpansDeclareOnlyWithLogs(t *testing.T) {
+	for _, withLogs := range []bool{true, false} {
+		h := newHarness(t, 2, func(cfg *Config) {
+			cfg.RequestIDs = testRequestIDs{}
+			if !withLogs {
+				cfg.Sources = []Source{{Topic: "otlp_spans", Signal: otlp.SignalSpans, Encoding: otlp.EncodingProto}}
+			}
+		})
+		for i := range 8 {
+			id := [16]byte{byte(i + 1)}
+			h.feed(inSpans, nil, spansMsg(requestSpan(id, "cmpl-"+strings.Repeat(string(rune('a'+i)), 6), base, base.Add(time.Millisecond))))
+		}
+		// A declaration is handled in place (its request id's task is
+		// this one) or sent to the other task.
+		declared := h.stage.Counters().Declared.Load() + int64(len(h.out("braid.resolve-repartition")))
+		if withLogs && declared == 0 {
+			t.Error("with a logs source: no request id declared")
+		}
+		if !withLogs && declared != 0 {
+			t.Errorf("without a logs source: %d declarations", declared)
+		}
+	}
+}

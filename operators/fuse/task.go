@@ -105,6 +105,9 @@ func topology(s *Stage, partition int32, lastInput *int64) []link {
 	kv := &kvStage{outputs: o, partition: partition, input: s.kvInput(), tagsInput: s.repartitionInput(), wm: windows.MinTime, kv: kvgraph.NewProcessor(kc, partition)}
 	in := &ingest{outputs: o, s: s, partition: partition, dec: otlp.NewDecoder(), groups: map[[16]byte]int{},
 		kv: kv, resolve: resolve, fuse: fuse.add}
+	for _, src := range s.cfg.Sources {
+		in.declare = in.declare || src.Signal == otlp.SignalLogs
+	}
 	var samples *resourceSampler
 	if s.table != nil {
 		samples = &resourceSampler{outputs: o, observe: alerts.observeSample, samples: map[semconv.Identity][]byte{}}
