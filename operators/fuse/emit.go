@@ -487,7 +487,7 @@ func (p *fuser) appendDerived(b []byte, tr *trace) ([]byte, int, error) {
 			d.AddLog(m.sortKey, m.resource)
 		}
 	}
-	dm := d.Derived()
+	dm := d.DerivedScratch() // the emission is done with it before the next
 	p.emitter.derived = dm
 	v, err := marshalRepaired(dm)
 	if err != nil {

@@ -231,6 +231,7 @@ type Deriver struct {
 	// IDs extracts request ids; nil means DefaultRequestIDs().
 	IDs *RequestIDs
 
+	scratch    *derivedBlock // DerivedScratch's message
 	spans      []spanRec
 	logs       []logRec
 	buf        []byte // the strings of the members (bref)
@@ -776,7 +777,23 @@ func slots[T any](ps []*T, ms []T, n int) []*T {
 // Derived computes the figures of the members added so far. The result
 // depends only on the set of members, not on the order they were added
 // in; repeated fields are sorted. It returns a new message each time.
-func (d *Deriver) Derived() *braidpb.Derived {
+func (d *Deriver) Derived() *braidpb.Derived { return d.derived(&derivedBlock{}) }
+
+// DerivedScratch is Derived in a message the Deriver reuses: it is valid
+// until the next call of DerivedScratch. For a caller that is done with
+// the figures before it derives the next ones (one emission at a time);
+// what it keeps it copies (strings may be kept).
+func (d *Deriver) DerivedScratch() *braidpb.Derived {
+	if d.scratch == nil {
+		d.scratch = &derivedBlock{}
+	} else {
+		*d.scratch = derivedBlock{}
+	}
+	return d.derived(d.scratch)
+}
+
+// derived is Derived, in blk.
+func (d *Deriver) derived(blk *derivedBlock) *braidpb.Derived {
 	ids := d.ids()
 
 	// Request ids, windows, root, latency attributes, tokens, names.
@@ -1013,7 +1030,6 @@ func (d *Deriver) Derived() *braidpb.Derived {
 	all := string(ob)
 	sub := func(r bref) string { return all[r.off : r.off+r.n] }
 
-	blk := &derivedBlock{}
 	out := &blk.d
 	nr, ns := len(d.rids), len(d.schemas)
 	var strs []string

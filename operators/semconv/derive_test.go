@@ -345,3 +345,29 @@ func TestLayerCountFromReusedResourceBuffer(t *testing.T) {
 		t.Errorf("after Reset: LayerCount = %d, want 4", got)
 	}
 }
+
+// TestDerivedScratchAsDerived: the reused message says what a new one
+// would, derivation after derivation, whatever the one before held — rich
+// figures, then none, then others.
+func TestDerivedScratchAsDerived(t *testing.T) {
+	sets := [][]member{
+		append(detailedRequest(t), vllmRequest(t)...),
+		nil,
+		vllmRequest(t),
+		detailedRequest(t),
+		append(vllmRequest(t), detailedRequest(t)...),
+	}
+	var d, fresh Deriver
+	for round := range 2 {
+		for i, ms := range sets {
+			d.Reset()
+			fresh.Reset()
+			add(&d, ms)
+			add(&fresh, ms)
+			want := fresh.Derived()
+			if got := d.DerivedScratch(); !proto.Equal(got, want) {
+				t.Fatalf("round %d, set %d: DerivedScratch\n%v\nwant\n%v", round, i, got, want)
+			}
+		}
+	}
+}
