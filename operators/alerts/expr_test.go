@@ -2,6 +2,7 @@ package alerts
 
 import (
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -168,6 +169,20 @@ func TestGroupKeyRoundTrip(t *testing.T) {
 	for _, bad := range []string{"", "x", `colour="red"`, `model="a"gpu="b"`, `model="a,gpu="b"`, `model="b",gpu="a"`} {
 		if _, _, err := parseGroupKey(bad); err == nil {
 			t.Errorf("%q parsed", bad)
+		}
+	}
+}
+
+// TestAppendQuoteAsStrconv: the fast path writes what strconv.AppendQuote
+// writes, for every byte in every position and for multi-byte text.
+func TestAppendQuoteAsStrconv(t *testing.T) {
+	vals := []string{"", "llama-8b", "node-a/0", "a b", "ü", "日本", "\xff", "tab\there", `q"uote`, `back\slash`, "\x7f", "~", " "}
+	for c := range 256 {
+		vals = append(vals, string([]byte{byte(c)}), "x"+string([]byte{byte(c)})+"y")
+	}
+	for _, v := range vals {
+		if got, want := string(appendQuote([]byte("k="), v)), string(strconv.AppendQuote([]byte("k="), v)); got != want {
+			t.Errorf("appendQuote(%q) = %s, want %s", v, got, want)
 		}
 	}
 }

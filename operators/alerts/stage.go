@@ -78,9 +78,23 @@ func groupKey(dst []byte, names []string, l *Labels) ([]byte, bool) {
 		}
 		dst = append(dst, n...)
 		dst = append(dst, '=')
-		dst = strconv.AppendQuote(dst, v)
+		dst = appendQuote(dst, v)
 	}
 	return dst, true
+}
+
+// appendQuote is strconv.AppendQuote, without its rune-by-rune walk for
+// the common value: printable ASCII with no quote or backslash, which it
+// writes as is between quotes.
+func appendQuote(dst []byte, v string) []byte {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return strconv.AppendQuote(dst, v)
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, v...)
+	return append(dst, '"')
 }
 
 // parseGroupKey is the inverse of groupKey.
