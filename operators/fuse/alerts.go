@@ -1,6 +1,7 @@
 package fuse
 
 import (
+	"bytes"
 	"errors"
 	"math"
 
@@ -112,7 +113,12 @@ func (p *fuser) traceIdentity(sum *summary) semconv.Identity {
 	}
 	e.identity, e.haveID, e.haveSpan = semconv.Identity{}, true, span != nil
 	if span != nil {
-		p.attrs = semconv.AppendAttrs(p.attrs[:0], res, 1)
+		if !bytes.Equal(res, p.attrsOf) {
+			// Traces of one resource follow each other: its attributes
+			// are read once.
+			p.attrs = semconv.AppendAttrs(p.attrs[:0], res, 1)
+			p.attrsOf = append(p.attrsOf[:0], res...)
+		}
 		p.pattrs = semconv.AppendAttrs(p.pattrs[:0], span, 9)
 		e.identity = semconv.IdentityOf(p.attrs, p.pattrs)
 	}

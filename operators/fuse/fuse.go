@@ -222,7 +222,8 @@ type fuser struct {
 	scratch   []byte
 	emitter   emitter
 	deriver   semconv.Deriver
-	attrs     []semconv.KV // scratch of traceIdentity
+	attrs     []semconv.KV // scratch of traceIdentity: the attributes of resource attrsOf
+	attrsOf   []byte
 	pattrs    []semconv.KV
 
 	// memory share (MaxOpenTraceBytes)

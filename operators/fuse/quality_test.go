@@ -2,12 +2,19 @@ package fuse
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
+	"time"
 
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/braidlabs/braid/connectors/otlp"
 	"github.com/braidlabs/braid/operators/alerts"
 	"github.com/braidlabs/braid/operators/braidpb"
+	"github.com/braidlabs/braid/operators/llmmetrics"
 )
 
 func TestQualityFigures(t *testing.T) {
@@ -51,5 +58,47 @@ func TestQualityFigures(t *testing.T) {
 	if !quality(&o, &braidpb.Derived{Verdicts: []*braidpb.Verdict{{Kind: "toxicity", Decision: "block", Stage: "input"}},
 		Quality: &braidpb.Quality{Blocked: true, GuardrailChecked: true}}) || o.Values[alerts.FigToxicity] != 1 || o.Values[alerts.FigGuardrailBypass] != 0 {
 		t.Errorf("blocked input: %v", o.Values)
+	}
+}
+
+// TestTraceIdentityFollowsItsResource: traces of two hosts emitted one
+// after the other by one task are each observed where they ran — the
+// derived LLM metrics count each host's under its own instance.
+func TestTraceIdentityFollowsItsResource(t *testing.T) {
+	rec, err := llmmetrics.New(llmmetrics.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, 1, func(c *Config) { c.LLM = rec })
+	hostRes := func(host string) *resourcepb.Resource {
+		return &resourcepb.Resource{Attributes: []*commonpb.KeyValue{
+			{Key: "service.name", Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: "vllm"}}},
+			{Key: "host.name", Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: host}}},
+		}}
+	}
+	hosts := []string{"node-a", "node-b", "node-b", "node-a", "node-c", "node-a"}
+	want := map[string]uint64{}
+	for i, host := range hosts {
+		at := base.Add(time.Duration(i) * 100 * time.Millisecond)
+		id := [16]byte{byte(i + 1), 0x77}
+		sp := &tracepb.Span{TraceId: id[:], SpanId: []byte{1, 2, 3, 4, 5, 6, 7, 8}, Name: "llm_request",
+			StartTimeUnixNano: uint64(at.UnixNano()), EndTimeUnixNano: uint64(at.Add(50 * time.Millisecond).UnixNano()),
+			Attributes: []*commonpb.KeyValue{{Key: "gen_ai.latency.e2e", Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_DoubleValue{DoubleValue: 0.05}}}}}
+		v, _ := proto.Marshal(&tracepb.TracesData{ResourceSpans: []*tracepb.ResourceSpans{{Resource: hostRes(host), ScopeSpans: []*tracepb.ScopeSpans{{Spans: []*tracepb.Span{sp}}}}}})
+		h.feed(inSpans, otlp.AppendTraceIDHex(nil, id), v)
+		want[host]++
+	}
+	// Event time moves past them all.
+	later := genTraces(rand.New(rand.NewPCG(3, 4)), 1, base.Add(20*time.Second))[0]
+	h.now = h.now.Add(1500 * time.Millisecond)
+	h.feed(inSpans, otlp.AppendTraceIDHex(nil, later.id), spansMsg(later.spans...))
+	got := map[string]uint64{}
+	for _, s := range rec.Snapshot().Series {
+		got[s.Instance] += s.Latency[llmmetrics.E2E].Count
+	}
+	for host, n := range want {
+		if got[host] != n {
+			t.Errorf("instance %s: %d traces observed, want %d (all: %v)", host, got[host], n, got)
+		}
 	}
 }
