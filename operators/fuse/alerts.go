@@ -119,7 +119,7 @@ func (p *fuser) traceIdentity(sum *summary) semconv.Identity {
 			p.attrs = semconv.AppendAttrs(p.attrs[:0], res, 1)
 			p.attrsOf = append(p.attrsOf[:0], res...)
 		}
-		p.pattrs = semconv.AppendAttrs(p.pattrs[:0], span, 9)
+		p.pattrs = semconv.AppendIdentityAttrs(p.pattrs[:0], span, semconv.SpanAttrs)
 		e.identity = semconv.IdentityOf(p.attrs, p.pattrs)
 	}
 	return e.identity

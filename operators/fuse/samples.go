@@ -60,7 +60,7 @@ func (r *resourceSampler) sample(t *engine.Task, it *otlp.Item) bool {
 		r.res = semconv.AppendAttrs(r.res[:0], it.Resource, semconv.ResourceAttrs)
 		r.resOf = it.Resource
 	}
-	r.pattrs = semconv.AppendAttrs(r.pattrs[:0], it.Payload, semconv.NumberDataPointAttrs)
+	r.pattrs = semconv.AppendIdentityAttrs(r.pattrs[:0], it.Payload, semconv.NumberDataPointAttrs)
 	id := semconv.IdentityOf(r.res, r.pattrs)
 	b, seen := r.samples[id]
 	if !seen {

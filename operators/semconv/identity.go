@@ -65,6 +65,17 @@ func IdentityOf(resourceAttrs, pointOrSpanAttrs []KV) Identity {
 	return id
 }
 
+// identityPointKey reports whether IdentityOf reads key among a point's or
+// span's attributes.
+func identityPointKey(key []byte) bool {
+	switch string(key) {
+	case "host.name", "Hostname", "hostname", "gpu.uuid", "UUID", "gpu.index", "gpu",
+		"model_name", "gen_ai.response.model", "gen_ai.request.model":
+		return true
+	}
+	return false
+}
+
 func setOnce(dst *string, v string) {
 	if *dst == "" {
 		*dst = v

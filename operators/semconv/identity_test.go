@@ -1,6 +1,12 @@
 package semconv
 
-import "testing"
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+)
 
 func TestIdentityOf(t *testing.T) {
 	cases := []struct {
@@ -96,6 +102,37 @@ func TestMatches(t *testing.T) {
 	for _, c := range cases {
 		if got := c.req.Matches(c.series); got != c.want {
 			t.Errorf("%s: Matches = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestIdentityAttrsAsAllAttrs: the identity read from the attributes
+// AppendIdentityAttrs renders is the one read from all of them, for span
+// attribute lists that mix every key IdentityOf reads (some twice, some
+// empty, some not strings) with others.
+func TestIdentityAttrsAsAllAttrs(t *testing.T) {
+	res := resource(t, str("service.name", "vllm"), str("host.name", "node-r"), str("gpu.index", "0"))
+	keys := []string{"host.name", "Hostname", "hostname", "gpu.uuid", "UUID", "gpu.index", "gpu", "model_name",
+		"gen_ai.response.model", "gen_ai.request.model", "modelName", "service.name", "gen_ai.latency.e2e", "x"}
+	r := rand.New(rand.NewPCG(5, 6))
+	ra := AppendAttrs(nil, res, ResourceAttrs)
+	for round := range 300 {
+		var attrs []*commonpb.KeyValue
+		for range r.IntN(8) {
+			k := keys[r.IntN(len(keys))]
+			switch r.IntN(4) {
+			case 0:
+				attrs = append(attrs, i64(k, int64(r.IntN(4))))
+			case 1:
+				attrs = append(attrs, str(k, ""))
+			default:
+				attrs = append(attrs, str(k, fmt.Sprintf("v%d", r.IntN(3))))
+			}
+		}
+		sp := span(t, "llm_request", 1, 2, attrs)
+		want := IdentityOf(ra, AppendAttrs(nil, sp, SpanAttrs))
+		if got := IdentityOf(ra, AppendIdentityAttrs(nil, sp, SpanAttrs)); got != want {
+			t.Fatalf("round %d, %v: identity %+v, want %+v", round, attrs, got, want)
 		}
 	}
 }

@@ -77,6 +77,19 @@ func (it *attrIter) next() (key []byte, val Value, ok bool) {
 // scan; what was read before stays. The appended strings share one
 // allocation (beside dst's growth).
 func AppendAttrs(dst []KV, msg []byte, field protowire.Number) []KV {
+	return appendAttrs(dst, msg, field, nil)
+}
+
+// AppendIdentityAttrs is AppendAttrs of the attributes IdentityOf reads of
+// a point or span alone (identityPointKey): the others, most of a span's,
+// are not rendered.
+func AppendIdentityAttrs(dst []KV, msg []byte, field protowire.Number) []KV {
+	return appendAttrs(dst, msg, field, identityPointKey)
+}
+
+// appendAttrs is AppendAttrs of the attributes whose key keep accepts
+// (nil: every one).
+func appendAttrs(dst []KV, msg []byte, field protowire.Number, keep func(key []byte) bool) []KV {
 	// One pass renders every key and value into buf, noting their ends;
 	// the strings are made once buf is final.
 	var stack [32]uint32
@@ -88,7 +101,7 @@ func AppendAttrs(dst []KV, msg []byte, field protowire.Number) []KV {
 		if !ok {
 			break
 		}
-		if !v.IsScalar() {
+		if !v.IsScalar() || keep != nil && !keep(k) {
 			continue
 		}
 		if buf == nil {
