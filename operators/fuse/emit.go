@@ -489,16 +489,37 @@ func (p *fuser) appendDerived(b []byte, tr *trace) ([]byte, int, error) {
 	}
 	dm := d.DerivedScratch() // the emission is done with it before the next
 	p.emitter.derived = dm
-	v, err := marshalRepaired(dm)
+	b, err := appendMessage(b, fDerived, dm)
 	if err != nil {
 		p.s.counters.DerivedDropped.Add(1)
 		return b, 0, nil
 	}
-	if len(v) == 0 {
-		return b, 0, nil
+	return b, d.InvalidAnchors(), nil
+}
+
+// appendMessage appends m, marshalled deterministically, as field of b,
+// nothing when it is empty. On an error (a string that is not valid UTF-8
+// even once repaired, marshalRepaired) b is returned as it was.
+func appendMessage(b []byte, field protowire.Number, m proto.Message) ([]byte, error) {
+	opts := proto.MarshalOptions{Deterministic: true}
+	n := opts.Size(m)
+	if n == 0 {
+		return b, nil
 	}
-	b = protowire.AppendTag(b, fDerived, protowire.BytesType)
-	return protowire.AppendBytes(b, v), d.InvalidAnchors(), nil
+	start := len(b)
+	b = protowire.AppendTag(b, field, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(n))
+	opts.UseCachedSize = true // as Size left them
+	if out, err := opts.MarshalAppend(b, m); err == nil && len(out)-len(b) == n {
+		return out, nil
+	}
+	b = b[:start]
+	v, err := marshalRepaired(m)
+	if err != nil || len(v) == 0 {
+		return b, err
+	}
+	b = protowire.AppendTag(b, field, protowire.BytesType)
+	return protowire.AppendBytes(b, v), nil
 }
 
 // marshalRepaired marshals m deterministically; a string from input that is
@@ -533,13 +554,11 @@ func (p *fuser) appendResourceContext(b []byte, sum *summary, start, end int64) 
 	if len(ws) == 0 {
 		return b, nil
 	}
-	rc, err := marshalRepaired(&braidpb.ResourceContext{Series: ws})
+	b, err := appendMessage(b, fResourceContext, &braidpb.ResourceContext{Series: ws})
 	if err != nil {
 		p.s.counters.DerivedDropped.Add(1)
-		return b, nil
 	}
-	b = protowire.AppendTag(b, fResourceContext, protowire.BytesType)
-	return protowire.AppendBytes(b, rc), nil
+	return b, nil
 }
 
 // summary derives the Summary message from the spans.

@@ -1,14 +1,17 @@
 package fuse
 
 import (
+	"bytes"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/braidlabs/braid/connectors/otlp"
@@ -100,5 +103,36 @@ func TestTraceIdentityFollowsItsResource(t *testing.T) {
 		if got[host] != n {
 			t.Errorf("instance %s: %d traces observed, want %d (all: %v)", host, got[host], n, got)
 		}
+	}
+}
+
+// TestAppendMessage: a message appended in place reads back as the
+// message, as marshalRepaired writes it; one with invalid UTF-8 reads back
+// repaired; an empty one appends nothing.
+func TestAppendMessage(t *testing.T) {
+	prefix := []byte{0x0a, 0x01, 'x'}
+	for _, d := range []*braidpb.Derived{
+		{Model: "llama-8b", TtftNanos: 5, RequestIds: []string{"a", "b"}, Layers: []*braidpb.LayerStats{{Key: 3, Count: 2}}},
+		{Model: "bad\xffmodel", Operation: "chat"},
+	} {
+		want, err := marshalRepaired(proto.Clone(d))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := appendMessage(slices.Clone(prefix), fDerived, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.HasPrefix(b, prefix) {
+			t.Fatalf("prefix overwritten: %x", b)
+		}
+		num, typ, n := protowire.ConsumeTag(b[len(prefix):])
+		v, m := protowire.ConsumeBytes(b[len(prefix)+n:])
+		if num != fDerived || typ != protowire.BytesType || m < 0 || len(prefix)+n+m != len(b) || !bytes.Equal(v, want) {
+			t.Fatalf("appended %x, want field %d holding %x", b[len(prefix):], fDerived, want)
+		}
+	}
+	if b, err := appendMessage(slices.Clone(prefix), fDerived, &braidpb.Derived{}); err != nil || !bytes.Equal(b, prefix) {
+		t.Fatalf("empty message: %x, %v", b, err)
 	}
 }
