@@ -117,6 +117,7 @@ type options struct {
 	alignment   time.Duration
 	collector   string // -collector: the otelcol binary, "" to look it up, "off"
 	signals     string // -signals: all, or traces (the spans topic alone)
+	colCodec    string // -collector-compression: the Collector exporter's codec
 
 	completeTimeout time.Duration
 }
@@ -151,6 +152,7 @@ func main() {
 	flag.StringVar(&o.eventTime, "event-time", "short", "braid's event-time settings: short (out-of-orderness 1s, idle gap 1s, allowed lateness 30s, flush after 2s, idleness 30s) | default (the job's defaults)")
 	flag.StringVar(&o.collector, "collector", "", "the OpenTelemetry Collector (otelcol) binary of the otelcol-groupbytrace contender, which needs the kafka receiver, the groupbytrace processor and the kafka exporter (default: deploy/local/otelcol.sh's build if there is one; off: no Collector contender)")
 	flag.StringVar(&o.signals, "signals", "all", "what the workload holds: all (each request's spans, logs and metric points on three topics) | traces (its spans alone, the input the Collector contender reads in either case; braid's logs and metrics topics stay empty)")
+	flag.StringVar(&o.colCodec, "collector-compression", "snappy", "the Collector's Kafka exporter compression: snappy (as braid's and the raw copy's producers, franz-go's default) | none (the exporter's default) | lz4 | zstd | gzip")
 	flag.BoolVar(&o.verbose, "v", false, "log the job's info lines (progress every 10s)")
 	brokers := flag.String("brokers", os.Getenv("BRAID_KAFKA_BROKERS"), "bootstrap brokers, comma separated (default $BRAID_KAFKA_BROKERS)")
 	flag.Parse()
@@ -176,6 +178,9 @@ func (o *options) validate() error {
 	}
 	if o.keying != "trace" && o.keying != "none" {
 		errs = append(errs, fmt.Errorf("-keying %q: want trace or none", o.keying))
+	}
+	if !slices.Contains([]string{"snappy", "none", "lz4", "zstd", "gzip"}, o.colCodec) {
+		errs = append(errs, fmt.Errorf("-collector-compression %q: want snappy, none, lz4, zstd or gzip", o.colCodec))
 	}
 	if o.signals != "all" && o.signals != "traces" {
 		errs = append(errs, fmt.Errorf("-signals %q: want all or traces", o.signals))
@@ -347,6 +352,8 @@ type Settings struct {
 	// Collector contender), CollectorWait its groupbytrace wait_duration.
 	Collector     string `json:"collector,omitempty"`
 	CollectorWait string `json:"collector_wait_duration,omitempty"`
+	// CollectorCompression is its Kafka exporter's codec.
+	CollectorCompression string `json:"collector_compression,omitempty"`
 }
 
 type Workload struct {
@@ -472,6 +479,7 @@ func run(o options) error {
 		fmt.Printf("no otelcol-groupbytrace contender: %s\n", why)
 	} else {
 		res.Settings.Collector, res.Settings.CollectorWait = collector, idleGap(o).String()
+		res.Settings.CollectorCompression = o.colCodec
 	}
 
 	ctx := context.Background()
@@ -1618,6 +1626,7 @@ type otelcolSettings struct {
 	Group    string        // consumer group of its Kafka receiver
 	In, Out  string        // the spans topic it reads, the topic it writes
 	Encoding string        // otlp_proto or otlp_json, read and written
+	Codec    string        // the exporter's compression
 	Wait     time.Duration // groupbytrace wait_duration
 	// Traces is how many traces it may hold at once (groupbytrace
 	// num_traces) and how many requests its exporter may queue.
@@ -1632,9 +1641,10 @@ type otelcolSettings struct {
 // from a goroutine of its own, and only logs what the exporter refuses
 // ("consume failed"), so with the default queue (1,000 requests, refusing
 // more) a backlog's traces, all released within a few wait durations, could
-// be lost. Its batches are compressed with snappy, as braid's and the raw
-// copy's are (franz-go's default; the exporter's is none). The exporter's
-// other settings are its defaults (acks from the leader, a 10 ms linger).
+// be lost. Its batches are compressed with s.Codec (the benchmark's
+// default: snappy, as braid's and the raw copy's are, franz-go's default;
+// the exporter's own default is none). The exporter's other settings are
+// its defaults (acks from the leader, a 10 ms linger).
 func otelcolConfig(s otelcolSettings) string {
 	q := func(v string) string { return "'" + strings.ReplaceAll(v, "'", "''") + "'" }
 	brokers := make([]string, len(s.Brokers))
@@ -1666,7 +1676,7 @@ exporters:
       encoding: %s
     partition_traces_by_id: true
     producer:
-      compression: snappy
+      compression: %s
     sending_queue:
       queue_size: %d
       block_on_overflow: true
@@ -1681,7 +1691,7 @@ service:
       receivers: [kafka]
       processors: [groupbytrace]
       exporters: [kafka]
-`, collectorName, bl, q(s.Group), q(s.In), s.Encoding, s.Wait, s.Traces, bl, q(s.Out), s.Encoding, s.Traces)
+`, collectorName, bl, q(s.Group), q(s.In), s.Encoding, s.Wait, s.Traces, bl, q(s.Out), s.Encoding, s.Codec, s.Traces)
 }
 
 // CollectorRun is what the Collector wrote in a run (read back from its
@@ -1864,7 +1874,7 @@ func collectorRun(ctx context.Context, o options, bin, in, out, group string, wl
 		}
 	}()
 	config, logPath := filepath.Join(dir, "otelcol.yaml"), filepath.Join(dir, "otelcol.log")
-	s := otelcolSettings{Brokers: o.brokers, Group: group, In: in, Out: out, Encoding: enc.String(), Wait: idleGap(o),
+	s := otelcolSettings{Brokers: o.brokers, Group: group, In: in, Out: out, Encoding: enc.String(), Codec: o.colCodec, Wait: idleGap(o),
 		Traces: max(2*wl.Traces, 10000)}
 	count := newTraceCount(enc, wl.Traces, s.Wait/2)
 	run := &CollectorRun{}

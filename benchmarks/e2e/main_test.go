@@ -113,7 +113,7 @@ func TestTraceCount(t *testing.T) {
 // if it is built, accepts the generated config.
 func TestOtelcolConfig(t *testing.T) {
 	cfg := otelcolConfig(otelcolSettings{Brokers: []string{"127.0.0.1:9092", "h:1"}, Group: "g's", In: "in", Out: "out",
-		Encoding: "otlp_json", Wait: 1500 * time.Millisecond, Traces: 1234})
+		Encoding: "otlp_json", Codec: "snappy", Wait: 1500 * time.Millisecond, Traces: 1234})
 	for _, want := range []string{"brokers: ['127.0.0.1:9092', 'h:1']", "group_id: 'g''s'", "topics: ['in']", "wait_duration: 1.5s",
 		"topic: 'out'", "encoding: otlp_json", "partition_traces_by_id: true", "compression: snappy", "queue_size: 1234", "level: none"} {
 		if !strings.Contains(cfg, want) {
