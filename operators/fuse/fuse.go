@@ -233,6 +233,9 @@ type fuser struct {
 	// moving average), the capacity a trace's first member allocates, so
 	// that most traces allocate once instead of at every doubling.
 	pendingMean  int
+	// freePending: buffers of pending members that left their trace,
+	// for the next traces (freePendingMax of at most freePendingCap).
+	freePending [][]byte
 	keeping      []*trace            // traces given stored members, in that order (some since emitted or purged)
 	reportedOpen int64               // what the gauge holds of this task
 	evicted      int                 // traces emitted early and dropped from memory, still in state
@@ -343,7 +346,7 @@ func (p *fuser) add(t *engine.Task, id [16]byte, chunk []byte) error {
 		} else {
 			w := chunkWriter{buf: tr.pending, lastRes: tr.lastRes}
 			if w.buf == nil {
-				w.buf = make([]byte, 0, min(p.pendingMean+p.pendingMean/4, p.chunkBytes()))
+				w.buf = p.newPending()
 			}
 			if len(tr.pending) > 0 && int(tr.sinceRes)+len(m.body) < p.chunkBytes() {
 				w.n = 1 // may refer to the previous resource; else restate it, so a chunk can start here
@@ -595,6 +598,7 @@ func (p *fuser) purge(t *engine.Task, tr *trace, wm int64) error {
 	p.unmap(tr)
 	p.openBytes -= traceOverhead + int64(len(tr.pending))
 	p.notePending(len(tr.pending))
+	p.recyclePending(tr.pending) // emitted: copied from, never read again
 	tr.pending = nil
 	p.s.counters.OpenTraces.Add(-1)
 	return p.closeTrace(t, tr, wm)
@@ -609,6 +613,33 @@ func (p *fuser) unmap(tr *trace) {
 
 // notePending counts a trace's pending members of n bytes, as they go
 // to a chunk or with the trace, in pendingMean.
+// newPending returns an empty buffer for a trace's pending members: a
+// recycled one, else one of the mean size they reach.
+func (p *fuser) newPending() []byte {
+	if n := len(p.freePending); n > 0 {
+		b := p.freePending[n-1]
+		p.freePending[n-1] = nil
+		p.freePending = p.freePending[:n-1]
+		return b
+	}
+	return make([]byte, 0, min(p.pendingMean+p.pendingMean/4, p.chunkBytes()))
+}
+
+// recyclePending keeps b, a buffer of pending members that nothing reads
+// any more, for newPending — unless the list is full or b large: what the
+// list holds outside the open-traces share stays under
+// freePendingMax × freePendingCap (1 MiB) per task.
+func (p *fuser) recyclePending(b []byte) {
+	if cap(b) > 0 && cap(b) <= freePendingCap && len(p.freePending) < freePendingMax {
+		p.freePending = append(p.freePending, b[:0])
+	}
+}
+
+const (
+	freePendingMax = 64
+	freePendingCap = 16 << 10
+)
+
 func (p *fuser) notePending(n int) {
 	if n > 0 {
 		p.pendingMean += (n - p.pendingMean) / 16
@@ -686,9 +717,11 @@ func (p *fuser) flushTrace(t *engine.Task, tr *trace, keep bool) error {
 	case keep:
 		tr.stored = append(tr.stored, tr.pending...)
 		p.storedBytes += int64(len(tr.pending))
+		p.recyclePending(tr.pending)
 	default:
 		p.forget(tr)
 		p.openBytes -= int64(len(tr.pending))
+		p.recyclePending(tr.pending) // the batch has a copy
 	}
 	tr.pending, tr.lastRes = nil, nil
 	p.scratch = encodeMeta(p.scratch[:0], tr)
