@@ -232,10 +232,10 @@ type fuser struct {
 	// pendingMean: the mean size a trace's pending members reach (a
 	// moving average), the capacity a trace's first member allocates, so
 	// that most traces allocate once instead of at every doubling.
-	pendingMean  int
+	pendingMean int
 	// freePending: buffers of pending members that left their trace,
 	// for the next traces (freePendingMax of at most freePendingCap).
-	freePending [][]byte
+	freePending  [][]byte
 	keeping      []*trace            // traces given stored members, in that order (some since emitted or purged)
 	reportedOpen int64               // what the gauge holds of this task
 	evicted      int                 // traces emitted early and dropped from memory, still in state
