@@ -73,29 +73,14 @@ func TestKfakeSmoke(t *testing.T) {
 	}
 	prod.ProduceSync(ctx, &kgo.Record{Topic: "otlp_spans", Value: []byte{0xff, 0x01}})
 
-	cfg := &Config{}
-	cfg.Kafka.Brokers = brokers
-	cfg.State.Dir = t.TempDir()
-	cfg.InstanceID = "test"
-	cfg.CheckpointInterval = time.Second
-	cfg.EventTime.OutOfOrderness = time.Second
+	cfg := kfakeConfig(t, brokers)
 	cfg.EventTime.Idleness = 2 * time.Second
-	cfg.EventTime.IdleGap = time.Second
 	cfg.EventTime.FlushAfter = time.Second
 	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	j, err := Prepare(ctx, cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	jctx, jcancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- j.Run(jctx) }()
-
-	cons, _ := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("braid.fused"), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	defer cons.Close()
+	j, cons, stop := runKfakeJob(ctx, t, cfg)
 	got := map[string]*braidpb.FusedTrace{}
 	// Until every trace's latest revision is whole: under load a trace may
 	// be flushed (flush_after) before its log arrives, and then revised.
@@ -118,8 +103,7 @@ func TestKfakeSmoke(t *testing.T) {
 			got[string(r.Key)] = &ft
 		})
 	}
-	jcancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("run: %v", err)
 	}
 	for k := range want {
@@ -184,13 +168,7 @@ func TestKfakeSpansOnly(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	cfg := &Config{}
-	cfg.Kafka.Brokers = brokers
-	cfg.State.Dir = t.TempDir()
-	cfg.InstanceID = "test"
-	cfg.CheckpointInterval = time.Second
-	cfg.EventTime.OutOfOrderness = time.Second
-	cfg.EventTime.IdleGap = time.Second
+	cfg := kfakeConfig(t, brokers)
 	cfg.EventTime.Idleness = time.Hour
 	cfg.EventTime.FlushAfter = time.Hour
 	cfg.Inputs.Logs.Disabled, cfg.Inputs.Metrics.Disabled = true, true
@@ -229,18 +207,7 @@ func TestKfakeSpansOnly(t *testing.T) {
 		}
 	}
 
-	j, err := Prepare(ctx, cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	jctx, jcancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- j.Run(jctx) }()
-	cons, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("braid.fused"), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cons.Close()
+	j, cons, stop := runKfakeJob(ctx, t, cfg)
 	// The first half: the watermark (each partition's newest event less
 	// out_of_orderness) passes them, whichever partition each one is on.
 	want := order[:20]
@@ -263,8 +230,7 @@ func TestKfakeSpansOnly(t *testing.T) {
 			got[string(r.Key)] = len(ft.Spans)
 		})
 	}
-	jcancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("run: %v", err)
 	}
 	if !complete() {
@@ -285,4 +251,42 @@ func TestConfigRefusesDisabledSpans(t *testing.T) {
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "inputs.spans.disabled") {
 		t.Fatalf("Validate() = %v, want an error naming inputs.spans.disabled", err)
 	}
+}
+
+// runKfakeJob prepares cfg's job and runs it until stop, which returns
+// what Run returned; cons reads its fused topic from the start, committed
+// records only.
+func runKfakeJob(ctx context.Context, t *testing.T, cfg *Config) (j *Job, cons *kgo.Client, stop func() error) {
+	t.Helper()
+	j, err := Prepare(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jctx, jcancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- j.Run(jctx) }()
+	cons, err = kgo.NewClient(kgo.SeedBrokers(cfg.Kafka.Brokers...), kgo.ConsumeTopics(cfg.Outputs.Fused), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		jcancel()
+		<-done
+		t.Fatal(err)
+	}
+	t.Cleanup(cons.Close)
+	return j, cons, func() error {
+		jcancel()
+		return <-done
+	}
+}
+
+// kfakeConfig is a job on brokers with short event-time settings: 1 s
+// checkpoints, out-of-orderness and idle gap.
+func kfakeConfig(t *testing.T, brokers []string) *Config {
+	cfg := &Config{}
+	cfg.Kafka.Brokers = brokers
+	cfg.State.Dir = t.TempDir()
+	cfg.InstanceID = "test"
+	cfg.CheckpointInterval = time.Second
+	cfg.EventTime.OutOfOrderness = time.Second
+	cfg.EventTime.IdleGap = time.Second
+	return cfg
 }
