@@ -598,7 +598,7 @@ func (p *fuser) purge(t *engine.Task, tr *trace, wm int64) error {
 	p.unmap(tr)
 	p.openBytes -= traceOverhead + int64(len(tr.pending))
 	p.notePending(len(tr.pending))
-	p.recyclePending(tr.pending) // emitted: copied from, never read again
+	p.recyclePending(tr.pending) // the trace is gone: nothing reads them again
 	tr.pending = nil
 	p.s.counters.OpenTraces.Add(-1)
 	return p.closeTrace(t, tr, wm)
@@ -611,8 +611,6 @@ func (p *fuser) unmap(tr *trace) {
 	tr.gone = true
 }
 
-// notePending counts a trace's pending members of n bytes, as they go
-// to a chunk or with the trace, in pendingMean.
 // newPending returns an empty buffer for a trace's pending members: a
 // recycled one, else one of the mean size they reach.
 func (p *fuser) newPending() []byte {
@@ -640,6 +638,8 @@ const (
 	freePendingCap = 16 << 10
 )
 
+// notePending counts a trace's pending members of n bytes, as they go
+// to a chunk or with the trace, in pendingMean.
 func (p *fuser) notePending(n int) {
 	if n > 0 {
 		p.pendingMean += (n - p.pendingMean) / 16
