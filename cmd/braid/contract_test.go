@@ -201,6 +201,8 @@ func TestLateLogsAfterPurge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Each production has a limit of its own: the runs and the restart
+	// between them take what they take.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for range 15 {
@@ -251,7 +253,9 @@ func TestLateLogsAfterPurge(t *testing.T) {
 		recs = append(recs, &kgo.Record{Topic: env.simTopics.Logs, Key: []byte(id), Value: v})
 		want[id] = reason
 	}
-	if err := env.prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+	lctx, lcancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer lcancel()
+	if err := env.prod.ProduceSync(lctx, recs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 
