@@ -80,7 +80,9 @@ func TestReportFromDemo(t *testing.T) {
 	// coming stays open and grows, so the test waits for no new incident
 	// for 15 s rather than for every one to close.
 	var incs []view.IncidentSummary
-	waitFor(t, 5*time.Minute, "event time to pass the last fault's window", func() bool {
+	// Generous: in make test the demo shares 2 cores with three other
+	// passes, and falls behind its pace.
+	waitFor(t, 8*time.Minute, "event time to pass the last fault's window", func() bool {
 		demoEnded()
 		var st view.Status
 		return tryJSON(base+"api/status", &st) == nil && st.Newest >= start.Add(lastFault+2*time.Minute+15*time.Second).UnixMilli()
