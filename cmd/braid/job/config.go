@@ -277,13 +277,29 @@ type InputConfig struct {
 // InputTopics returns the topics of the inputs the job reads, spans
 // first.
 func (c *Config) InputTopics() []string {
-	topics := []string{c.Inputs.Spans.Topic}
-	for _, in := range []InputConfig{c.Inputs.Logs, c.Inputs.Metrics} {
-		if !in.Disabled {
-			topics = append(topics, in.Topic)
-		}
+	var topics []string
+	for _, in := range c.readInputs() {
+		topics = append(topics, in.Topic)
 	}
 	return topics
+}
+
+// readInput is an input the job reads, with its signal.
+type readInput struct {
+	InputConfig
+	signal otlp.Signal
+}
+
+// readInputs returns the inputs the job reads (spans always, logs and
+// metrics unless disabled), spans first: the one place that decides it.
+func (c *Config) readInputs() []readInput {
+	ins := []readInput{{c.Inputs.Spans, otlp.SignalSpans}}
+	for _, in := range []readInput{{c.Inputs.Logs, otlp.SignalLogs}, {c.Inputs.Metrics, otlp.SignalMetrics}} {
+		if !in.Disabled {
+			ins = append(ins, in)
+		}
+	}
+	return ins
 }
 
 // LoadConfig reads path (if not empty), then the environment.
@@ -476,10 +492,6 @@ func (c *Config) Validate() error {
 // FuseConfig maps c onto the fuse stage for partitions input partitions
 // (the live job and braid replay run the same stage).
 func (c *Config) FuseConfig(partitions int32) fuse.Config {
-	src := func(in InputConfig, sig otlp.Signal) fuse.Source {
-		enc, _ := otlp.ParseEncoding(in.Encoding)
-		return fuse.Source{Topic: in.Topic, Signal: sig, Encoding: enc}
-	}
 	out := c.Outputs.Partitions
 	var rids fuse.RequestIDs
 	switch {
@@ -497,12 +509,10 @@ func (c *Config) FuseConfig(partitions int32) fuse.Config {
 		// The table is fed from metric points: none without that input.
 		resourcesTopic = c.Group + ".resources"
 	}
-	sources := []fuse.Source{src(c.Inputs.Spans, otlp.SignalSpans)}
-	if !c.Inputs.Logs.Disabled {
-		sources = append(sources, src(c.Inputs.Logs, otlp.SignalLogs))
-	}
-	if !c.Inputs.Metrics.Disabled {
-		sources = append(sources, src(c.Inputs.Metrics, otlp.SignalMetrics))
+	var sources []fuse.Source
+	for _, in := range c.readInputs() {
+		enc, _ := otlp.ParseEncoding(in.Encoding) // Validate refused a bad one
+		sources = append(sources, fuse.Source{Topic: in.Topic, Signal: in.signal, Encoding: enc})
 	}
 	budget := c.Budget()
 	perTask := func(share int64) int64 { return max(share/int64(max(partitions, 1)), 1<<20) }
