@@ -151,7 +151,7 @@ func main() {
 	flag.StringVar(&o.profileHeld, "cpuprofile-held", "", "write a CPU profile of braid-held's run of the last round to this file")
 	flag.StringVar(&o.eventTime, "event-time", "short", "braid's event-time settings: short (out-of-orderness 1s, idle gap 1s, allowed lateness 30s, flush after 2s, idleness 30s) | default (the job's defaults)")
 	flag.StringVar(&o.collector, "collector", "", "the OpenTelemetry Collector (otelcol) binary of the otelcol-groupbytrace contender, which needs the kafka receiver, the groupbytrace processor and the kafka exporter (default: deploy/local/otelcol.sh's build if there is one; off: no Collector contender)")
-	flag.StringVar(&o.signals, "signals", "all", "what the workload holds: all (each request's spans, logs and metric points on three topics) | traces (its spans alone, the input the Collector contender reads in either case; braid's logs and metrics topics stay empty)")
+	flag.StringVar(&o.signals, "signals", "all", "what the workload holds: all (each request's spans, logs and metric points on three topics) | traces (its spans alone, the input the Collector contender reads in either case; braid runs with its logs and metrics inputs disabled, the raw copy finds those topics empty)")
 	flag.StringVar(&o.colCodec, "collector-compression", "snappy", "the Collector's Kafka exporter compression: snappy (as braid's and the raw copy's producers, franz-go's default) | none (the exporter's default) | lz4 | zstd | gzip")
 	flag.BoolVar(&o.verbose, "v", false, "log the job's info lines (progress every 10s)")
 	brokers := flag.String("brokers", os.Getenv("BRAID_KAFKA_BROKERS"), "bootstrap brokers, comma separated (default $BRAID_KAFKA_BROKERS)")
